@@ -1,0 +1,28 @@
+# The two set-up commands: `make demo` and `make test`. Each creates .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	@mkdir -p demo-output
+	$(BIN)/evalgauge simulate sizing --out demo-output/sizing.csv --seed 1
+	$(BIN)/evalgauge components demo-output/sizing.csv --json demo-output/components.json
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_anova.py
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache

@@ -1,0 +1,15 @@
+"""evalgauge: measure, then shrink, the hidden measurement error in LLM evaluation pipelines."""
+
+from .components import Component, VarianceComponents
+from .data import Judgments, read_judgments
+from .design import BalanceReport, Design, Facet, code_data, infer_design
+from .errors import DataError, DesignError, EvalGaugeError
+from .estimate import estimate_anova
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BalanceReport", "Component", "DataError", "Design", "DesignError", "EvalGaugeError", "Facet",
+    "Judgments", "VarianceComponents", "__version__", "code_data", "estimate_anova", "infer_design",
+    "read_judgments",
+]

@@ -1,0 +1,169 @@
+"""The ``evalgauge`` command: argument parsing, output and exit codes only.
+
+Exit codes: 0 success, 2 a problem with the user's input (the message says
+what and what to do), 1 a bug in evalgauge (with a traceback to report).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .components import VarianceComponents
+from .design import code_data, infer_design
+from .errors import EvalGaugeError
+from .estimate import estimate_anova
+from .simulate import PRESETS, simulate
+
+METHODS = ("anova",)
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def user_errors(func: Callable) -> Callable:
+    """Turn an :class:`EvalGaugeError` into its message and exit code 2."""
+
+    @wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except EvalGaugeError as exc:
+            _console(stderr=True).print(f"[bold red]error:[/] {exc}", markup=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="evalgauge")
+def main() -> None:
+    """evalgauge: the hidden measurement error in LLM evaluation pipelines.
+
+    Estimate the variance components of a judged evaluation (which judge, which
+    prompt wording, which temperature, which items, repeated calls) so that
+    intervals count every source of error, not only item sampling.
+    """
+
+
+def design_options(func: Callable) -> Callable:
+    """The options that say what the columns mean, shared by the data commands."""
+    options = [
+        click.option("--score", help="Score column (default: score, parsed_score, y, value or rating)."),
+        click.option("--facets", help="Facet columns, comma-separated (default: recognised names)."),
+        click.option("--nest", help="Nesting as parent/child, comma-separated (e.g. category/item); 'none': none."),
+        click.option("--replicate", help="Column numbering repeated calls of a cell ('auto': number in file order)."),
+        click.option("--fixed", help="Fixed facets, comma-separated (default: temperature, position, order)."),
+        click.option("--object", "object_", help="Object of measurement (default: system, else item)."),
+        click.option("--terms", help="Model terms to keep, comma-separated lme4-style names; the rest are pooled."),
+        click.option("--max-order", type=int, help="Keep effects of at most this order (plus the cell term)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, max_order):
+    return infer_design(data, score=score, facets=facets, nest=nest, replicate=replicate, fixed=fixed,
+                        object=object_, terms=terms, max_order=max_order)
+
+
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@design_options
+@click.option("--method", type=click.Choice(METHODS), default="anova", show_default=True,
+              help="Estimator: closed-form ANOVA for a complete balanced block.")
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
+@user_errors
+def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, json_out) -> None:
+    """Estimate the variance components of DATA (CSV, TSV, Parquet or JSONL)."""
+    design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    result = estimate_anova(data, design)
+    if json_out == "-":
+        click.echo(result.to_json())
+        return
+    print_components(result, _console())
+    if json_out:
+        Path(json_out).write_text(result.to_json() + "\n")
+        _console().print(f"JSON written to {json_out}")
+
+
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@design_options
+@user_errors
+def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_order) -> None:
+    """Report whether DATA is a complete balanced block, and which cells are missing."""
+    design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    report = code_data(data, design).balance()
+    console = _console()
+    console.print(f"[bold]{data}[/]: {report.n_obs} observations; facets "
+                  + ", ".join(f"{f.name} ({f.role}{', in ' + f.parent if f.parent else ''})" for f in design.facets))
+    console.print(report.summary())
+    sys.exit(0 if report.balanced else 3)
+
+
+@main.command(name="simulate")
+@click.argument("preset", type=click.Choice(sorted(PRESETS)))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Where to write the judgments (.csv, .parquet or .jsonl).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--set", "sets", multiple=True, metavar="FACET=N",
+              help="Change a facet count or replicates, e.g. --set items=100 (repeatable).")
+@user_errors
+def simulate_cmd(preset, out, seed, sets) -> None:
+    """Simulate judgments from a paper's data-generating process (tee: TEE Table 8; sizing: s x i x j x r)."""
+    kwargs = {}
+    for s in sets:
+        key, _, value = s.partition("=")
+        if not value.isdigit():
+            raise click.BadParameter(f"'{s}' should read NAME=COUNT", param_hint="--set")
+        kwargs[key.strip()] = int(value)
+    try:
+        spec = PRESETS[preset](**kwargs)
+    except TypeError:
+        import inspect
+
+        names = ", ".join(inspect.signature(PRESETS[preset]).parameters)
+        raise click.BadParameter(f"preset '{preset}' takes {names}", param_hint="--set") from None
+    frame = simulate(spec, seed=seed)
+    path = Path(out)
+    if path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    elif path.suffix == ".jsonl":
+        frame.to_json(path, orient="records", lines=True)
+    else:
+        frame.to_csv(path, index=False)
+    truth = ", ".join(f"{k}={v:g}" for k, v in spec.true_components().items())
+    _console().print(f"{len(frame)} judgments written to {out} (seed {seed}). True components: {truth}")
+
+
+def print_components(result: VarianceComponents, console: Console) -> None:
+    """The components table, then the design line and any notes."""
+    table = Table(title=f"Variance components ({result.method}, {result.n_obs} observations)")
+    for col, justify in (("component", "left"), ("kind", "left"), ("variance", "right"), ("share", "right"),
+                         ("df", "right"), ("mean square", "right")):
+        table.add_column(col, justify=justify)
+    for c in result.components:
+        name = c.name + (f" (= {c.confounded_with} + e)" if c.confounded_with else "")
+        table.add_row(name, c.kind, f"{c.variance:.6g}", f"{100 * result.share(c.name):.1f}%",
+                      f"{c.df:g}", f"{c.mean_square:.6g}")
+    console.print(table)
+    levels = " x ".join(f"{n} {k}" for k, n in result.levels.items())
+    console.print(f"Design: {levels} x {result.replicates} replicate(s); grand mean {result.grand_mean:.6g}; "
+                  f"object of measurement: {result.object or '(none)'}; fixed: {', '.join(result.fixed) or '(none)'}.")
+    console.print(f"Method: {result.method_reason}.")
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

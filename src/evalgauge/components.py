@@ -1,0 +1,148 @@
+"""The result of a G-study: estimated variance components.
+
+One :class:`Component` per model term, named lme4-style by its facets joined
+with ``:`` (``system``, ``system:item``, ``category:item``) and ``residual`` for
+the within-cell term. Raw estimates keep their sign (a negative ANOVA estimate
+is information, sizing paper App. D); shares use the value truncated at zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import DesignError
+
+COLUMNS = ("component", "variance", "variance_truncated", "df", "mean_square", "share")
+
+
+@dataclass(frozen=True)
+class Component:
+    """One variance component.
+
+    ``kind`` is ``random``; ``fixed`` for a term made only of fixed facets, whose
+    ``variance`` is the sensitivity index (1/L) sum (tau_l - tau_bar)^2 of TEE
+    eq. C.4 (population variance over the L chosen levels); or ``residual``.
+    ``confounded_with`` names a term the design cannot separate from this one
+    (one observation per cell: the top interaction and the residual).
+    ``pooled`` lists omitted terms whose sums of squares were pooled into this one.
+    """
+
+    name: str
+    facets: tuple[str, ...]
+    variance: float
+    df: float
+    mean_square: float
+    kind: str = "random"
+    confounded_with: str | None = None
+    pooled: tuple[str, ...] = ()
+
+    @property
+    def variance_truncated(self) -> float:
+        return max(self.variance, 0.0)
+
+
+@dataclass(frozen=True)
+class VarianceComponents:
+    """Estimated variance components of a design, with what produced them.
+
+    ``ems`` (expected-mean-square coefficients, one row per component, columns in
+    the same order) and the components' ``df``/``mean_square`` are kept so that
+    sampling distributions can be derived without the data (sizing paper App. D).
+    """
+
+    method: str
+    n_obs: int
+    grand_mean: float
+    components: tuple[Component, ...]
+    levels: dict[str, int]
+    replicates: int
+    object: str | None = None
+    fixed: tuple[str, ...] = ()
+    ems: np.ndarray | None = field(default=None, repr=False, compare=False)
+    notes: tuple[str, ...] = ()
+    method_reason: str = ""
+
+    # -- access ----------------------------------------------------------------
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.components)
+
+    def __getitem__(self, name: str) -> Component:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise DesignError(f"no component '{name}'; the components are {', '.join(self.names)}.")
+
+    def __contains__(self, name: object) -> bool:
+        return any(c.name == name for c in self.components)
+
+    def sigma2(self, name: str, truncated: bool = False) -> float:
+        """The estimate of sigma^2 for a component, raw or truncated at zero."""
+        c = self[name]
+        return c.variance_truncated if truncated else c.variance
+
+    @property
+    def total_variance(self) -> float:
+        """sigma^2_total: the sum of truncated components (TEE C.5)."""
+        return float(sum(c.variance_truncated for c in self.components))
+
+    def share(self, name: str) -> float:
+        """Per-observation share sigma^2_k / sigma^2_total (TEE C.5), truncated at zero."""
+        total = self.total_variance
+        return self[name].variance_truncated / total if total > 0 else math.nan
+
+    # -- tidy forms --------------------------------------------------------------
+    def to_frame(self) -> pd.DataFrame:
+        """One row per component: the JSON fields plus kind, confounding and pooling."""
+        rows = []
+        for c in self.components:
+            rows.append({
+                "component": c.name,
+                "variance": c.variance,
+                "variance_truncated": c.variance_truncated,
+                "df": c.df,
+                "mean_square": c.mean_square,
+                "share": self.share(c.name),
+                "kind": c.kind,
+                "confounded_with": c.confounded_with,
+                "pooled": ",".join(c.pooled),
+            })
+        return pd.DataFrame(rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        comps = []
+        for row in self.to_frame().to_dict(orient="records"):
+            row["pooled"] = [p for p in row["pooled"].split(",") if p]
+            comps.append({k: _plain(v) for k, v in row.items()})
+        return {
+            "method": self.method,
+            "method_reason": self.method_reason,
+            "n_obs": self.n_obs,
+            "grand_mean": self.grand_mean,
+            "object": self.object,
+            "levels": dict(self.levels),
+            "replicates": self.replicates,
+            "fixed": list(self.fixed),
+            "components": comps,
+            "notes": list(self.notes),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe scalars: numpy to Python, NaN to None."""
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
