@@ -4,12 +4,12 @@ from .components import Component, VarianceComponents
 from .data import Judgments, read_judgments
 from .design import BalanceReport, Design, Facet, code_data, infer_design
 from .errors import DataError, DesignError, EvalGaugeError
-from .estimate import estimate_anova
+from .estimate import estimate_anova, estimate_components
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BalanceReport", "Component", "DataError", "Design", "DesignError", "EvalGaugeError", "Facet",
-    "Judgments", "VarianceComponents", "__version__", "code_data", "estimate_anova", "infer_design",
+    "Judgments", "VarianceComponents", "__version__", "code_data", "estimate_anova", "estimate_components", "infer_design",
     "read_judgments",
 ]

@@ -19,10 +19,8 @@ from . import __version__
 from .components import VarianceComponents
 from .design import code_data, infer_design
 from .errors import EvalGaugeError
-from .estimate import estimate_anova
+from .estimate import METHODS, estimate_components
 from .simulate import PRESETS, simulate
-
-METHODS = ("anova",)
 
 
 def _console(stderr: bool = False) -> Console:
@@ -79,14 +77,21 @@ def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, ma
 @main.command()
 @click.argument("data", type=click.Path(dir_okay=False, path_type=str))
 @design_options
-@click.option("--method", type=click.Choice(METHODS), default="anova", show_default=True,
-              help="Estimator: closed-form ANOVA for a complete balanced block.")
+@click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
+              help="anova: closed form, complete balanced blocks only; reml: any design; "
+                   "auto: ANOVA when the data form a complete balanced block, REML otherwise.")
+@click.option("--formula", help="An lme4-style model, e.g. 'score ~ judge + (1|item) + (1|item:judge)' (REML).")
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty (and say how many).")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
 @user_errors
-def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, json_out) -> None:
+def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula,
+               drop_missing, json_out) -> None:
     """Estimate the variance components of DATA (CSV, TSV, Parquet or JSONL)."""
-    design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
-    result = estimate_anova(data, design)
+    if formula:
+        result = estimate_components(data, method=method, formula=formula, drop_missing=drop_missing)
+    else:
+        design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
+        result = estimate_components(data, design, method=method, drop_missing=drop_missing)
     if json_out == "-":
         click.echo(result.to_json())
         return
@@ -155,14 +160,23 @@ def print_components(result: VarianceComponents, console: Console) -> None:
     for c in result.components:
         name = c.name + (f" (= {c.confounded_with} + e)" if c.confounded_with else "")
         table.add_row(name, c.kind, f"{c.variance:.6g}", f"{100 * result.share(c.name):.1f}%",
-                      f"{c.df:g}", f"{c.mean_square:.6g}")
+                      _num(c.df, "g"), _num(c.mean_square, ".6g"))
     console.print(table)
     levels = " x ".join(f"{n} {k}" for k, n in result.levels.items())
-    console.print(f"Design: {levels} x {result.replicates} replicate(s); grand mean {result.grand_mean:.6g}; "
+    reps = f"{result.replicates} replicate(s)" if result.method == "anova" else f"~{result.replicates} obs per cell"
+    console.print(f"Design: {levels} x {reps}; grand mean {result.grand_mean:.6g}; "
                   f"object of measurement: {result.object or '(none)'}; fixed: {', '.join(result.fixed) or '(none)'}.")
-    console.print(f"Method: {result.method_reason}.")
+    console.print(f"Method: {result.method_reason.rstrip('.')}.")
+    if result.reml:
+        r = result.reml
+        console.print(f"REML criterion {r['deviance']:.6f} ({r['evaluations']} evaluations, {r['seconds']:.2f} s); "
+                      f"model: {r['formula']}")
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
+
+
+def _num(value: float, fmt: str) -> str:
+    return "—" if value is None or value != value else format(value, fmt)
 
 
 if __name__ == "__main__":  # pragma: no cover

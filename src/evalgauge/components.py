@@ -67,6 +67,8 @@ class VarianceComponents:
     ems: np.ndarray | None = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()
     method_reason: str = ""
+    #: REML details: deviance (lme4's REML criterion), theta, fixed effects, iterations, time
+    reml: dict[str, Any] | None = field(default=None, compare=False)
 
     # -- access ----------------------------------------------------------------
     @property
@@ -131,6 +133,7 @@ class VarianceComponents:
             "fixed": list(self.fixed),
             "components": comps,
             "notes": list(self.notes),
+            **({"reml": self.reml} if self.reml is not None else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -1,5 +1,89 @@
-"""Variance-component estimators. ANOVA (expected mean squares) for balanced data."""
+"""Variance-component estimators: closed-form ANOVA for balanced data, REML for anything.
 
-from .anova import estimate_anova
+:func:`estimate_components` is the entry point: ``method="auto"`` uses ANOVA on a
+complete balanced block (where, with all estimates positive, it is the exact
+REML optimum) and REML otherwise, and the result says which it used and why.
+"""
 
-__all__ = ["estimate_anova"]
+from __future__ import annotations
+
+import numpy as np
+
+from ..components import VarianceComponents
+from ..data import Judgments, format_rows, read_judgments
+from ..design import Design, code_data, infer_design
+from ..errors import DesignError
+from .anova import anova_from_coded, estimate_anova
+from .model import MixedModel, model_from_design, parse_formula
+from .reml import fit_reml
+
+METHODS = ("auto", "anova", "reml")
+
+__all__ = ["METHODS", "MixedModel", "estimate_anova", "estimate_components", "fit_reml", "parse_formula"]
+
+
+def estimate_components(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
+                        drop_missing: bool = False, **design_options) -> VarianceComponents:
+    """Variance components of ``data`` by ANOVA, REML, or whichever fits the data (``auto``).
+
+    The model comes from ``design`` (or one inferred from the columns and
+    ``design_options``), or from an lme4-style ``formula`` (which implies REML).
+    ``drop_missing`` removes rows with an empty score first and says how many.
+    """
+    if method not in METHODS:
+        raise DesignError(f"method must be one of {', '.join(METHODS)}, not '{method}'.")
+    judgments = read_judgments(data)
+    judgments, dropped_note = _drop_missing(judgments, design, formula, design_options) if drop_missing \
+        else (judgments, None)
+    if formula is not None:
+        if method == "anova":
+            raise DesignError("a formula is fitted by REML; use --method reml or auto, or give the design "
+                              "options (--facets, --nest, ...) for ANOVA.")
+        model = parse_formula(formula)
+        result = fit_reml(judgments, model, method_reason="REML: the model was given as a formula")
+        return _with_note(result, dropped_note)
+    if design is None:
+        design = infer_design(judgments, **design_options)
+    coded = code_data(judgments, design)
+    if method == "anova":
+        return _with_note(anova_from_coded(coded), dropped_note)
+    balanced = coded.is_complete_block()
+    if method == "auto" and balanced:
+        result = anova_from_coded(coded)
+        reason = ("auto: a complete balanced block, so closed-form ANOVA (expected mean squares), which is the "
+                  "exact REML optimum when every estimate is positive")
+        return _with_note(_replace(result, method_reason=reason), dropped_note)
+    if method == "auto":
+        report = coded.balance()
+        reason = f"auto: REML, because the data are {report.summary()}"
+    else:
+        reason = "REML (requested)"
+    result = fit_reml(judgments, model_from_design(design), object_facet=design.object,
+                      fixed_facets=design.fixed, method_reason=reason, facet_order=design.names)
+    return _with_note(result, dropped_note)
+
+
+def _drop_missing(judgments: Judgments, design, formula, design_options) -> tuple[Judgments, str | None]:
+    if formula is not None:
+        score = parse_formula(formula).response
+    elif design is not None:
+        score = design.score
+    else:
+        score = infer_design(judgments, **design_options).score
+    missing = judgments.frame[score].isna().to_numpy() if score in judgments.frame else np.zeros(0, bool)
+    if not missing.any():
+        return judgments, None
+    rows = np.flatnonzero(missing)
+    kept = Judgments(judgments.frame.loc[~missing].reset_index(drop=True), judgments.source)
+    return kept, (f"{rows.size} row(s) with an empty score were dropped as requested ({format_rows(rows)}); "
+                  "the design is then unbalanced unless whole levels were empty.")
+
+
+def _replace(result: VarianceComponents, **changes) -> VarianceComponents:
+    from dataclasses import replace
+
+    return replace(result, **changes)
+
+
+def _with_note(result: VarianceComponents, note: str | None) -> VarianceComponents:
+    return result if note is None else _replace(result, notes=(note, *result.notes))

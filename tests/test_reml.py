@@ -1,0 +1,251 @@
+"""REML: the criterion and gradient against a dense reference, agreement with lme4, and behaviour."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import evalgauge as eg
+from conftest import FIXTURES, shared_file
+from evalgauge.data import read_judgments
+from evalgauge.errors import DesignError
+from evalgauge.estimate import estimate_components
+from evalgauge.estimate.model import parse_formula
+from evalgauge.estimate.reml import RemlProblem, cell_data, fixed_matrix, term_levels
+from evalgauge.simulate import SimulationSpec, simulate, sizing_preset, tee_table8
+
+REML = FIXTURES / "reml"
+TEE_FORMULA = ("score ~ temperature + judge + (1|category) + (1|category:item) + (1|variant) + "
+               "(1|item:variant) + (1|item:temperature) + (1|item:judge) + (1|variant:temperature) + "
+               "(1|variant:judge) + (1|item:variant:temperature:judge)")
+SIZING_FORMULA = ("score ~ 1 + (1|system) + (1|item) + (1|judge) + (1|system:item) + (1|system:judge) + "
+                  "(1|item:judge) + (1|system:item:judge)")
+
+
+# -- the criterion itself -------------------------------------------------------
+
+def _problem(frame, model, blocking=True):
+    cells = cell_data(read_judgments(frame), model)
+    levels, sizes = zip(*(term_levels(cells, t) for t in model.random), strict=True)
+    cell_term = next((k for k, q in enumerate(sizes) if q == cells.n_cells), None)
+    x, _, _ = fixed_matrix(cells, model)
+    groups = [np.asarray(pd.factorize(cells.codes[c])[0]) for c in model.columns if c in
+              {c for t in model.random for c in t.columns}] if blocking else None
+    return RemlProblem(cells.n_obs, cells.count, cells.mean, cells.ss_within, x, list(levels), list(sizes),
+                       cell_term, groups), cells, x
+
+
+def _dense_deviance(frame, model, theta):
+    """lme4's profiled REML criterion computed from V directly (Bates et al. 2015, eq. 41 equivalent)."""
+    y = frame[model.response].to_numpy(float)
+    cells = cell_data(read_judgments(frame), model)
+    x_cells, _, _ = fixed_matrix(cells, model)
+    cols = list(model.columns)
+    ckey = pd.MultiIndex.from_arrays([cells.labels[c][cells.codes[c]].astype(str) for c in cols])
+    row_cell = ckey.get_indexer(pd.MultiIndex.from_frame(frame[cols].astype(str)))
+    x = x_cells[row_cell]
+    v = np.eye(y.size)
+    for term, th in zip(model.random, theta, strict=True):
+        lv, q = term_levels(cells, term)
+        z = np.zeros((y.size, q))
+        z[np.arange(y.size), lv[row_cell]] = 1.0
+        v += th**2 * z @ z.T
+    vi = np.linalg.inv(v)
+    xvx = x.T @ vi @ x
+    p_mat = vi - vi @ x @ np.linalg.solve(xvx, x.T @ vi)
+    r2 = y @ p_mat @ y
+    n, p = y.size, x.shape[1]
+    return np.linalg.slogdet(v)[1] + np.linalg.slogdet(xvx)[1] + (n - p) * (1 + np.log(2 * np.pi * r2 / (n - p)))
+
+
+@pytest.fixture(scope="module")
+def small_unbalanced():
+    spec = tee_table8(categories=2, items_per_category=3, variants=2, temperatures=2, judges=2, replicates=3)
+    frame = simulate(spec, seed=4)
+    rng = np.random.default_rng(0)
+    frame = frame[rng.random(len(frame)) > 0.25].reset_index(drop=True)
+    model = parse_formula("score ~ temperature + judge + (1|category) + (1|category:item) + (1|variant) + "
+                          "(1|item:variant) + (1|item:temperature) + (1|item:judge) + (1|variant:judge) + "
+                          "(1|item:variant:temperature:judge)")
+    return frame, model
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_deviance_and_gradient_match_dense_reference(small_unbalanced, blocking):
+    frame, model = small_unbalanced
+    problem, _, _ = _problem(frame, model, blocking)
+    assert (problem.nb > 0) == blocking and problem.cell_term is not None
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        theta = rng.uniform(0.1, 1.5, problem.n_terms)
+        theta[2] = 0.0  # a boundary value
+        ev = problem.evaluate(theta, gradient=True)
+        assert ev.deviance == pytest.approx(_dense_deviance(frame, model, theta), abs=1e-9)
+        for k in np.flatnonzero(theta > 0):
+            h = 1e-6
+            up, down = theta.copy(), theta.copy()
+            up[k] += h
+            down[k] -= h
+            fd = (problem.evaluate(up).deviance - problem.evaluate(down).deviance) / (2 * h)
+            assert ev.gradient[k] == pytest.approx(fd, rel=1e-5, abs=1e-6)
+        assert ev.gradient[2] == 0.0  # the criterion is even in theta_k
+
+
+def test_average_information_is_close_to_the_hessian_at_the_optimum(small_unbalanced):
+    frame, model = small_unbalanced
+    result = estimate_components(frame, formula=model.formula())
+    problem, _, _ = _problem(frame, model)
+    theta = np.array(result.reml["theta"])
+    free = np.flatnonzero(theta > 0)
+    ai = problem.evaluate(theta, gradient=True, hessian=True).extra["hessian"][np.ix_(free, free)]
+    fd = np.zeros_like(ai)
+    for j, k in enumerate(free):
+        up, down = theta.copy(), theta.copy()
+        up[k] += 1e-5
+        down[k] -= 1e-5
+        fd[:, j] = (problem.evaluate(up, gradient=True).gradient[free]
+                    - problem.evaluate(down, gradient=True).gradient[free]) / 2e-5
+    # AI replaces traces by their data-based expectations: same scale and sign, not identical.
+    assert np.all(np.linalg.eigvalsh(ai) > 0)
+    assert np.allclose(np.diag(ai), np.diag(fd), rtol=0.5)
+
+
+# -- agreement with lme4 (tight fits stored as fixtures) --------------------------
+
+def _check_against_lme4(result, name, rel=5e-4, absolute=1e-6):
+    ref = json.loads((REML / f"lme4_{name}.json").read_text())
+    # REML criterion no worse than lme4's tight fit
+    assert result.reml["deviance"] <= ref["reml_criterion"] + 1e-6
+    # lme4 writes batch/cask as cask:batch: match terms by their set of columns
+    by_columns = {frozenset(k.split(":")): v for k, v in ref["components"].items()}
+    for c in result.components:
+        if c.kind == "fixed":
+            continue
+        expected = by_columns[frozenset(c.name.split(":"))]
+        if abs(expected) < 1e-5:
+            assert c.variance == pytest.approx(expected, abs=absolute), c.name
+        else:
+            assert c.variance == pytest.approx(expected, rel=rel), c.name
+    for name_, value in ref["fixef"].items():
+        assert result.reml["beta"][name_] == pytest.approx(value, rel=1e-4, abs=1e-7), name_
+
+
+def test_penicillin_and_pastes_match_lme4():
+    pen = estimate_components(FIXTURES / "lme4" / "Penicillin.csv",
+                              formula="diameter ~ 1 + (1|plate) + (1|sample)")
+    _check_against_lme4(pen, "penicillin")
+    pastes = estimate_components(FIXTURES / "lme4" / "Pastes.csv", formula="strength ~ (1|batch/cask)")
+    _check_against_lme4(pastes, "pastes")
+    assert pastes.names == ("batch", "batch:cask", "residual")
+
+
+def test_tee_design_ten_percent_missing_matches_lme4():
+    result = estimate_components(REML / "tee.parquet", formula=TEE_FORMULA)
+    assert result.n_obs == 45689
+    _check_against_lme4(result, "tee")
+    assert {c.name for c in result.components if c.kind == "fixed"} == {"temperature", "judge"}
+
+
+def test_sizing_design_missing_judge_matches_lme4():
+    result = estimate_components(REML / "sizing.parquet", formula=SIZING_FORMULA)
+    _check_against_lme4(result, "sizing")
+
+
+def test_insteval_matches_lme4():
+    path = shared_file("lme4_reference", "InstEval.csv")
+    result = estimate_components(path, formula="y ~ 1 + service + (1|s) + (1|d) + (1|dept)")
+    assert result.n_obs == 73421
+    _check_against_lme4(result, "insteval")
+
+
+def test_design_route_matches_formula_route():
+    frame = pd.read_parquet(REML / "tee.parquet")
+    design = eg.infer_design(frame, fixed="temperature,judge", terms="category,category:item,variant,temperature,"
+                             "judge,category:item:variant,category:item:temperature,category:item:judge,"
+                             "variant:temperature,variant:judge")
+    by_design = estimate_components(frame, design)
+    by_formula = estimate_components(frame, formula=TEE_FORMULA)
+    assert by_design.method == "reml" and "auto: REML, because" in by_design.method_reason
+    assert by_design.reml["deviance"] == pytest.approx(by_formula.reml["deviance"], abs=1e-6)
+    # same components under design names (category:item:variant is lme4's item:variant)
+    assert by_design["category:item:variant"].variance == pytest.approx(by_formula["item:variant"].variance,
+                                                                         rel=1e-5)
+
+
+# -- behaviour ------------------------------------------------------------------------
+
+def test_balanced_reml_equals_anova_when_all_positive():
+    spec = sizing_preset(systems=8, items=10, judges=4, replicates=2)
+    frame = simulate(spec, seed=21)
+    anova = estimate_components(frame, spec.design(), method="anova")
+    reml = estimate_components(frame, spec.design(), method="reml")
+    assert all(c.variance > 0 for c in anova.components)
+    for c in anova.components:
+        assert reml[c.name].variance == pytest.approx(c.variance, rel=1e-6), c.name
+
+
+def test_boundary_estimate_is_exactly_zero_and_reported():
+    # system:judge truly 0; on this seed ANOVA goes negative, and REML must sit on the boundary.
+    spec = SimulationSpec({"system": 6, "item": 8, "judge": 3},
+                          {"system": 0.3, "item": 0.3, "judge": 0.1, "system:item": 0.2, "residual": 1.0},
+                          replicates=2, object="system")
+    for seed in range(40):
+        frame = simulate(spec, seed=seed)
+        anova = estimate_components(frame, spec.design(), method="anova")
+        if anova["system:judge"].variance < 0:
+            break
+    else:  # pragma: no cover
+        pytest.fail("no seed gave a negative ANOVA estimate")
+    reml = estimate_components(frame, spec.design(), method="reml")
+    assert reml["system:judge"].variance == 0.0
+    assert any("system:judge: boundary estimate" in n for n in reml.notes)
+    assert reml.reml["converged"]
+
+
+def test_auto_picks_anova_for_balanced_and_reml_otherwise():
+    spec = sizing_preset(systems=5, items=6, judges=3, replicates=2)
+    frame = simulate(spec, seed=3)
+    auto = estimate_components(frame)
+    assert auto.method == "anova" and auto.method_reason.startswith("auto: a complete balanced block")
+    gap = frame.drop(index=[0, 1, 2]).reset_index(drop=True)
+    auto = estimate_components(gap)
+    assert auto.method == "reml" and "not a complete balanced block" in auto.method_reason
+    with pytest.raises(DesignError, match="complete balanced block"):
+        estimate_components(gap, method="anova")
+
+
+def test_drop_missing_is_explicit():
+    spec = sizing_preset(systems=4, items=5, judges=3, replicates=2)
+    frame = simulate(spec, seed=5)
+    frame.loc[[3, 9], "score"] = np.nan
+    with pytest.raises(eg.DataError, match="empty score"):
+        estimate_components(frame)
+    result = estimate_components(frame, drop_missing=True)
+    assert result.method == "reml" and result.n_obs == len(frame) - 2
+    assert result.notes[0].startswith("2 row(s) with an empty score were dropped")
+
+
+def test_one_observation_per_cell_confounds_the_cell_term():
+    frame = pd.read_csv(FIXTURES / "lme4" / "Penicillin.csv").drop(index=[5]).reset_index(drop=True)
+    result = estimate_components(frame, score="diameter", facets="plate,sample")
+    assert result.method == "reml"
+    assert result["residual"].confounded_with == "plate:sample"
+
+
+@pytest.mark.parametrize("formula,message", [
+    ("score ~ (judge | item)", "only random intercepts"),
+    ("score + judge", "has no '~'"),
+    ("score ~ judge", "no random term"),
+])
+def test_formula_errors(formula, message):
+    with pytest.raises(DesignError, match=message):
+        parse_formula(formula)
+
+
+def test_formula_parsing():
+    m = parse_formula("y ~ a*b + 0 + (1|g/h) + (1|g:k)")
+    assert not m.intercept
+    assert [t.name for t in m.fixed] == ["a", "b", "a:b"]
+    assert [t.name for t in m.random] == ["g", "g:h", "g:k"]
+    assert m.formula() == "y ~ 0 + a + b + a:b + (1 | g) + (1 | g:h) + (1 | g:k)"
