@@ -10,6 +10,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BalanceReport", "Component", "DataError", "Design", "DesignError", "EvalGaugeError", "Facet",
-    "Judgments", "VarianceComponents", "__version__", "code_data", "estimate_anova", "estimate_components", "infer_design",
-    "read_judgments",
+    "Judgments", "VarianceComponents", "__version__", "code_data", "estimate_anova", "estimate_components",
+    "infer_design", "read_judgments",
 ]
