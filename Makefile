@@ -22,7 +22,9 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/bench_anova.py
+	$(BIN)/python bench/bench_reml.py
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache
