@@ -24,7 +24,10 @@ from .simulate import PRESETS, simulate
 
 
 def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output (logs, CI, `| less`) gets a wide table instead of rich's 80 columns.
+    width = None if stream.isatty() else 160
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
 
 
 def user_errors(func: Callable) -> Callable:
@@ -82,16 +85,22 @@ def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, ma
                    "auto: ANOVA when the data form a complete balanced block, REML otherwise.")
 @click.option("--formula", help="An lme4-style model, e.g. 'score ~ judge + (1|item) + (1|item:judge)' (REML).")
 @click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty (and say how many).")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Parametric-bootstrap resamples for percentile intervals of every component (0: none).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Interval level.")
+@click.option("--seed", type=int, default=None, help="Seed for the bootstrap.")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
 @user_errors
 def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula,
-               drop_missing, json_out) -> None:
+               drop_missing, n_boot, level, seed, json_out) -> None:
     """Estimate the variance components of DATA (CSV, TSV, Parquet or JSONL)."""
+    boot = {"n_boot": n_boot, "level": level, "seed": seed}
     if formula:
-        result = estimate_components(data, method=method, formula=formula, drop_missing=drop_missing)
+        result = estimate_components(data, method=method, formula=formula, drop_missing=drop_missing, **boot)
     else:
         design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
-        result = estimate_components(data, design, method=method, drop_missing=drop_missing)
+        result = estimate_components(data, design, method=method, drop_missing=drop_missing, **boot)
     if json_out == "-":
         click.echo(result.to_json())
         return
@@ -154,14 +163,25 @@ def simulate_cmd(preset, out, seed, sets) -> None:
 def print_components(result: VarianceComponents, console: Console) -> None:
     """The components table, then the design line and any notes."""
     table = Table(title=f"Variance components ({result.method}, {result.n_obs} observations)")
-    for col, justify in (("component", "left"), ("kind", "left"), ("variance", "right"), ("share", "right"),
-                         ("df", "right"), ("mean square", "right")):
+    ci = result.intervals is not None
+    columns = [("component", "left"), ("kind", "left"), ("variance", "right"), ("SE", "right")]
+    if ci:
+        columns.append((f"{100 * result.intervals['level']:g}% interval", "right"))
+    columns += [("share", "right"), ("df", "right"), ("mean square", "right")]
+    for col, justify in columns:
         table.add_column(col, justify=justify)
     for c in result.components:
         name = c.name + (f" (= {c.confounded_with} + e)" if c.confounded_with else "")
-        table.add_row(name, c.kind, f"{c.variance:.6g}", f"{100 * result.share(c.name):.1f}%",
-                      _num(c.df, "g"), _num(c.mean_square, ".6g"))
+        row = [name, c.kind, f"{c.variance:.6g}", _num(c.se, ".3g")]
+        if ci:
+            row.append("—" if c.ci_low != c.ci_low else f"[{c.ci_low:.4g}, {c.ci_high:.4g}]")
+        row += [f"{100 * result.share(c.name):.1f}%", _num(c.df, "g"), _num(c.mean_square, ".6g")]
+        table.add_row(*row)
     console.print(table)
+    if ci:
+        info = result.intervals
+        console.print(f"Intervals: {info['method']}, {info['resamples']} resamples"
+                      + (f" ({info['failed']} refits failed)" if info.get("failed") else "") + ".")
     levels = " x ".join(f"{n} {k}" for k, n in result.levels.items())
     reps = f"{result.replicates} replicate(s)" if result.method == "anova" else f"~{result.replicates} obs per cell"
     console.print(f"Design: {levels} x {reps}; grand mean {result.grand_mean:.6g}; "

@@ -31,6 +31,10 @@ class Component:
     ``confounded_with`` names a term the design cannot separate from this one
     (one observation per cell: the top interaction and the residual).
     ``pooled`` lists omitted terms whose sums of squares were pooled into this one.
+    ``se`` is the standard error (ANOVA: normal-theory chi-square laws of the mean
+    squares; REML: inverse average information), NaN where undefined (a boundary
+    estimate); ``ci_low``/``ci_high`` a parametric-bootstrap percentile interval
+    when one was requested.
     """
 
     name: str
@@ -41,6 +45,9 @@ class Component:
     kind: str = "random"
     confounded_with: str | None = None
     pooled: tuple[str, ...] = ()
+    se: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
 
     @property
     def variance_truncated(self) -> float:
@@ -69,6 +76,8 @@ class VarianceComponents:
     method_reason: str = ""
     #: REML details: deviance (lme4's REML criterion), theta, fixed effects, iterations, time
     reml: dict[str, Any] | None = field(default=None, compare=False)
+    #: how ci_low/ci_high were made: method, level, resamples, seed, failed refits
+    intervals: dict[str, Any] | None = field(default=None, compare=False)
 
     # -- access ----------------------------------------------------------------
     @property
@@ -111,6 +120,9 @@ class VarianceComponents:
                 "df": c.df,
                 "mean_square": c.mean_square,
                 "share": self.share(c.name),
+                "se": c.se,
+                "ci_low": c.ci_low,
+                "ci_high": c.ci_high,
                 "kind": c.kind,
                 "confounded_with": c.confounded_with,
                 "pooled": ",".join(c.pooled),
@@ -134,6 +146,7 @@ class VarianceComponents:
             "components": comps,
             "notes": list(self.notes),
             **({"reml": self.reml} if self.reml is not None else {}),
+            **({"intervals": self.intervals} if self.intervals is not None else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -13,7 +13,7 @@ from ..components import VarianceComponents
 from ..data import Judgments, format_rows, read_judgments
 from ..design import Design, code_data, infer_design
 from ..errors import DesignError
-from .anova import anova_from_coded, estimate_anova
+from .anova import anova_bootstrap, anova_from_coded, estimate_anova
 from .model import MixedModel, model_from_design, parse_formula
 from .reml import fit_reml
 
@@ -23,13 +23,22 @@ __all__ = ["METHODS", "MixedModel", "estimate_anova", "estimate_components", "fi
 
 
 def estimate_components(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
-                        drop_missing: bool = False, **design_options) -> VarianceComponents:
+                        drop_missing: bool = False, n_boot: int = 0, level: float = 0.95, seed: int | None = None,
+                        **design_options) -> VarianceComponents:
     """Variance components of ``data`` by ANOVA, REML, or whichever fits the data (``auto``).
 
     The model comes from ``design`` (or one inferred from the columns and
     ``design_options``), or from an lme4-style ``formula`` (which implies REML).
     ``drop_missing`` removes rows with an empty score first and says how many.
+    Every component carries a standard error; ``n_boot`` > 0 adds parametric
+    bootstrap percentile intervals at ``level`` (ANOVA: mean squares drawn from
+    their scaled chi-square laws; REML: simulate from the fit and refit).
     """
+    if not 0 < level < 1:
+        raise DesignError(f"the interval level must lie between 0 and 1, not {level}.")
+    if n_boot < 0:
+        raise DesignError("the number of bootstrap resamples cannot be negative.")
+    boot = {"n_boot": n_boot, "level": level, "seed": seed}
     if method not in METHODS:
         raise DesignError(f"method must be one of {', '.join(METHODS)}, not '{method}'.")
     judgments = read_judgments(data)
@@ -40,26 +49,27 @@ def estimate_components(data, design: Design | None = None, *, method: str = "au
             raise DesignError("a formula is fitted by REML; use --method reml or auto, or give the design "
                               "options (--facets, --nest, ...) for ANOVA.")
         model = parse_formula(formula)
-        result = fit_reml(judgments, model, method_reason="REML: the model was given as a formula")
+        result = fit_reml(judgments, model, method_reason="REML: the model was given as a formula", **boot)
         return _with_note(result, dropped_note)
     if design is None:
         design = infer_design(judgments, **design_options)
     coded = code_data(judgments, design)
-    if method == "anova":
-        return _with_note(anova_from_coded(coded), dropped_note)
-    balanced = coded.is_complete_block()
-    if method == "auto" and balanced:
+    if method == "anova" or (method == "auto" and coded.is_complete_block()):
         result = anova_from_coded(coded)
-        reason = ("auto: a complete balanced block, so closed-form ANOVA (expected mean squares), which is the "
-                  "exact REML optimum when every estimate is positive")
-        return _with_note(_replace(result, method_reason=reason), dropped_note)
+        if method == "auto":
+            reason = ("auto: a complete balanced block, so closed-form ANOVA (expected mean squares), which is "
+                      "the exact REML optimum when every estimate is positive")
+            result = _replace(result, method_reason=reason)
+        if n_boot:
+            result = anova_bootstrap(result, n_boot, level, seed)
+        return _with_note(result, dropped_note)
     if method == "auto":
         report = coded.balance()
         reason = f"auto: REML, because the data are {report.summary()}"
     else:
         reason = "REML (requested)"
     result = fit_reml(judgments, model_from_design(design), object_facet=design.object,
-                      fixed_facets=design.fixed, method_reason=reason, facet_order=design.names)
+                      fixed_facets=design.fixed, method_reason=reason, facet_order=design.names, **boot)
     return _with_note(result, dropped_note)
 
 

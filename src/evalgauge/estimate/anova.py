@@ -22,7 +22,7 @@ scaled by df/L.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -116,7 +116,7 @@ def anova_from_cell_means(design: Design, cell_mean: np.ndarray, replicates: int
                          "residual are confounded and reported together as 'residual'; add replicates "
                          "to separate them (sizing paper sec. 3).")
     n_obs = int(np.prod(cell_mean.shape)) * replicates
-    return VarianceComponents(
+    result = VarianceComponents(
         method="anova",
         n_obs=n_obs,
         grand_mean=grand_mean,
@@ -129,6 +129,38 @@ def anova_from_cell_means(design: Design, cell_mean: np.ndarray, replicates: int
         notes=tuple(notes),
         method_reason="complete balanced block: closed-form ANOVA (expected mean squares)",
     )
+    se = np.sqrt(np.clip(np.diag(sampling_covariance(result)), 0.0, None))
+    return replace(result, components=tuple(replace(c, se=float(v)) for c, v in zip(components, se, strict=True)))
+
+
+def anova_bootstrap(result: VarianceComponents, n_boot: int = 1000, level: float = 0.95,
+                    seed: int | None = None) -> VarianceComponents:
+    """Parametric-bootstrap percentile intervals for ANOVA components, without resimulating data.
+
+    In a balanced normal design each mean square is E[MS] chi^2_df / df,
+    independently (sizing App. D); draws use E[MS] = A sigma2 at the estimates
+    truncated at zero, and each draw's components are A^-1 MS* (rescaled for
+    fixed-only terms). Terms of fixed facets are drawn as central chi-squares,
+    an approximation to their noncentral law that the note records.
+    """
+    comps = result.components
+    rng = np.random.default_rng(seed)
+    scale = np.array([report_scale(c, result.levels) for c in comps])
+    theta = np.array([c.variance_truncated for c in comps]) / scale
+    expected = result.ems @ theta
+    df = np.array([c.df for c in comps])
+    ms = expected[None, :] * rng.chisquare(df, size=(n_boot, df.size)) / df
+    draws = solve_triangular(result.ems, ms.T, lower=False).T * scale
+    return _with_percentiles(result, draws, level, {"method": "parametric bootstrap (mean squares)",
+                                                    "level": level, "resamples": n_boot, "seed": seed,
+                                                    "failed": 0})
+
+
+def _with_percentiles(result: VarianceComponents, draws: np.ndarray, level: float, info: dict) -> VarianceComponents:
+    lo, hi = np.nanquantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    comps = tuple(replace(c, ci_low=float(a), ci_high=float(b)) for c, a, b in zip(result.components, lo, hi,
+                                                                                   strict=True))
+    return replace(result, components=comps, intervals=info)
 
 
 def anova_table(design: Design, cell_mean: np.ndarray, replicates: int,
