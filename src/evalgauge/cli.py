@@ -20,6 +20,7 @@ from .components import VarianceComponents
 from .design import code_data, infer_design
 from .errors import EvalGaugeError
 from .estimate import METHODS, estimate_components
+from .estimate.strata import estimate_by_stratum
 from .simulate import PRESETS, simulate
 
 
@@ -90,12 +91,26 @@ def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, ma
 @click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Interval level.")
 @click.option("--seed", type=int, default=None, help="Seed for the bootstrap.")
+@click.option("--by", "by", metavar="FACET", help="Also fit within each level of FACET (TEE C.7 heteroscedastic "
+              "extension: residual and cell variance per stratum of a fixed facet).")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
 @user_errors
 def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula,
-               drop_missing, n_boot, level, seed, json_out) -> None:
+               drop_missing, n_boot, level, seed, by, json_out) -> None:
     """Estimate the variance components of DATA (CSV, TSV, Parquet or JSONL)."""
     boot = {"n_boot": n_boot, "level": level, "seed": seed}
+    if by:
+        design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
+        strata = estimate_by_stratum(data, by, design, formula=formula, method=method, drop_missing=drop_missing,
+                                     **boot)
+        if json_out == "-":
+            click.echo(strata.to_json())
+            return
+        print_strata(strata, _console())
+        if json_out:
+            Path(json_out).write_text(strata.to_json() + "\n")
+            _console().print(f"JSON written to {json_out}")
+        return
     if formula:
         result = estimate_components(data, method=method, formula=formula, drop_missing=drop_missing, **boot)
     else:
@@ -192,6 +207,28 @@ def print_components(result: VarianceComponents, console: Console) -> None:
         console.print(f"REML criterion {r['deviance']:.6f} ({r['evaluations']} evaluations, {r['seconds']:.2f} s); "
                       f"model: {r['formula']}")
     for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def print_strata(strata, console: Console) -> None:
+    """Components per stratum beside the pooled fit (TEE C.7)."""
+    frame = strata.to_frame()
+    levels = ["(pooled)", *strata.fits]
+    table = Table(title=f"Variance components by {strata.stratum} (per-stratum fits, TEE C.7)")
+    table.add_column("component")
+    for level in levels:
+        table.add_column(level if level == "(pooled)" else f"{strata.stratum} = {level}", justify="right")
+    for name in dict.fromkeys(frame["component"]):
+        row = [name]
+        for level in levels:
+            hit = frame[(frame[strata.stratum] == level) & (frame["component"] == name)]
+            row.append("" if hit.empty else f"{hit['variance'].iloc[0]:.5g}")
+        table.add_row(*row)
+    console.print(table)
+    methods = ", ".join(f"{lvl}: {fit.method}" for lvl, fit in strata.fits.items())
+    console.print(f"Methods: pooled {strata.pooled.method}; {methods}. Residual spread across strata "
+                  f"(max/min): {strata.spread():.3g}.")
+    for note in strata.notes:
         console.print(f"[yellow]note:[/] {note}")
 
 

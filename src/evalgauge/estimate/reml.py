@@ -464,6 +464,13 @@ def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
     return np.tril(inv) + np.tril(inv, -1).T
 
 
+def _same_partition(a: np.ndarray, b: np.ndarray, q: int) -> bool:
+    """Whether two level codings split the cells identically."""
+    owner = np.full(q, -1, dtype=np.int64)
+    owner[a] = b
+    return bool(np.all(owner[a] == b)) and np.unique(owner).size == q
+
+
 def _functional(levels: np.ndarray, grouping: np.ndarray, size: int) -> bool:
     """Whether each level of a term falls within a single level of the grouping."""
     owner = np.full(size, -1, dtype=np.int64)
@@ -634,6 +641,12 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         lv, q = term_levels(cells, term)
         if q < 2:
             notes.append(f"{term.name}: one level in the data, so its variance is not identifiable; left out.")
+            continue
+        twin = next((t for t, other, q2 in zip(terms, levels, sizes, strict=True) if q2 == q
+                     and _same_partition(lv, other, q)), None)
+        if twin is not None:
+            notes.append(f"{term.name} has exactly the levels of {twin.name} in these data (for example an item "
+                         f"id unique across categories), so the two are one term; {term.name} was left out.")
             continue
         terms.append(term)
         levels.append(lv)
