@@ -57,10 +57,29 @@ def sizing_data(seed: int = 20261201) -> pd.DataFrame:
 def main(out: str) -> None:
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
-    for name, frame in (("tee", tee_data()), ("sizing", sizing_data())):
+    for name, frame in (("tee", tee_data()), ("sizing", sizing_data()), ("binary", binary_data())):
         frame.to_csv(path / f"{name}.csv", index=False)
         frame.to_parquet(path / f"{name}.parquet", index=False)
         print(f"{name}: {len(frame)} rows -> {path}/{name}.csv, .parquet")
+
+
+
+BINARY_FORMULA = "score ~ 1 + (1|system) + (1|item) + (1|judge) + (1|system:item) + (1|item:judge)"
+
+
+def binary_data(seed: int = 20261202) -> pd.DataFrame:
+    """Binary judgments from a logit-scale s x i x j x r model (for the GLMM check against glmer)."""
+    from scipy.special import expit
+
+    spec = sizing_preset(systems=12, items=25, judges=4, replicates=2)
+    spec = type(spec)(spec.counts, {"system": 0.5, "item": 1.2, "judge": 0.3, "system:item": 0.6,
+                                    "item:judge": 0.4}, spec.nest, spec.fixed, spec.replicates, 0.4, "system", None)
+    rng = np.random.default_rng(seed)
+    df = simulate(spec, rng)
+    df["score"] = (rng.random(len(df)) < expit(df["score"].to_numpy())).astype(int)
+    for col in ("system", "item", "judge"):
+        df[col] = df[col].astype(str)
+    return df
 
 
 if __name__ == "__main__":

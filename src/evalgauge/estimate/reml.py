@@ -318,7 +318,16 @@ class RemlProblem:
         r_l = s_l * np.bincount(self.rl_idx, weights=wv[self.rl_cell], minlength=self.nb * self.bmax)
         return r_l.reshape(self.nb, self.bmax), r_g
 
-    def evaluate(self, theta: np.ndarray, gradient: bool = False, hessian: bool = False) -> Evaluation:
+    def with_weights(self, weights: np.ndarray, response: np.ndarray) -> RemlProblem:
+        """The same design as a weighted penalized least-squares problem (one PIRLS step of a GLMM)."""
+        clone = copy.copy(self)
+        clone.count = weights
+        clone.mean = response
+        clone.ss_within = 0.0
+        return clone
+
+    def evaluate(self, theta: np.ndarray, gradient: bool = False, hessian: bool = False,
+                 pls: bool = False) -> Evaluation:
         """Profiled REML deviance at theta; with ``gradient`` its exact gradient, with
         ``hessian`` also the average-information approximation of its Hessian."""
         theta = np.asarray(theta, dtype=np.float64)
@@ -381,6 +390,18 @@ class RemlProblem:
         dev = logdet + logdet_rx + dfree * (1.0 + LOG_2PI + math.log(r2 / dfree))
         x_l, x_g = backward(f_l, f_g)
         out = Evaluation(dev, None, r2 / dfree, x_g[gr:], r2)
+        if pls:
+            # the penalised least-squares solution: fitted values (cell term included), |u|^2, log|L|^2
+            fit = np.bincount(self.rg_cell, weights=(s_g * x_g)[self.rg_idx] * self.rg_val, minlength=m)
+            penalty = float(x_g[:gr] @ x_g[:gr])
+            if nb:
+                fit += np.bincount(self.rl_cell, weights=(s_l * x_l.ravel())[self.rl_idx], minlength=m)
+                penalty += float(np.sum(x_l**2))
+            if self.cell_term is not None:
+                v = theta[self.cell_term] * self.count * (ybar - fit) / dc
+                fit = fit + theta[self.cell_term] * v
+                penalty += float(v @ v)
+            out.extra = {"fitted": fit, "penalty": penalty, "logdet": logdet}
         if not gradient:
             return out
         # -- exact gradient in theta ----------------------------------------------
@@ -636,32 +657,7 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
     judgments = read_judgments(data)
     cells = cell_data(judgments, model)
     notes = list(cells.notes)
-    terms, levels, sizes = [], [], []
-    for term in model.random:
-        lv, q = term_levels(cells, term)
-        if q < 2:
-            notes.append(f"{term.name}: one level in the data, so its variance is not identifiable; left out.")
-            continue
-        twin = next((t for t, other, q2 in zip(terms, levels, sizes, strict=True) if q2 == q
-                     and _same_partition(lv, other, q)), None)
-        if twin is not None:
-            notes.append(f"{term.name} has exactly the levels of {twin.name} in these data (for example an item "
-                         f"id unique across categories), so the two are one term; {term.name} was left out.")
-            continue
-        terms.append(term)
-        levels.append(lv)
-        sizes.append(q)
-    cell_term = next((k for k, q in enumerate(sizes) if q == cells.n_cells), None)
-    if cell_term is not None and cells.count.max() <= 1:
-        notes.append(f"one observation per cell: the {terms[cell_term].name} term and the residual are "
-                     "confounded and reported together as 'residual'; add replicates to separate them.")
-        confounded = terms[cell_term].name
-        del terms[cell_term], levels[cell_term], sizes[cell_term]
-        cell_term = None
-    else:
-        confounded = None
-    if not terms:
-        raise DesignError("nothing to estimate: the model has no identifiable random term besides the residual.")
+    terms, levels, sizes, cell_term, confounded = random_structure(cells, model, notes)
     x, x_names, dropped = fixed_matrix(cells, model)
     if dropped:
         notes.append(f"fixed-effect columns not estimable from these data were dropped: {', '.join(dropped)}.")
@@ -712,6 +708,41 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
     if n_boot:
         result = _reml_bootstrap(result, problem, fit, x, n_boot, level, seed)
     return result
+
+
+def random_structure(cells: CellData, model: MixedModel, notes: list[str]):
+    """The identifiable random terms: their level codes, sizes, the cell term, and what was dropped.
+
+    Leaves out, with a note, a term with one level, a term with exactly the
+    levels of an earlier one, and the cell term when there is one observation
+    per cell (it is then the residual).
+    """
+    terms, levels, sizes = [], [], []
+    for term in model.random:
+        lv, q = term_levels(cells, term)
+        if q < 2:
+            notes.append(f"{term.name}: one level in the data, so its variance is not identifiable; left out.")
+            continue
+        twin = next((t for t, other, q2 in zip(terms, levels, sizes, strict=True) if q2 == q
+                     and _same_partition(lv, other, q)), None)
+        if twin is not None:
+            notes.append(f"{term.name} has exactly the levels of {twin.name} in these data (for example an item "
+                         f"id unique across categories), so the two are one term; {term.name} was left out.")
+            continue
+        terms.append(term)
+        levels.append(lv)
+        sizes.append(q)
+    cell_term = next((k for k, q in enumerate(sizes) if q == cells.n_cells), None)
+    confounded = None
+    if cell_term is not None and cells.count.max() <= 1:
+        notes.append(f"one observation per cell: the {terms[cell_term].name} term and the residual are "
+                     "confounded and reported together as 'residual'; add replicates to separate them.")
+        confounded = terms[cell_term].name
+        del terms[cell_term], levels[cell_term], sizes[cell_term]
+        cell_term = None
+    if not terms:
+        raise DesignError("nothing to estimate: the model has no identifiable random term besides the residual.")
+    return terms, levels, sizes, cell_term, confounded
 
 
 def _standard_errors(problem: RemlProblem, fit: RemlFit) -> np.ndarray:

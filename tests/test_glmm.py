@@ -1,0 +1,62 @@
+"""TEE section G: the logit GLMM robustness check for binary scores."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES
+from evalgauge.cli import main
+from evalgauge.data import read_judgments
+from evalgauge.errors import DesignError
+from evalgauge.estimate.glmm import _Laplace, fit_glmm_logit, glmm_check
+from evalgauge.estimate.model import parse_formula
+from evalgauge.estimate.reml import RemlProblem, cell_data, fixed_matrix, random_structure
+
+BINARY = FIXTURES / "reml" / "binary.parquet"
+FORMULA = "score ~ 1 + (1|system) + (1|item) + (1|judge) + (1|system:item) + (1|item:judge)"
+
+
+def test_glmm_matches_lme4_glmer_nagq0():
+    ref = json.loads((FIXTURES / "reml" / "lme4_binary.json").read_text())
+    model = parse_formula(FORMULA)
+    fit = fit_glmm_logit(BINARY, model)
+    # the Laplace criterion at our estimates is no worse than at glmer's
+    cells = cell_data(read_judgments(BINARY), model)
+    terms, levels, sizes, cell_term, _ = random_structure(cells, model, [])
+    x, _, _ = fixed_matrix(cells, model)
+    laplace = _Laplace(RemlProblem(cells.n_obs, cells.count, cells.mean, 0.0, x, levels, sizes, cell_term),
+                       cells.count, cells.mean)
+    theirs = laplace.deviance(np.array([np.sqrt(ref["components"][t.name]) for t in terms]))
+    ours = laplace.deviance(np.array(fit.reml["theta"]))
+    assert ours <= theirs + 1e-6
+    # components agree to the flatness of the criterion (glmer's bobyqa and our L-BFGS-B stop differently)
+    for t in terms:
+        assert fit[t.name].variance == pytest.approx(ref["components"][t.name], rel=1e-3), t.name
+    assert fit.reml["beta"]["(Intercept)"] == pytest.approx(ref["fixef"]["(Intercept)"], rel=1e-3)
+    assert fit["residual"].variance == pytest.approx(np.pi**2 / 3)
+
+
+def test_glmm_check_ranks_and_rank_correlation():
+    check = glmm_check(BINARY, formula=FORMULA)
+    assert check.lpm.method == "reml" and check.glmm.method == "glmm-logit"
+    assert list(check.table["component"]) == ["system", "item", "judge", "system:item", "item:judge"]
+    assert check.table["glmm_rank"].tolist() == check.table["lpm_rank"].tolist()
+    assert check.spearman == pytest.approx(1.0)
+    payload = json.loads(check.to_json())
+    assert payload["spearman"] == pytest.approx(1.0) and len(payload["components"]) == 5
+
+
+def test_glmm_refuses_non_binary_scores():
+    frame = read_judgments(BINARY).frame.copy()
+    frame.loc[3, "score"] = 2
+    with pytest.raises(DesignError, match="binary scores"):
+        fit_glmm_logit(frame, parse_formula(FORMULA))
+
+
+def test_cli_glmm(tmp_path):
+    out = CliRunner().invoke(main, ["components", str(BINARY), "--formula", FORMULA, "--glmm"])
+    assert out.exit_code == 0 and "Spearman rank correlation" in out.output and "GLMM rank" in out.output
+    js = CliRunner().invoke(main, ["components", str(BINARY), "--formula", FORMULA, "--glmm", "--json", "-"])
+    assert json.loads(js.output)["glmm"]["method"] == "glmm-logit"
