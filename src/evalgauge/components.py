@@ -71,6 +71,8 @@ class VarianceComponents:
     replicates: int
     object: str | None = None
     fixed: tuple[str, ...] = ()
+    #: child facet -> parent facet (item -> category), for D-study divisors
+    nesting: dict[str, str] = field(default_factory=dict)
     ems: np.ndarray | None = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()
     method_reason: str = ""
@@ -143,6 +145,7 @@ class VarianceComponents:
             "levels": dict(self.levels),
             "replicates": self.replicates,
             "fixed": list(self.fixed),
+            "nesting": dict(self.nesting),
             "components": comps,
             "notes": list(self.notes),
             **({"reml": self.reml} if self.reml is not None else {}),

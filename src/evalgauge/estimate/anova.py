@@ -125,6 +125,7 @@ def anova_from_cell_means(design: Design, cell_mean: np.ndarray, replicates: int
         replicates=replicates,
         object=design.object,
         fixed=design.fixed,
+        nesting={f.name: f.parent for f in design.facets if f.parent},
         ems=ems,
         notes=tuple(notes),
         method_reason="complete balanced block: closed-form ANOVA (expected mean squares)",

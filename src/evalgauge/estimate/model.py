@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, pairwise
 
 from ..design import Design
 from ..errors import DesignError
@@ -35,6 +35,8 @@ class MixedModel:
     fixed: tuple[Term, ...]
     random: tuple[Term, ...]
     intercept: bool = True
+    #: child column -> parent column, from the design or from 'a/b' in a formula
+    nesting: tuple[tuple[str, str], ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -64,7 +66,8 @@ def model_from_design(design: Design) -> MixedModel:
         (fixed_terms if set(effect.facets) <= fixed else random_terms).append(term)
     if not random_terms:
         raise DesignError("the model has no random term: every facet is fixed. Make at least one facet random.")
-    return MixedModel(design.score, tuple(fixed_terms), tuple(random_terms))
+    nesting = tuple((f.name, f.parent) for f in design.facets if f.parent)
+    return MixedModel(design.score, tuple(fixed_terms), tuple(random_terms), nesting=nesting)
 
 
 _RANDOM = re.compile(r"\(\s*([^|()]*?)\s*\|\s*([^()]*?)\s*\)")
@@ -84,6 +87,7 @@ def parse_formula(formula: str) -> MixedModel:
     if not re.fullmatch(r"[A-Za-z_.][\w.]*", lhs):
         raise DesignError(f"formula response '{lhs}' should be one column name.")
     random_terms: list[Term] = []
+    nesting: list[tuple[str, str]] = []
     for expr, group in _RANDOM.findall(rhs):
         if expr.strip() != "1":
             raise DesignError(
@@ -95,6 +99,10 @@ def parse_formula(formula: str) -> MixedModel:
         for term in _expand_random(group):
             if term not in random_terms:
                 random_terms.append(term)
+        if "/" in group:
+            parts = [p.strip() for p in group.split("/")]
+            nesting += [(child, parent) for parent, child in pairwise(parts)
+                        if (child, parent) not in nesting]
     fixed_part = _RANDOM.sub("", rhs)
     intercept = True
     fixed_terms: list[Term] = []
@@ -114,7 +122,7 @@ def parse_formula(formula: str) -> MixedModel:
                 fixed_terms.append(term)
     if not random_terms:
         raise DesignError(f"formula '{formula}' has no random term; add at least one '(1 | group)'.")
-    return MixedModel(lhs, tuple(fixed_terms), tuple(random_terms), intercept)
+    return MixedModel(lhs, tuple(fixed_terms), tuple(random_terms), intercept, tuple(nesting))
 
 
 def _expand_random(group: str) -> list[Term]:

@@ -147,4 +147,5 @@ def _without_stratum(model: MixedModel, stratum: str, notes: list[str]) -> Mixed
                      f"'{stratum}'.")
     if not random:
         raise DesignError(f"without '{stratum}' the model has no random term left.")
-    return MixedModel(model.response, fixed, tuple(random), model.intercept)
+    nesting = tuple((c, p) for c, p in model.nesting if stratum not in (c, p))
+    return MixedModel(model.response, fixed, tuple(random), model.intercept, nesting)
