@@ -36,7 +36,7 @@ def test_anova_bootstrap_spread_matches_the_standard_error(balanced):
     from evalgauge.estimate.anova import report_scale
     rng = np.random.default_rng(7)
     comps = result.components
-    scale = np.array([report_scale(c, result.levels) for c in comps])
+    scale = np.array([report_scale(c, result.levels, result.nesting) for c in comps])
     expected = result.ems @ (np.array([c.variance_truncated for c in comps]) / scale)
     df = np.array([c.df for c in comps])
     draws = np.linalg.solve(result.ems, (expected * rng.chisquare(df, size=(n, df.size)) / df).T).T * scale

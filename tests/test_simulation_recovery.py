@@ -66,7 +66,7 @@ def _excess_kurtosis(result, truth):
     k4 = (E0/df)^4 48(df + 4 lambda), lambda = df q / E0.
     """
     comps = result.components
-    scale = np.array([report_scale(c, result.levels) for c in comps])
+    scale = np.array([report_scale(c, result.levels, result.nesting) for c in comps])
     theta = np.array([truth[c.name] for c in comps]) / scale
     ems = result.ems
     q = np.array([ems[i, i] * theta[i] if c.kind == "fixed" else 0.0 for i, c in enumerate(comps)])

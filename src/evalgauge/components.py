@@ -80,6 +80,15 @@ class VarianceComponents:
     reml: dict[str, Any] | None = field(default=None, compare=False)
     #: how ci_low/ci_high were made: method, level, resamples, seed, failed refits
     intervals: dict[str, Any] | None = field(default=None, compare=False)
+    #: sampling covariance of the estimates, components order (NaN where undefined)
+    covariance: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: parametric-bootstrap draws of the components (resamples x components), when requested
+    draws: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def values(self) -> np.ndarray:
+        """The raw estimates as a vector, components order."""
+        return np.array([c.variance for c in self.components])
 
     # -- access ----------------------------------------------------------------
     @property
@@ -117,6 +126,7 @@ class VarianceComponents:
         for c in self.components:
             rows.append({
                 "component": c.name,
+                "facets": ":".join(c.facets),
                 "variance": c.variance,
                 "variance_truncated": c.variance_truncated,
                 "df": c.df,
@@ -135,6 +145,7 @@ class VarianceComponents:
         comps = []
         for row in self.to_frame().to_dict(orient="records"):
             row["pooled"] = [p for p in row["pooled"].split(",") if p]
+            row["facets"] = [f for f in row["facets"].split(":") if f]
             comps.append({k: _plain(v) for k, v in row.items()})
         return {
             "method": self.method,
@@ -154,6 +165,65 @@ class VarianceComponents:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any], source: str = "the components") -> VarianceComponents:
+        """Read back what :meth:`to_dict` wrote (``evalgauge components --json``)."""
+        try:
+            comps = tuple(
+                Component(
+                    name=c["component"],
+                    facets=tuple(c["facets"] if isinstance(c.get("facets"), list) and c["facets"]
+                                 else _facets_of(c["component"], payload)),
+                    variance=float(c["variance"]),
+                    df=_num(c.get("df")),
+                    mean_square=_num(c.get("mean_square")),
+                    kind=c.get("kind", "residual" if c["component"] == "residual" else "random"),
+                    confounded_with=c.get("confounded_with"),
+                    pooled=tuple(c.get("pooled") or ()),
+                    se=_num(c.get("se")),
+                    ci_low=_num(c.get("ci_low")),
+                    ci_high=_num(c.get("ci_high")),
+                )
+                for c in payload["components"]
+            )
+            return cls(
+                method=payload.get("method", "given"),
+                n_obs=int(payload.get("n_obs", 0)),
+                grand_mean=float(payload.get("grand_mean") or math.nan),
+                components=comps,
+                levels={k: int(v) for k, v in payload["levels"].items()},
+                replicates=int(payload.get("replicates", 1)),
+                object=payload.get("object"),
+                fixed=tuple(payload.get("fixed", ())),
+                nesting=dict(payload.get("nesting", {})),
+                notes=tuple(payload.get("notes", ())),
+                method_reason=payload.get("method_reason", ""),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DesignError(f"{source}: not a components result ({type(exc).__name__}: {exc}); write one with "
+                              "`evalgauge components DATA --json PATH`.") from None
+
+    @classmethod
+    def from_values(cls, values: dict[str, float], levels: dict[str, int], replicates: int = 1, *,
+                    object: str | None = None, fixed: tuple[str, ...] = (),  # noqa: A002 - G-theory word
+                    nesting: dict[str, str] | None = None) -> VarianceComponents:
+        """Components given as numbers (for planning from published estimates): name -> sigma2."""
+        comps = []
+        for name, value in values.items():
+            facets = tuple(levels) if name == "residual" else tuple(name.split(":"))
+            kind = "residual" if name == "residual" else ("fixed" if set(facets) <= set(fixed) else "random")
+            comps.append(Component(name, facets, float(value), math.nan, math.nan, kind))
+        return cls("given", 0, math.nan, tuple(comps), dict(levels), replicates, object, tuple(fixed),
+                   dict(nesting or {}), method_reason="given as numbers")
+
+
+def _num(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _facets_of(name: str, payload: dict[str, Any]) -> list[str]:
+    return list(payload["levels"]) if name == "residual" else name.split(":")
 
 
 def _plain(value: Any) -> Any:

@@ -121,7 +121,7 @@ def anova_from_cell_means(design: Design, cell_mean: np.ndarray, replicates: int
         n_obs=n_obs,
         grand_mean=grand_mean,
         components=tuple(components),
-        levels=levels,
+        levels={f: int(np.prod([levels[a] for a in (f, *design.ancestors(f))])) for f in design.names},
         replicates=replicates,
         object=design.object,
         fixed=design.fixed,
@@ -130,8 +130,10 @@ def anova_from_cell_means(design: Design, cell_mean: np.ndarray, replicates: int
         notes=tuple(notes),
         method_reason="complete balanced block: closed-form ANOVA (expected mean squares)",
     )
-    se = np.sqrt(np.clip(np.diag(sampling_covariance(result)), 0.0, None))
-    return replace(result, components=tuple(replace(c, se=float(v)) for c, v in zip(components, se, strict=True)))
+    cov = sampling_covariance(result)
+    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    return replace(result, components=tuple(replace(c, se=float(v)) for c, v in zip(components, se, strict=True)),
+                   covariance=cov)
 
 
 def anova_bootstrap(result: VarianceComponents, n_boot: int = 1000, level: float = 0.95,
@@ -146,7 +148,7 @@ def anova_bootstrap(result: VarianceComponents, n_boot: int = 1000, level: float
     """
     comps = result.components
     rng = np.random.default_rng(seed)
-    scale = np.array([report_scale(c, result.levels) for c in comps])
+    scale = np.array([report_scale(c, result.levels, result.nesting) for c in comps])
     theta = np.array([c.variance_truncated for c in comps]) / scale
     expected = result.ems @ theta
     df = np.array([c.df for c in comps])
@@ -161,7 +163,7 @@ def _with_percentiles(result: VarianceComponents, draws: np.ndarray, level: floa
     lo, hi = np.nanquantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
     comps = tuple(replace(c, ci_low=float(a), ci_high=float(b)) for c, a, b in zip(result.components, lo, hi,
                                                                                    strict=True))
-    return replace(result, components=comps, intervals=info)
+    return replace(result, components=comps, intervals=info, draws=draws)
 
 
 def anova_table(design: Design, cell_mean: np.ndarray, replicates: int,
@@ -228,11 +230,16 @@ def ems_matrix(terms: list[AnovaTerm], fixed: frozenset[str] = frozenset()) -> n
     return a
 
 
-def report_scale(component: Component, levels: dict[str, int]) -> float:
-    """Reported value / random-model parameter: df/L for fixed-only terms (TEE C.4), else 1."""
+def report_scale(component: Component, levels: dict[str, int], nesting: dict[str, str] | None = None) -> float:
+    """Reported value / random-model parameter: df/L for fixed-only terms (TEE C.4), else 1.
+
+    L is the number of distinct levels of the term: the product of the total
+    level counts of its facets that are not a parent of another of its facets.
+    """
     if component.kind != "fixed":
         return 1.0
-    return component.df / _cells(frozenset(component.facets), levels)
+    parents = {(nesting or {}).get(f) for f in component.facets}
+    return component.df / int(np.prod([levels[f] for f in component.facets if f not in parents]))
 
 
 def sampling_covariance(result: VarianceComponents, sigma2: dict[str, float] | None = None) -> np.ndarray:
@@ -252,7 +259,7 @@ def sampling_covariance(result: VarianceComponents, sigma2: dict[str, float] | N
     ems = result.ems
     if ems is None:
         raise DesignError("sampling covariance needs the expected-mean-square matrix of an ANOVA fit.")
-    scale = np.array([report_scale(c, result.levels) for c in comps])
+    scale = np.array([report_scale(c, result.levels, result.nesting) for c in comps])
     if sigma2 is None:
         values = np.array([c.variance_truncated for c in comps])
     else:

@@ -390,6 +390,8 @@ class RemlProblem:
         dev = logdet + logdet_rx + dfree * (1.0 + LOG_2PI + math.log(r2 / dfree))
         x_l, x_g = backward(f_l, f_g)
         out = Evaluation(dev, None, r2 / dfree, x_g[gr:], r2)
+        lx_inv = solve_triangular(chol_s[gr:, gr:], np.eye(p), lower=True)
+        out.extra = {"beta_cov": (r2 / dfree) * (lx_inv.T @ lx_inv)}
         if pls:
             # the penalised least-squares solution: fitted values (cell term included), |u|^2, log|L|^2
             fit = np.bincount(self.rg_cell, weights=(s_g * x_g)[self.rg_idx] * self.rg_val, minlength=m)
@@ -401,7 +403,7 @@ class RemlProblem:
                 v = theta[self.cell_term] * self.count * (ybar - fit) / dc
                 fit = fit + theta[self.cell_term] * v
                 penalty += float(v @ v)
-            out.extra = {"fitted": fit, "penalty": penalty, "logdet": logdet}
+            out.extra.update({"fitted": fit, "penalty": penalty, "logdet": logdet})
         if not gradient:
             return out
         # -- exact gradient in theta ----------------------------------------------
@@ -438,7 +440,7 @@ class RemlProblem:
             grad[k] = 2.0 * theta[k] * (term1 - dfree * term2 / r2)
             u_sq[k] = tc2 * term2
         out.gradient = grad
-        out.extra = {"u_sq": u_sq}
+        out.extra["u_sq"] = u_sq
         if not hessian:
             return out
         # -- average information (AI) Hessian in theta ------------------------------
@@ -680,15 +682,29 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         if th == 0.0:
             notes.append(f"{term.name}: boundary estimate (exactly 0, a singular fit); the data are consistent "
                          "with no variance from this term.")
-    se = _standard_errors(problem, fit)
+    cov_random = _covariance(problem, fit)
+    se = np.sqrt(np.clip(np.diag(cov_random), 0.0, None))
     components = [replace(c, se=float(v)) for c, v in zip(components, se[:-1], strict=True)]
-    components += _fixed_sensitivity(cells, model, x, x_names, fit.beta, fixed_facets)
+    fixed_components, marginal = _fixed_sensitivity(cells, model, x, x_names, fit.beta, fixed_facets)
+    components += fixed_components
     components.append(Component("residual", tuple(dict.fromkeys(c for t in model.random for c in t.columns)),
                                 float(fit.sigma2), float(cells.n_obs - x.shape[1]), math.nan, "residual",
                                 confounded, se=float(se[-1])))
+    # the covariance in components order: random terms, fixed sensitivities (unknown), residual
+    k = len(terms)
+    n_fixed = len(fixed_components)
+    order = list(range(k)) + [None] * n_fixed + [k]
+    cov = np.full((len(order), len(order)), math.nan)
+    for i, a in enumerate(order):
+        for j, b in enumerate(order):
+            if a is not None and b is not None:
+                cov[i, j] = cov_random[a, b]
+    final = problem.evaluate(fit.theta)
+    weights = marginal["weights"]
+    mean_se = float(math.sqrt(max(weights @ final.extra["beta_cov"] @ weights, 0.0))) if weights.size else math.nan
     order = [c for c in (facet_order or ()) if c in cells.labels] + [c for c in model.columns
                                                                       if c not in (facet_order or ())]
-    level_counts = {col: len(cells.labels[col]) for col in order}
+    level_counts = {col: _total_levels(cells, col, dict(model.nesting)) for col in order}
     result = VarianceComponents(
         method="reml",
         n_obs=cells.n_obs,
@@ -704,11 +720,22 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         reml={"deviance": fit.deviance, "theta": fit.theta.tolist(), "beta": dict(zip(x_names, fit.beta.tolist(),
                                                                                      strict=True)),
               "iterations": fit.iterations, "evaluations": fit.evaluations, "converged": fit.converged,
-              "seconds": fit.seconds, "formula": model.formula(), "cells": cells.n_cells},
+              "seconds": fit.seconds, "formula": model.formula(), "cells": cells.n_cells,
+              "marginal_mean": float(weights @ fit.beta) if weights.size else math.nan,
+              "marginal_mean_se": mean_se},
+        covariance=cov,
     )
     if n_boot:
         result = _reml_bootstrap(result, problem, fit, x, n_boot, level, seed)
     return result
+
+
+def _total_levels(cells: CellData, column: str, nesting: dict[str, str]) -> int:
+    """Distinct levels of a column in all; a nested column's labels may restart within its parent."""
+    chain = [column]
+    while chain[-1] in nesting:
+        chain.append(nesting[chain[-1]])
+    return term_levels(cells, Term(tuple(reversed(chain))))[1]
 
 
 def random_structure(cells: CellData, model: MixedModel, notes: list[str]):
@@ -746,8 +773,8 @@ def random_structure(cells: CellData, model: MixedModel, notes: list[str]):
     return terms, levels, sizes, cell_term, confounded
 
 
-def _standard_errors(problem: RemlProblem, fit: RemlFit) -> np.ndarray:
-    """SEs of (sigma2_1..sigma2_K, sigma2) from the inverse average information.
+def _covariance(problem: RemlProblem, fit: RemlFit) -> np.ndarray:
+    """Covariance of (sigma2_1..sigma2_K, sigma2) from the inverse average information.
 
     The average-information matrix (Gilmour, Thompson & Cullis 1995) is the
     REML information used by ASReml and WOMBAT; on balanced data it reproduces
@@ -757,12 +784,12 @@ def _standard_errors(problem: RemlProblem, fit: RemlFit) -> np.ndarray:
     info = problem.evaluate(fit.theta, gradient=True, hessian=True).extra["information"]
     k = problem.n_terms
     free = np.append(fit.theta > 0, True)
-    out = np.full(k + 1, math.nan)
+    out = np.full((k + 1, k + 1), math.nan)
     try:
         cov = np.linalg.inv(info[np.ix_(free, free)])
     except np.linalg.LinAlgError:
         return out
-    out[free] = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    out[np.ix_(free, free)] = cov
     return out
 
 
@@ -820,14 +847,18 @@ def _fixed_sensitivity(cells: CellData, model: MixedModel, x: np.ndarray, x_name
     from ..components import Component
 
     if not model.fixed:
-        return []
+        weights = np.zeros(len(x_names))
+        if "(Intercept)" in x_names:
+            weights[x_names.index("(Intercept)")] = 1.0
+        return [], {"weights": weights}
     cols = list(dict.fromkeys(c for t in model.fixed for c in t.columns))
     dims = [len(cells.labels[c]) for c in cols]
     grid = np.indices(dims).reshape(len(cols), -1)
     eta = np.zeros(grid.shape[1])
-    coef = dict(zip(x_names, beta, strict=True))
-    for name, b in coef.items():
+    weights = np.zeros(len(x_names))  # the equally weighted mean over the grid of fixed levels, as x' beta
+    for j, name in enumerate(x_names):
         if name == "(Intercept)":
+            weights[j] = 1.0
             continue
         mask = np.ones(grid.shape[1], dtype=bool)
         for part in name.split(":"):
@@ -835,7 +866,8 @@ def _fixed_sensitivity(cells: CellData, model: MixedModel, x: np.ndarray, x_name
                        any(part == f"{c}{lab}" for lab in cells.labels[c]))
             lab_idx = [f"{col}{lab}" for lab in cells.labels[col]].index(part)
             mask &= grid[cols.index(col)] == lab_idx
-        eta += b * mask
+        eta += beta[j] * mask
+        weights[j] = mask.mean()
     table = eta.reshape(dims)
     out = []
     for term in model.fixed:
@@ -843,7 +875,7 @@ def _fixed_sensitivity(cells: CellData, model: MixedModel, x: np.ndarray, x_name
         effect = _centred_effect(table, axes)
         out.append(Component(term.name, term.columns, float(np.mean(effect**2)), float(np.prod(
             [d - 1 for d in (dims[a] for a in axes)])), math.nan, "fixed"))
-    return out
+    return out, {"weights": weights}
 
 
 def _centred_effect(table: np.ndarray, axes: list[int]) -> np.ndarray:

@@ -1,0 +1,519 @@
+"""The D-study: what the estimated components imply for any proposed design.
+
+Pure functions over a :class:`~evalgauge.components.VarianceComponents` result and
+facet counts (the total number of levels of each facet in the proposed design,
+N' items, V' variants, H temperatures, M judges; replicates R' separately).
+
+Each component sigma2_k enters an error variance divided by the number of
+distinct levels of its term in the proposed design, d_k (TEE eq. 3, C.5, C.8;
+Brennan 2001 ch. 4): for ``category:item`` that is N' (items determine their
+category), for ``item:judge`` N' M, for the residual every facet times R'. A fixed
+facet averaged over L chosen levels contributes sigma2 / L like any other
+(TEE C.1); ``condition_on`` drops terms the estimand conditions on instead (the
+finite-benchmark estimand conditions on the items, TEE C.2).
+
+Error variances use the raw (possibly negative) estimates, which are unbiased
+(sizing App. D); an error variance is floored at zero only as a total. Shares
+use estimates truncated at zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+from scipy import integrate, stats
+
+from .components import Component, VarianceComponents
+from .errors import DesignError
+
+RESIDUAL = "residual"
+Z95 = stats.norm.ppf(0.975)
+
+
+# ---------------------------------------------------------------------------
+# Divisors
+# ---------------------------------------------------------------------------
+
+def observed_counts(vc: VarianceComponents) -> dict[str, float]:
+    """The G-study's own counts: total levels of each facet."""
+    return {k: float(v) for k, v in vc.levels.items()}
+
+
+def term_facets(c: Component, vc: VarianceComponents) -> tuple[str, ...]:
+    if c.name == RESIDUAL:
+        return tuple(vc.levels)
+    return c.facets
+
+
+def _leaf_facets(facets: Iterable[str], nesting: Mapping[str, str]) -> list[str]:
+    """Facets of a term that are not the parent of another facet in it (items determine categories)."""
+    facets = list(facets)
+    parents = {nesting.get(f) for f in facets}
+    return [f for f in facets if f not in parents]
+
+
+def divisor(c: Component, vc: VarianceComponents, counts: Mapping[str, float], replicates: float,
+            exclude: Iterable[str] = ()) -> float:
+    """d_k: distinct levels of the term under ``counts``, leaving out facets in ``exclude``.
+
+    For the residual, replicates multiply in unless the residual is confounded
+    with the top interaction (one observation per cell), where more replicates
+    cannot be credited, so the divisor conservatively ignores them.
+    """
+    facets = [f for f in _leaf_facets(term_facets(c, vc), vc.nesting) if f not in set(exclude)]
+    d = 1.0
+    for f in facets:
+        if f not in counts:
+            raise DesignError(f"the D-study needs a count for facet '{f}' (component {c.name}).")
+        d *= counts[f]
+    if c.name == RESIDUAL and not c.confounded_with:
+        d *= replicates
+    return d
+
+
+def _check_counts(counts: Mapping[str, float], replicates: float) -> None:
+    for f, n in counts.items():
+        if not n >= 1:
+            raise DesignError(f"facet '{f}' needs at least one level in the D-study, not {n}.")
+    if not replicates >= 1:
+        raise DesignError(f"the D-study needs at least one replicate, not {replicates}.")
+
+
+def _conditioned(c: Component, vc: VarianceComponents, condition_on: Iterable[str]) -> bool:
+    cond = set(condition_on)
+    for f in list(cond):
+        parent = vc.nesting.get(f)
+        while parent:
+            cond.add(parent)
+            parent = vc.nesting.get(parent)
+    return c.name != RESIDUAL and bool(c.facets) and set(c.facets) <= cond
+
+
+# ---------------------------------------------------------------------------
+# Projections
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Projection:
+    """Error variances and coefficients of one proposed design.
+
+    ``var_abs`` is Var(theta-hat) of the grand mean (TEE eq. 3, C.8);
+    ``contributions`` its terms sigma2_k / d_k. With an object of measurement:
+    ``sigma2_delta`` relative error (sizing eq. 2), ``sigma2_Delta`` absolute
+    error, ``erho2`` = sigma2_p / (sigma2_p + sigma2_delta), ``phi`` (dependability),
+    ``mdd95`` = z sqrt(2 sigma2_delta) (sizing eq. 3).
+    """
+
+    counts: dict[str, float]
+    replicates: float
+    var_abs: float
+    contributions: dict[str, float]
+    object: str | None = None
+    sigma2_object: float = math.nan
+    sigma2_delta: float = math.nan
+    sigma2_Delta: float = math.nan
+    erho2: float = math.nan
+    phi: float = math.nan
+    mdd95: float = math.nan
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def se(self) -> float:
+        return math.sqrt(max(self.var_abs, 0.0))
+
+    def shares(self) -> dict[str, float]:
+        """Each component's share of Var(theta-hat) at this design (TEE C.5), truncated at zero."""
+        pos = {k: max(v, 0.0) for k, v in self.contributions.items()}
+        total = sum(pos.values())
+        return {k: (v / total if total > 0 else math.nan) for k, v in pos.items()}
+
+    def to_dict(self) -> dict:
+        out = {**{f"n_{k}": v for k, v in self.counts.items()}, "replicates": self.replicates,
+               "var_abs": self.var_abs, "se": self.se, "sigma2_delta": self.sigma2_delta,
+               "sigma2_Delta": self.sigma2_Delta, "erho2": self.erho2, "phi": self.phi, "mdd95": self.mdd95}
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
+
+
+def project(vc: VarianceComponents, counts: Mapping[str, float] | None = None, replicates: float | None = None,
+            *, condition_on: Iterable[str] = (), object: str | None = None,  # noqa: A002 - G-theory word
+            z: float = Z95) -> Projection:
+    """Project every error variance and coefficient to a proposed design (TEE eq. 3; sizing eqs. 2-3).
+
+    ``counts`` overrides some facets' counts (the rest stay as observed);
+    ``replicates`` likewise. ``object`` defaults to the result's object of
+    measurement; pass ``object=""`` to compute only Var(theta-hat).
+    """
+    full = observed_counts(vc)
+    unknown = set(counts or {}) - set(full)
+    if unknown:
+        raise DesignError(f"unknown facet(s) {', '.join(sorted(unknown))}; facets are {', '.join(full)}.")
+    full.update({k: float(v) for k, v in (counts or {}).items()})
+    reps = float(vc.replicates if replicates is None else replicates)
+    _check_counts(full, reps)
+    notes = []
+    contributions = {}
+    for c in vc.components:
+        if _conditioned(c, vc, condition_on):
+            continue
+        contributions[c.name] = c.variance / divisor(c, vc, full, reps)
+    var_abs = max(sum(contributions.values()), 0.0)
+    res = next((c for c in vc.components if c.name == RESIDUAL), None)
+    if res is not None and res.confounded_with and reps != vc.replicates:
+        notes.append("the residual is confounded with the top interaction (one observation per cell), so "
+                     "extra replicates are not credited.")
+    obj = vc.object if object is None else (object or None)
+    if not obj:
+        return Projection(full, reps, var_abs, contributions, notes=tuple(notes))
+    if obj not in full:
+        raise DesignError(f"object of measurement '{obj}' is not a facet ({', '.join(full)}).")
+    s2p, delta, big_delta = object_errors(vc, obj, full, reps, condition_on)
+    erho2 = s2p / (s2p + delta) if s2p + delta > 0 else math.nan
+    phi = s2p / (s2p + big_delta) if s2p + big_delta > 0 else math.nan
+    return Projection(full, reps, var_abs, contributions, obj, s2p, delta, big_delta, erho2, phi,
+                      z * math.sqrt(2 * delta), tuple(notes))
+
+
+def object_errors(vc: VarianceComponents, obj: str, counts, reps, condition_on=()) -> tuple[float, float, float]:
+    """(sigma2_p, sigma2_delta, sigma2_Delta) for object ``obj`` (Brennan 2001 sec. 4.1; sizing eq. 2)."""
+    universe = {obj}
+    parent = vc.nesting.get(obj)
+    while parent:
+        universe.add(parent)
+        parent = vc.nesting.get(parent)
+    s2p = 0.0
+    delta = 0.0
+    big = 0.0
+    for c in vc.components:
+        facets = set(term_facets(c, vc))
+        if c.name != RESIDUAL and facets and facets <= universe:
+            if obj in facets:  # the universe score: the object's own term (and its parents' are part of it)
+                s2p += c.variance_truncated
+            continue
+        if _conditioned(c, vc, condition_on):
+            continue
+        share = c.variance / divisor(c, vc, counts, reps, exclude=universe)
+        if obj in facets:
+            delta += share
+        big += share
+    return s2p, max(delta, 0.0), max(big, 0.0)
+
+
+def mdd(projection: Projection, level: float = 0.95, df: float | None = None) -> float:
+    """Minimum detectable difference between two objects (sizing eq. 3), optionally with a t quantile.
+
+    App. D: 1.96 sqrt(2 sigma2_delta) assumes normality of the difference; at
+    small item counts substitute a t quantile on the error degrees of freedom.
+    """
+    q = stats.norm.ppf(0.5 + level / 2) if df is None else stats.t.ppf(0.5 + level / 2, df)
+    return float(q * math.sqrt(2 * projection.sigma2_delta))
+
+
+# ---------------------------------------------------------------------------
+# Ceilings, requirements, exchange rates
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The limit of E rho^2 and MDD as every random facet but one grows without bound (sizing eq. 4)."""
+
+    facet: str
+    count: float
+    erho2: float
+    mdd95: float
+    sigma2_delta: float
+
+
+def ceiling(vc: VarianceComponents, facet: str = "judge", count: float = 1, *, object: str | None = None,  # noqa: A002
+            z: float = Z95) -> Ceiling:
+    """E rho^2 and the MDD floor with ``facet`` held at ``count`` and all other random facets -> infinity.
+
+    For s x i x j x r at one judge this is sigma2_s / (sigma2_s + sigma2_sj) and
+    1.96 sqrt(2 sigma2_sj) (sizing eq. 4). Fixed facets keep their chosen counts.
+    """
+    obj = object or vc.object
+    if not obj:
+        raise DesignError("the ceiling needs an object of measurement (--object).")
+    big = 1e15
+    counts = {f: (float(count) if f == facet else (n if f in vc.fixed or f == obj else big))
+              for f, n in observed_counts(vc).items()}
+    if facet not in counts:
+        raise DesignError(f"'{facet}' is not a facet ({', '.join(counts)}).")
+    s2p, delta, _ = object_errors(vc, obj, counts, big)
+    # drop what is left of terms divided by 'infinity'
+    delta = 0.0 if delta < 1e-12 * max(s2p, 1e-300) else delta
+    return Ceiling(facet, float(count), s2p / (s2p + delta) if s2p + delta > 0 else math.nan,
+                   z * math.sqrt(2 * delta), delta)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """How many levels of a facet a target needs, or why no number will do."""
+
+    facet: str
+    target: float
+    quantity: str
+    count: int | None
+    reachable: bool
+    limit: float  # the best the quantity can get by adding levels of this facet alone
+
+    def __str__(self) -> str:
+        if self.reachable:
+            return f"{self.count} {self.facet}(s) for {self.quantity} {self.target:g}"
+        return (f"unreachable: {self.quantity} {self.target:g} lies beyond the limit {self.limit:.4g} that adding "
+                f"{self.facet}s alone can reach")
+
+
+def _quantity(p: Projection, quantity: str) -> float:
+    return {"erho2": p.erho2, "phi": p.phi, "mdd95": p.mdd95, "se": p.se, "sigma2_delta": p.sigma2_delta}[quantity]
+
+
+def needed(vc: VarianceComponents, facet: str, target: float, quantity: str = "erho2",
+           counts: Mapping[str, float] | None = None, replicates: float | None = None,
+           max_count: int = 10**7, **kw) -> Requirement:
+    """The least count of ``facet`` reaching ``target`` (E rho^2 / phi: at least; MDD / SE: at most).
+
+    Answers "unreachable" with the limit when even infinitely many levels fall
+    short: items against a single judge's ceiling (sizing sec. 5.2).
+    """
+    if quantity not in ("erho2", "phi", "mdd95", "se", "sigma2_delta"):
+        raise DesignError(f"unknown quantity '{quantity}'; use erho2, phi, mdd95 or se.")
+    higher_is_better = quantity in ("erho2", "phi")
+    base = dict(counts or {})
+
+    def value(n):
+        return _quantity(project(vc, {**base, facet: n}, replicates, **kw), quantity)
+
+    def ok(v):
+        return v >= target if higher_is_better else v <= target
+
+    limit = value(1e15)
+    if not ok(limit) or (higher_is_better and limit - target < 1e-12):
+        return Requirement(facet, target, quantity, None, False, limit)
+    lo, hi = 1, 1
+    while not ok(value(hi)):
+        lo, hi = hi, hi * 2
+        if hi > max_count:
+            return Requirement(facet, target, quantity, None, False, limit)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(value(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return Requirement(facet, target, quantity, int(hi), True, limit)
+
+
+def exchange_rate(vc: VarianceComponents, *, judges: int = 2, items: int = 30, base_judges: int = 1,
+                  judge_facet: str = "judge", item_facet: str = "item", **kw) -> Requirement:
+    """Items needed at ``base_judges`` judges to match ``judges`` judges at ``items`` items (sizing sec. 5.2-5.3).
+
+    "Two judges at thirty items match 77 items at one judge": the returned
+    requirement counts those items, or is unreachable when the matched E rho^2
+    lies at or above the single-judge ceiling.
+    """
+    target = project(vc, {judge_facet: judges, item_facet: items}, **kw).erho2
+    return needed(vc, item_facet, target, "erho2", counts={judge_facet: base_judges}, **kw)
+
+
+# ---------------------------------------------------------------------------
+# Interventions
+# ---------------------------------------------------------------------------
+
+def default_interventions(vc: VarianceComponents) -> list[tuple[str, dict[str, float], float | None]]:
+    """Single-factor changes for the facets present (TEE Figs. 13-14): label, counts, replicates."""
+    n = observed_counts(vc)
+    out = []
+    for f in n:
+        if f == vc.object and f != "item":
+            continue
+        if f in ("item", "question_id", "doc_id", "instruction_id"):
+            out.append((f"{f}s x2", {f: n[f] * 2}, None))
+            out.append((f"{f}s x0.5", {f: max(1.0, round(n[f] / 2))}, None))
+        elif f in ("judge", "annotator", "rater", "model"):
+            out.append((f"+1 {f}", {f: n[f] + 1}, None))
+            if n[f] > 1:
+                out.append((f"a single {f}", {f: 1.0}, None))
+        elif f in ("variant", "prompt_variant", "prompt"):
+            out.append((f"+2 {f}s", {f: n[f] + 2}, None))
+            if n[f] > 1:
+                out.append((f"a single {f}", {f: 1.0}, None))
+        elif f != vc.object:
+            out.append((f"{f} x2", {f: n[f] * 2}, None))
+    out.append(("+5 replicates", {}, vc.replicates + 5))
+    if vc.replicates > 1:
+        out.append(("a single replicate", {}, 1.0))
+    return out
+
+
+def interventions(vc: VarianceComponents, changes=None, **kw) -> pd.DataFrame:
+    """% change of Var(theta-hat) (and sigma2_delta with an object) per single-factor change, best first."""
+    base = project(vc, **kw)
+    rows = []
+    for label, counts, reps in changes or default_interventions(vc):
+        p = project(vc, counts, reps, **kw)
+        rows.append({
+            "intervention": label,
+            "var_abs": p.var_abs,
+            "pct_change_var_abs": 100 * (p.var_abs / base.var_abs - 1) if base.var_abs > 0 else math.nan,
+            "sigma2_delta": p.sigma2_delta,
+            "pct_change_sigma2_delta": (100 * (p.sigma2_delta / base.sigma2_delta - 1)
+                                        if base.sigma2_delta and base.sigma2_delta > 0 else math.nan),
+        })
+    frame = pd.DataFrame(rows)
+    key = "pct_change_sigma2_delta" if base.object and frame["pct_change_sigma2_delta"].notna().any() \
+        else "pct_change_var_abs"
+    return frame.sort_values(key, kind="stable").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------
+# Cost, frontier, budget
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CostModel:
+    """Price of a design: calls = product of facet counts x replicates, priced per judge.
+
+    ``price_per_call`` maps each judge of the panel, in the order judges are
+    added, to its price per call (input tokens x input price + output tokens x
+    output price, :func:`call_price`); a single price applies to every judge.
+    """
+
+    price_per_call: tuple[float, ...]
+    judge_facet: str = "judge"
+
+    def cost(self, counts: Mapping[str, float], replicates: float) -> float:
+        others = math.prod(v for f, v in counts.items() if f != self.judge_facet) * replicates
+        m = round(counts.get(self.judge_facet, 1))
+        prices = self.price_per_call
+        panel = sum(prices[j] if j < len(prices) else prices[-1] for j in range(m))
+        return float(others * panel)
+
+
+def call_price(input_tokens: float, output_tokens: float, usd_per_mtok_in: float, usd_per_mtok_out: float) -> float:
+    """USD per call from token counts and per-million-token prices."""
+    return (input_tokens * usd_per_mtok_in + output_tokens * usd_per_mtok_out) / 1e6
+
+
+def frontier(vc: VarianceComponents, grid: Mapping[str, Iterable[float]], cost: CostModel,
+             replicates: Iterable[float] = (1,), objective: str = "se", **kw) -> pd.DataFrame:
+    """Every design of the grid with its cost and objective, and which are Pareto-optimal."""
+    names = list(grid)
+    rows = []
+    for values in _product([list(grid[n]) for n in names]):
+        counts = dict(zip(names, values, strict=True))
+        for r in replicates:
+            p = project(vc, counts, r, **kw)
+            rows.append({**{f"n_{n}": v for n, v in counts.items()}, "replicates": r,
+                         "cost": cost.cost({**observed_counts(vc), **counts}, r),
+                         "se": p.se, "var_abs": p.var_abs, "sigma2_delta": p.sigma2_delta, "erho2": p.erho2,
+                         "mdd95": p.mdd95})
+    frame = pd.DataFrame(rows).sort_values(["cost", objective]).reset_index(drop=True)
+    best = math.inf
+    pareto = []
+    for v in frame[objective]:
+        pareto.append(v < best - 1e-15)
+        best = min(best, v)
+    frame["pareto"] = pareto
+    return frame
+
+
+def _product(lists):
+    if not lists:
+        yield ()
+        return
+    for head in lists[0]:
+        for tail in _product(lists[1:]):
+            yield (head, *tail)
+
+
+def optimize_budget(vc: VarianceComponents, budget: float, cost: CostModel, *, objective: str = "sigma2_delta",
+                    vary: Mapping[str, Iterable[int]] | None = None, item_facet: str = "item",
+                    max_items: int = 10**6, **kw) -> dict:
+    """The integer design minimising ``objective`` (sigma2_delta or var_abs) subject to cost <= budget.
+
+    Items are the facet bought last: for each combination of the other
+    facets' counts (``vary``, default judges 1..20 and replicates 1..5) the
+    objective falls with items, so the best affordable design takes as many
+    items as the budget allows. Sizing App. A: optima are interior, with more
+    judges as the budget grows and one replicate.
+    """
+    if objective not in ("sigma2_delta", "var_abs"):
+        raise DesignError("objective must be sigma2_delta or var_abs.")
+    vary = dict(vary or {cost.judge_facet: range(1, 21), "replicates": range(1, 6)})
+    reps = list(vary.pop("replicates", [vc.replicates]))
+    names = list(vary)
+    best = None
+    for values in _product([list(vary[n]) for n in names]):
+        counts = dict(zip(names, values, strict=True))
+        for r in reps:
+            unit = cost.cost({**observed_counts(vc), **counts, item_facet: 1}, r)
+            n_items = min(int(budget // unit), max_items) if unit > 0 else max_items
+            if n_items < 1:
+                continue
+            p = project(vc, {**counts, item_facet: n_items}, r, **kw)
+            value = getattr(p, objective)
+            if best is None or value < best["objective"] - 1e-15:
+                best = {"objective": value, "counts": {**counts, item_facet: n_items}, "replicates": r,
+                        "cost": cost.cost({**observed_counts(vc), **counts, item_facet: n_items}, r),
+                        "projection": p}
+    if best is None:
+        raise DesignError(f"no design fits a budget of {budget:g}: one item already costs more.")
+    return best
+
+
+# ---------------------------------------------------------------------------
+# Gaming surface and rank inversions
+# ---------------------------------------------------------------------------
+
+def expected_max_normal(k: int) -> float:
+    """E[max of k iid standard normals], exact by quadrature of k x phi(x) Phi(x)^(k-1) (TEE 4.4).
+
+    k = 2 gives 1/sqrt(pi).
+    """
+    if k < 1:
+        raise DesignError("K must be at least 1.")
+    if k == 1:
+        return 0.0
+
+    def integrand(x):
+        return x * k * stats.norm.pdf(x) * stats.norm.cdf(x) ** (k - 1)
+
+    value, _ = integrate.quad(integrand, -12, 12, limit=200, epsabs=1e-13, epsrel=1e-12)
+    return float(value)
+
+
+def elo_from_winrate(p: float) -> float:
+    """Elo difference implied by a win rate p against an opponent (Chatbot Arena's 400 log10 scale)."""
+    p = min(max(p, 1e-12), 1 - 1e-12)
+    return 400.0 * math.log10(p / (1 - p))
+
+
+def gaming_surface(projection: Projection, k: int, base_rate: float | None = None) -> dict[str, float]:
+    """Expected best-of-K inflation E[max of K standard normals] x sigma_pipeline (TEE 4.4).
+
+    sigma_pipeline is the SE of the reported score at the design. With a
+    ``base_rate`` (a win rate), the inflation is also given in Elo points.
+    """
+    inflation = expected_max_normal(k) * projection.se
+    out = {"k": k, "sigma_pipeline": projection.se, "inflation": inflation}
+    if base_rate is not None:
+        out["inflation_elo"] = elo_from_winrate(base_rate + inflation) - elo_from_winrate(base_rate)
+    return out
+
+
+def rank_inversion(separation: float, projection: Projection) -> float:
+    """P(two objects at true separation d come out in the wrong order) = Phi(-d / sqrt(2 sigma2_delta))."""
+    if not projection.object:
+        raise DesignError("rank inversion needs an object of measurement.")
+    sd = math.sqrt(2 * projection.sigma2_delta)
+    return 0.5 if sd == 0 and separation == 0 else float(stats.norm.cdf(-abs(separation) / sd)) if sd else 0.0
+
+
+def projections_frame(vc: VarianceComponents, designs: Iterable[tuple[Mapping[str, float], float]],
+                      **kw) -> pd.DataFrame:
+    """One row per design: counts, var_abs, se, sigma2_delta, erho2, phi, mdd95."""
+    return pd.DataFrame([project(vc, c, r, **kw).to_dict() for c, r in designs])
+

@@ -1,0 +1,200 @@
+"""Honest intervals: the CI of theta-hat from the components beside the naive one, and
+bootstrap intervals for every derived number.
+
+* :func:`theta_interval`: theta-hat +- t_df sqrt(Var(theta-hat)) with Var(theta-hat)
+  from the D-study at the observed design (TEE eq. 3) and Satterthwaite degrees of
+  freedom from the estimates' sampling covariance, beside the naive s/sqrt(N)
+  interval that counts item sampling only, and their SE ratio (TEE Table 14).
+* :func:`bootstrap_derived`: percentile intervals for E rho^2, Phi, MDD, the
+  single-judge ceiling and its MDD floor, and the judges needed for a target, from
+  the parametric-bootstrap draws of the components (sizing Table 1 and App. D),
+  with P(ceiling >= 0.8).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from . import dstudy
+from .components import VarianceComponents
+from .errors import DesignError
+
+
+@dataclass(frozen=True)
+class ThetaInterval:
+    """theta-hat with the full (TEE) interval and the naive one."""
+
+    estimate: float
+    se: float
+    df: float
+    low: float
+    high: float
+    naive_se: float
+    naive_low: float
+    naive_high: float
+    level: float
+    sampling_facet: str
+
+    @property
+    def se_ratio(self) -> float:
+        """Full SE over naive SE: how much the naive interval understates the error."""
+        return self.se / self.naive_se if self.naive_se > 0 else math.inf
+
+    def to_dict(self) -> dict:
+        out = {"estimate": self.estimate, "se": self.se, "df": self.df, "low": self.low, "high": self.high,
+               "naive_se": self.naive_se, "naive_low": self.naive_low, "naive_high": self.naive_high,
+               "se_ratio": self.se_ratio, "level": self.level, "naive_counts": self.sampling_facet}
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
+
+def theta_hat(vc: VarianceComponents) -> float:
+    """The estimate of theta: the grand mean (ANOVA, balanced) or the REML marginal mean over the fixed levels."""
+    if vc.reml and "marginal_mean" in vc.reml and math.isfinite(vc.reml["marginal_mean"]):
+        return float(vc.reml["marginal_mean"])
+    return float(vc.grand_mean)
+
+
+def satterthwaite_df(vc: VarianceComponents, coefficients: np.ndarray) -> float:
+    """Degrees of freedom of the estimate c' sigma2: 2 (c' sigma2)^2 / Var(c' sigma2-hat) (Satterthwaite 1946).
+
+    Var(c' sigma2-hat) = c' Cov c with the estimates' sampling covariance
+    (ANOVA: the chi-square laws of the mean squares; REML: inverse average
+    information). Components without a sampling variance (fixed-effect
+    sensitivities, boundary estimates) count as known.
+    """
+    cov = vc.covariance
+    if cov is None:
+        return math.inf
+    known = ~np.isfinite(np.diag(cov))
+    c = np.where(known, 0.0, coefficients)
+    cov = np.where(np.isfinite(cov), cov, 0.0)
+    var = float(c @ cov @ c)
+    value = float(coefficients @ vc.values)
+    return math.inf if var <= 0 else 2.0 * value**2 / var
+
+
+def theta_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: str | None = None,
+                   **project_kw) -> ThetaInterval:
+    """The full CI of theta-hat at the observed design, with Satterthwaite df, beside the naive CI.
+
+    The naive variance keeps only the terms that contain the sampling facet
+    (default: item, else the object of measurement): what s/sqrt(N) over item
+    means, or a bootstrap over items, estimates. Var(theta-hat) at the observed
+    design equals the squared SE of the grand mean from the fit (tested).
+    """
+    facet = sampling_facet or ("item" if "item" in vc.levels else vc.object)
+    if facet not in vc.levels:
+        raise DesignError(f"naive interval: '{facet}' is not a facet; name the sampled facet (usually the items).")
+    projection = dstudy.project(vc, object="", **project_kw)
+    counts = projection.counts
+    coef = np.array([
+        1.0 / dstudy.divisor(c, vc, counts, projection.replicates) if c.name in projection.contributions else 0.0
+        for c in vc.components
+    ])
+    df = satterthwaite_df(vc, coef)
+    q = float(stats.norm.ppf(0.5 + level / 2) if not math.isfinite(df) else stats.t.ppf(0.5 + level / 2, df))
+    est = theta_hat(vc)
+    se = projection.se
+    naive_var = sum(projection.contributions[c.name] for c in vc.components
+                    if c.name in projection.contributions and facet in dstudy.term_facets(c, vc))
+    naive_se = math.sqrt(max(naive_var, 0.0))
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    return ThetaInterval(est, se, df, est - q * se, est + q * se, naive_se, est - z * naive_se, est + z * naive_se,
+                         level, facet)
+
+
+# ---------------------------------------------------------------------------
+# Bootstrap of derived numbers
+# ---------------------------------------------------------------------------
+
+def _with_values(vc: VarianceComponents, values: np.ndarray) -> VarianceComponents:
+    comps = tuple(replace(c, variance=float(v)) for c, v in zip(vc.components, values, strict=True))
+    return replace(vc, components=comps, covariance=None, draws=None)
+
+
+def linear_coefficients(vc: VarianceComponents, quantity: str, **project_kw) -> np.ndarray:
+    """c with quantity = c' sigma2 at a fixed design (every error variance is linear in the components)."""
+    k = len(vc.components)
+    out = np.zeros(k)
+    for j in range(k):
+        unit = np.zeros(k)
+        unit[j] = 1.0
+        p = dstudy.project(_with_values(vc, unit), **project_kw)
+        if quantity == "var_abs":
+            out[j] = sum(p.contributions.values())
+        else:
+            s2p, delta, big = dstudy.object_errors(_with_values(vc, unit), p.object, p.counts, p.replicates,
+                                                    project_kw.get("condition_on", ()))
+            out[j] = {"sigma2_object": s2p, "sigma2_delta": delta, "sigma2_Delta": big}[quantity]
+    return out
+
+
+def bootstrap_derived(vc: VarianceComponents, draws: np.ndarray | None = None, *, facet: str = "judge",
+                      target_erho2: float = 0.8, level: float = 0.95, counts=None, replicates=None,
+                      threshold: float = 0.8) -> pd.DataFrame:
+    """Percentile intervals of the derived numbers over parametric-bootstrap draws of the components.
+
+    Rows: erho2, phi, mdd95, sigma2_delta and var_abs at the design; the
+    single-``facet`` ceiling and MDD floor (sizing eq. 4); ``facet``s needed
+    for ``target_erho2`` at the design's other counts (infinite when the draw's
+    ceiling lies below the target); and P(ceiling >= threshold) as an estimate
+    with no interval (sizing Table 1). Everything is linear in the components at
+    a fixed design, so the draws are processed as one matrix product.
+    """
+    draws = vc.draws if draws is None else draws
+    if draws is None:
+        raise DesignError("no bootstrap draws: estimate the components with n_boot > 0 (--bootstrap N).")
+    if not vc.object:
+        raise DesignError("the derived numbers need an object of measurement.")
+    kw = {"counts": counts, "replicates": replicates}
+    big = 1e15
+    s2p_c = linear_coefficients(vc, "sigma2_object", **kw)
+    delta_c = linear_coefficients(vc, "sigma2_delta", **kw)
+    abs_c = linear_coefficients(vc, "sigma2_Delta", **kw)
+    var_c = linear_coefficients(vc, "var_abs", **kw)
+    base = dstudy.project(vc, **kw).counts
+    ceil_counts = {f: (1.0 if f == facet else (n if f in vc.fixed or f == vc.object else big))
+                   for f, n in base.items()}
+    ceil_c = linear_coefficients(vc, "sigma2_delta", counts=ceil_counts, replicates=big)
+    one = linear_coefficients(vc, "sigma2_delta", counts={**base, facet: 1.0}, replicates=replicates)
+    inf = linear_coefficients(vc, "sigma2_delta", counts={**base, facet: big}, replicates=replicates)
+
+    def compute(values: np.ndarray) -> dict[str, np.ndarray]:
+        values = np.atleast_2d(values)
+        s2p = np.clip(values @ s2p_c, 0.0, None)
+        delta = np.clip(values @ delta_c, 0.0, None)
+        big_delta = np.clip(values @ abs_c, 0.0, None)
+        ceil_delta = np.clip(values @ ceil_c, 0.0, None)
+        a = np.clip(values @ inf, 0.0, None)
+        b = np.clip(values @ one - a, 0.0, None)
+        allowed = s2p * (1 / target_erho2 - 1) - a
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need = np.where(allowed > 0, np.ceil(np.maximum(b / allowed, 1.0) - 1e-12), np.inf)
+            return {
+                "erho2": s2p / (s2p + delta),
+                "phi": s2p / (s2p + big_delta),
+                "mdd95": dstudy.Z95 * np.sqrt(2 * delta),
+                "sigma2_delta": delta,
+                "var_abs": np.clip(values @ var_c, 0.0, None),
+                "ceiling": s2p / (s2p + ceil_delta),
+                "mdd_floor": dstudy.Z95 * np.sqrt(2 * ceil_delta),
+                f"{facet}s_needed": need,
+            }
+
+    point = {k: float(v[0]) for k, v in compute(vc.values).items()}
+    boot = compute(draws[np.all(np.isfinite(draws), axis=1)])
+    lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
+    rows = []
+    for name, values in boot.items():
+        # inverted-CDF quantiles return draws, so an unreachable (infinite) requirement stays infinite
+        low, high = np.quantile(values, [lo_q, hi_q], method="inverted_cdf")
+        rows.append({"quantity": name, "estimate": point[name], "low": float(low), "high": float(high),
+                     "resamples": int(values.size)})
+    rows.append({"quantity": f"P(ceiling >= {threshold:g})", "estimate": float(np.mean(boot["ceiling"] >= threshold)),
+                 "low": math.nan, "high": math.nan, "resamples": int(boot["ceiling"].size)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,208 @@
+"""Monte Carlo studies over the simulator: CI coverage across N (TEE E.4) and D-study
+projection bias (TEE E.2). Serial by default; on a Dask distributed cluster when
+given a scheduler address.
+
+Coverage study (TEE E.4, Tables 8-9). Each replicate draws one full factorial
+from TEE eq. 1 with Table 8's components (V=3 variants, H=3 temperatures, M=3
+judges, R=5 replicates, N items in 5 categories), then:
+
+* A (naive): one observation per item at one randomly chosen configuration
+  (variant, temperature, judge), SE = s / sqrt(N);
+* B: V=3, M=1, H=1, R=5 at a random judge and temperature; model item + variant;
+* C: V=3, M=3, H=1, R=5; + judge;
+* D: V=3, M=3, H=3, R=5; + temperature;
+* E: the data of D; + variant:judge and variant:temperature.
+
+Every fitted model keeps the cell term; omitted effects pool into it (the
+balanced ANOVA estimator, which is the REML optimum here when estimates are
+positive). The CI is theta-hat +- t_df SE(theta-hat) with Satterthwaite df
+(:func:`evalgauge.inference.theta_interval`). The estimand is the population
+grand mean mu, so the design-side effects (variant, temperature, judge) are
+drawn afresh in every replicate with Table 8's variances: a study that reports
+one configuration is off by that configuration's effects, which do not shrink
+with N.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .design import Design, Facet, code_data
+from .errors import DesignError
+from .estimate.anova import anova_from_coded
+from .inference import theta_interval
+from .simulate import SimulationSpec, simulate
+
+#: TEE Table 8 (E.4): variance components of the coverage simulation
+TABLE8 = {
+    "category": 0.015, "category:item": 0.025, "variant": 0.015, "temperature": 0.015, "judge": 0.015,
+    "category:item:variant": 0.008, "category:item:temperature": 0.008, "category:item:judge": 0.02,
+    "variant:temperature": 0.003, "variant:judge": 0.003, "residual": 0.03,
+}
+MU = 0.5
+CATEGORIES = 5
+
+SCENARIOS = {
+    # sampled variants, temperatures, judges, replicates; facets modelled beyond category/item
+    "A": (1, 1, 1, 1, ()),
+    "B": (3, 1, 1, 5, ("variant",)),
+    "C": (3, 1, 3, 5, ("variant", "judge")),
+    "D": (3, 3, 3, 5, ("variant", "temperature", "judge")),
+    "E": (3, 3, 3, 5, ("variant", "temperature", "judge", "variant:temperature", "variant:judge")),
+}
+
+
+def coverage_spec(n_items: int) -> SimulationSpec:
+    if n_items % CATEGORIES:
+        raise DesignError(f"N must be a multiple of {CATEGORIES} (items are spread over {CATEGORIES} categories).")
+    return SimulationSpec(
+        counts={"category": CATEGORIES, "item": n_items // CATEGORIES, "variant": 3, "temperature": 3, "judge": 3},
+        components=TABLE8, nest={"item": "category"}, replicates=5, mu=MU, object="item",
+    )
+
+
+def _replicate(task: tuple[int, int, tuple[str, ...], float]) -> list[dict]:
+    """One simulated study: every scenario's estimate, SE and coverage at N items."""
+    n_items, seed, scenarios, level = task
+    rng = np.random.default_rng(seed)
+    frame = simulate(coverage_spec(n_items), rng)
+    pick = {f: f"{f[0]}{rng.integers(1, 4)}" for f in ("variant", "temperature", "judge")}
+    out = []
+    for name in scenarios:
+        v, h, m, r, modelled = SCENARIOS[name]
+        sub = frame
+        for facet, count in (("variant", v), ("temperature", h), ("judge", m)):
+            if count == 1:
+                sub = sub[sub[facet].astype(str) == pick[facet]]
+        sub = sub[sub["replicate"] <= r]
+        if name == "A":
+            y = sub["score"].to_numpy()
+            est, se = float(y.mean()), float(y.std(ddof=1) / math.sqrt(y.size))
+            z = 1.959963984540054
+            low, high = est - z * se, est + z * se
+        else:
+            facets = [Facet("category"), Facet("item", "object", "category")]
+            facets += [Facet(f) for f in ("variant", "temperature", "judge") if f in modelled]
+            terms = ("category", "category:item", *tuple(modelled))
+            design = Design(tuple(facets), replicate="replicate", terms=terms)
+            ci = theta_interval(anova_from_coded(code_data(sub, design)), level=level)
+            est, se, low, high = ci.estimate, ci.se, ci.low, ci.high
+        out.append({"scenario": name, "n": n_items, "estimate": est, "se": se,
+                    "covered": bool(low <= MU <= high)})
+    return out
+
+
+@dataclass(frozen=True)
+class CoverageResult:
+    results: pd.DataFrame  # scenario, n, coverage, mean_se, mc_se, reps
+    raw: pd.DataFrame
+
+    def to_dict(self) -> dict:
+        return {"results": self.results.to_dict(orient="records"), "truth": MU,
+                "components": TABLE8, "design": "5 categories x N/5 items x V=3 x H=3 x M=3 x R=5"}
+
+
+def coverage_study(n_items: Iterable[int] = (20, 200, 2000), scenarios: Iterable[str] = "ABCDE",
+                   reps: int = 200, seed: int = 0, level: float = 0.95,
+                   scheduler: str | None = None) -> CoverageResult:
+    """95 % CI coverage of the naive and progressively fuller models across N (TEE E.4, Fig. 1).
+
+    ``scheduler``: a Dask distributed scheduler address ("tcp://host:8786") or
+    a ``dask.distributed.Client``; replicates then run as cluster tasks.
+    """
+    scenarios = tuple(s.strip().upper() for s in scenarios if s.strip() and s != ",")
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise DesignError(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}.")
+    seeds = np.random.SeedSequence(seed).spawn(reps * len(tuple(n_items)))
+    tasks = [(int(n), int(s.generate_state(1)[0]), scenarios, level)
+             for n, block in zip(n_items, np.array_split(np.arange(len(seeds)), len(tuple(n_items))), strict=True)
+             for s in (seeds[i] for i in block)]
+    rows = _map(_replicate, tasks, scheduler)
+    raw = pd.DataFrame([r for batch in rows for r in batch])
+    summary = (raw.groupby(["scenario", "n"], sort=True)
+               .agg(coverage=("covered", "mean"), mean_se=("se", "mean"), reps=("covered", "size"))
+               .reset_index())
+    summary["mc_se"] = np.sqrt(summary["coverage"] * (1 - summary["coverage"]) / summary["reps"])
+    return CoverageResult(summary, raw)
+
+
+def _map(func, tasks: list, scheduler):
+    if scheduler is None:
+        return [func(t) for t in tasks]
+    try:
+        from dask.distributed import Client
+    except ImportError:  # pragma: no cover - dask is an optional extra
+        raise DesignError("a scheduler address needs dask.distributed: pip install 'evalgauge[dask]'.") from None
+    client = scheduler if hasattr(scheduler, "map") else Client(scheduler)
+    try:
+        return client.gather(client.map(func, tasks, pure=False))
+    finally:
+        if client is not scheduler:
+            client.close()
+
+
+# ---------------------------------------------------------------------------
+# D-study projection bias (TEE E.2)
+# ---------------------------------------------------------------------------
+
+def projection_bias(reps: int = 200, seed: int = 0, scenario: str = "baseline", pilot_items: int = 30,
+                    target: dict[str, float] | None = None, scheduler: str | None = None) -> dict:
+    """Relative bias of the projected Var(theta-hat) at a target design, from pilots (TEE E.2, Table 7).
+
+    Scenarios: ``baseline`` (correctly specified) and ``heavy-tails`` (residuals
+    Student-t with 5 df, scaled to the same variance). Each replicate
+    estimates the components on a pilot (``pilot_items`` items, V=3, H=3, M=3,
+    R=5) and projects Var(theta-hat) to ``target`` (default: 2x items, V=5);
+    the bias is mean(projected) / true - 1, the true value computed from the
+    generating components.
+    """
+    if scenario not in ("baseline", "heavy-tails"):
+        raise DesignError("scenario must be baseline or heavy-tails.")
+    from .components import VarianceComponents
+    from .dstudy import project
+
+    target = target or {"item": 2 * pilot_items, "variant": 5}
+    seeds = np.random.SeedSequence(seed).spawn(reps)
+    tasks = [(pilot_items, int(s.generate_state(1)[0]), scenario, tuple(target.items())) for s in seeds]
+    projected = np.array(_map(_projection_once, tasks, scheduler))
+    spec = coverage_spec(pilot_items)
+    truth_vc = VarianceComponents.from_values(
+        {_canonical(k): v for k, v in TABLE8.items()},
+        levels={"category": CATEGORIES, "item": pilot_items, "variant": 3, "temperature": 3, "judge": 3},
+        replicates=spec.replicates, nesting={"item": "category"})
+    true = project(truth_vc, target, object="").var_abs
+    return {"scenario": scenario, "reps": reps, "target": target, "true_var_abs": true,
+            "mean_projected": float(projected.mean()), "relative_bias": float(projected.mean() / true - 1),
+            "mc_se": float(projected.std(ddof=1) / math.sqrt(reps) / true)}
+
+
+def _canonical(name: str) -> str:
+    return name
+
+
+def _projection_once(task) -> float:
+    from .dstudy import project
+
+    pilot_items, seed, scenario, target = task
+    rng = np.random.default_rng(seed)
+    spec = coverage_spec(pilot_items)
+    if scenario == "heavy-tails":
+        comps = dict(spec.components)
+        resid = comps.pop("residual")
+        spec = SimulationSpec(spec.counts, comps, spec.nest, spec.fixed, spec.replicates, spec.mu, spec.object)
+        frame = simulate(spec, rng)
+        t = rng.standard_t(5, len(frame)) * math.sqrt(resid * 3 / 5)  # Var(t_5) = 5/3
+        frame["score"] = frame["score"] + t
+    else:
+        frame = simulate(spec, rng)
+    design = Design((Facet("category"), Facet("item", "object", "category"), Facet("variant"),
+                     Facet("temperature"), Facet("judge")), replicate="replicate",
+                    terms=tuple(k for k in TABLE8 if k != "residual"))
+    vc = anova_from_coded(code_data(frame, design))
+    return project(vc, dict(target), object="").var_abs
