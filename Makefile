@@ -25,6 +25,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/bench_anova.py
 	$(BIN)/python bench/bench_reml.py
+	$(BIN)/python bench/bench_dstudy.py
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

@@ -6,17 +6,21 @@ what and what to do), 1 a bug in evalgauge (with a traceback to report).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
 
 import click
+import numpy as np
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from . import __version__
 from .components import VarianceComponents
+from .data import keep_levels, read_judgments
 from .design import code_data, infer_design
 from .errors import EvalGaugeError
 from .estimate import METHODS, estimate_components
@@ -29,7 +33,8 @@ def _console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     # Piped output (logs, CI, `| less`) gets a wide table instead of rich's 80 columns.
     width = None if stream.isatty() else 160
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+    # markup off: labels, notes and intervals such as "[0.1, 0.2]" are data, not rich markup
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width, markup=False)
 
 
 def user_errors(func: Callable) -> Callable:
@@ -40,7 +45,7 @@ def user_errors(func: Callable) -> Callable:
         try:
             return func(*args, **kwargs)
         except EvalGaugeError as exc:
-            _console(stderr=True).print(f"[bold red]error:[/] {exc}", markup=True)
+            _console(stderr=True).print(Text("error: ", style="bold red") + Text(str(exc)))
             sys.exit(2)
 
     return wrapper
@@ -96,12 +101,22 @@ def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, ma
               "extension: residual and cell variance per stratum of a fixed facet).")
 @click.option("--glmm", is_flag=True, help="Binary scores: also fit a logit-link GLMM and compare the component "
               "ranking with the linear-probability fit (TEE section G).")
+@click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2",
+              help="Fit only these levels of a facet, e.g. a judge universe --keep judge=gpt,claude (repeatable).")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
 @user_errors
 def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula,
-               drop_missing, n_boot, level, seed, by, glmm, json_out) -> None:
+               drop_missing, n_boot, level, seed, by, glmm, keep, json_out) -> None:
     """Estimate the variance components of DATA (CSV, TSV, Parquet or JSONL)."""
     boot = {"n_boot": n_boot, "level": level, "seed": seed}
+    if keep:
+        judgments = read_judgments(data)
+        for item in keep:
+            column, _, levels = item.partition("=")
+            if not levels:
+                raise click.BadParameter(f"'{item}' should read FACET=level1,level2", param_hint="--keep")
+            judgments = keep_levels(judgments, column.strip(), [lv.strip() for lv in levels.split(",") if lv.strip()])
+        data = judgments
     if glmm:
         design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
         check = glmm_check(data, design, formula=formula, method=method)
@@ -130,13 +145,28 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     else:
         design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
         result = estimate_components(data, design, method=method, drop_missing=drop_missing, **boot)
-    if json_out == "-":
-        click.echo(result.to_json())
-        return
-    print_components(result, _console())
-    if json_out:
-        Path(json_out).write_text(result.to_json() + "\n")
-        _console().print(f"JSON written to {json_out}")
+    payload = components_payload(result)
+    _emit(payload, json_out, lambda c: print_components(result, c))
+
+
+def components_payload(result: VarianceComponents) -> dict:
+    """The result's JSON plus theta-hat's intervals, Var(theta-hat) shares and bootstrapped derived numbers."""
+    from . import dstudy
+    from .inference import bootstrap_derived, theta_interval
+
+    payload = result.to_dict()
+    try:
+        payload["theta"] = theta_interval(result).to_dict()
+    except EvalGaugeError as exc:
+        payload["theta"] = {"unavailable": str(exc)}
+    shares = dstudy.project(result, object="").shares()
+    for comp in payload["components"]:
+        comp["share_var_theta"] = shares.get(comp["component"])
+    if result.draws is not None and result.object:
+        table = bootstrap_derived(result)
+        payload["derived"] = [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()}
+                              for r in table.to_dict(orient="records")]
+    return payload
 
 
 @main.command()
@@ -148,45 +178,224 @@ def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
     report = code_data(data, design).balance()
     console = _console()
-    console.print(f"[bold]{data}[/]: {report.n_obs} observations; facets "
+    console.print(f"{data}: {report.n_obs} observations; facets "
                   + ", ".join(f"{f.name} ({f.role}{', in ' + f.parent if f.parent else ''})" for f in design.facets))
     console.print(report.summary())
     sys.exit(0 if report.balanced else 3)
 
 
-@main.command(name="simulate")
-@click.argument("preset", type=click.Choice(sorted(PRESETS)))
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
-              help="Where to write the judgments (.csv, .parquet or .jsonl).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--set", "sets", multiple=True, metavar="FACET=N",
-              help="Change a facet count or replicates, e.g. --set items=100 (repeatable).")
-@user_errors
-def simulate_cmd(preset, out, seed, sets) -> None:
-    """Simulate judgments from a paper's data-generating process (tee: TEE Table 8; sizing: s x i x j x r)."""
-    kwargs = {}
-    for s in sets:
-        key, _, value = s.partition("=")
-        if not value.isdigit():
-            raise click.BadParameter(f"'{s}' should read NAME=COUNT", param_hint="--set")
-        kwargs[key.strip()] = int(value)
-    try:
-        spec = PRESETS[preset](**kwargs)
-    except TypeError:
-        import inspect
+@main.group(name="simulate")
+def simulate_group() -> None:
+    """Simulate judgments from a paper's model, or run a Monte Carlo study over the simulator."""
 
-        names = ", ".join(inspect.signature(PRESETS[preset]).parameters)
-        raise click.BadParameter(f"preset '{preset}' takes {names}", param_hint="--set") from None
-    frame = simulate(spec, seed=seed)
-    path = Path(out)
-    if path.suffix == ".parquet":
-        frame.to_parquet(path, index=False)
-    elif path.suffix == ".jsonl":
-        frame.to_json(path, orient="records", lines=True)
-    else:
-        frame.to_csv(path, index=False)
-    truth = ", ".join(f"{k}={v:g}" for k, v in spec.true_components().items())
-    _console().print(f"{len(frame)} judgments written to {out} (seed {seed}). True components: {truth}")
+
+def _preset_command(name: str):
+    @simulate_group.command(name=name, help=f"Simulate judgments from the '{name}' preset "
+                            f"({'TEE eq. 1 with Table 8' if name == 'tee' else 'sizing eq. 1, s x i x j x r'}).")
+    @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
+                  help="Where to write the judgments (.csv, .parquet or .jsonl).")
+    @click.option("--seed", type=int, default=0, show_default=True)
+    @click.option("--set", "sets", multiple=True, metavar="NAME=N",
+                  help="Change a count, e.g. --set items=100 (repeatable).")
+    @user_errors
+    def command(out, seed, sets) -> None:
+        kwargs = {}
+        for s in sets:
+            key, _, value = s.partition("=")
+            if not value.isdigit():
+                raise click.BadParameter(f"'{s}' should read NAME=COUNT", param_hint="--set")
+            kwargs[key.strip()] = int(value)
+        try:
+            spec = PRESETS[name](**kwargs)
+        except TypeError:
+            import inspect
+
+            names = ", ".join(inspect.signature(PRESETS[name]).parameters)
+            raise click.BadParameter(f"preset '{name}' takes {names}", param_hint="--set") from None
+        frame = simulate(spec, seed=seed)
+        path = Path(out)
+        if path.suffix == ".parquet":
+            frame.to_parquet(path, index=False)
+        elif path.suffix == ".jsonl":
+            frame.to_json(path, orient="records", lines=True)
+        else:
+            frame.to_csv(path, index=False)
+        truth = ", ".join(f"{k}={v:g}" for k, v in spec.true_components().items())
+        _console().print(f"{len(frame)} judgments written to {out} (seed {seed}). True components: {truth}")
+
+    return command
+
+
+for _name in sorted(PRESETS):
+    _preset_command(_name)
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"'{text}' should be comma-separated whole numbers", param_hint=what) from None
+
+
+@simulate_group.command(name="coverage")
+@click.option("--preset", type=click.Choice(["tee-table8"]), default="tee-table8", show_default=True)
+@click.option("--scenarios", default="A,B,C,D,E", show_default=True, help="TEE Table 9 scenarios.")
+@click.option("--n", "n_items", default="20,200,2000", show_default=True, help="Item counts N.")
+@click.option("--reps", type=click.IntRange(min=1), default=200, show_default=True, help="Replicates per N.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--scheduler", metavar="ADDRESS", help="Dask distributed scheduler to run the replicates on.")
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write the results as JSON ('-' for stdout only).")
+@user_errors
+def coverage_cmd(preset, scenarios, n_items, reps, seed, scheduler, json_out) -> None:
+    """CI coverage of the naive and fuller models across N (TEE E.4, Fig. 1)."""
+    from .montecarlo import coverage_study
+
+    result = coverage_study(_int_list(n_items, "--n"), scenarios.split(","), reps, seed, scheduler=scheduler)
+    _emit(result.to_dict(), json_out, lambda c: _print_coverage(result, c))
+
+
+def _print_coverage(result, console: Console) -> None:
+    table = Table(title="95% CI coverage by scenario and N (TEE E.4; truth: the population grand mean)")
+    for col in ("scenario", "N", "coverage", "MC s.e.", "mean SE", "replicates"):
+        table.add_column(col, justify="right")
+    for r in result.results.itertuples():
+        table.add_row(r.scenario, str(r.n), f"{100 * r.coverage:.1f}%", f"{100 * r.mc_se:.1f}",
+                      f"{r.mean_se:.4g}", str(r.reps))
+    console.print(table)
+    console.print("A: one configuration, s/sqrt(N); B: + variants; C: + judges; D: + temperatures; "
+                  "E: + variant x judge and variant x temperature.")
+
+
+@simulate_group.command(name="bias")
+@click.option("--scenario", type=click.Choice(["baseline", "heavy-tails"]), default="baseline", show_default=True)
+@click.option("--reps", type=click.IntRange(min=2), default=200, show_default=True)
+@click.option("--items", type=click.IntRange(min=5), default=30, show_default=True, help="Pilot items.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--scheduler", metavar="ADDRESS", help="Dask distributed scheduler to run the replicates on.")
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
+@user_errors
+def bias_cmd(scenario, reps, items, seed, scheduler, json_out) -> None:
+    """D-study projection bias from pilots to a larger design (TEE E.2, Table 7)."""
+    from .montecarlo import projection_bias
+
+    out = projection_bias(reps, seed, scenario, items, scheduler=scheduler)
+    _emit(out, json_out, lambda c: c.print(
+        f"{scenario}: projected Var(theta-hat) at {out['target']} is {out['mean_projected']:.5g} on average "
+        f"against the true {out['true_var_abs']:.5g}: relative bias {100 * out['relative_bias']:+.1f}% "
+        f"(Monte Carlo s.e. {100 * out['mc_se']:.1f}%, {reps} pilots; TEE Table 7: -0.9% baseline, "
+        "-7.2% heavy tails)."))
+
+
+def _emit(payload: dict, json_out: str | None, printer) -> None:
+    text = json.dumps(payload, indent=2, allow_nan=False, default=_json_default)
+    if json_out == "-":
+        click.echo(text)
+        return
+    printer(_console())
+    if json_out:
+        Path(json_out).write_text(text + "\n")
+        _console().print(f"JSON written to {json_out}")
+
+
+def _json_default(value):
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return None if not np.isfinite(value) else float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+@main.command()
+@click.argument("components_json", metavar="COMPONENTS.json", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--object", "object_", help="Object of measurement (default: the one in the file).")
+@click.option("--n", "grid", multiple=True, metavar="FACET=LIST",
+              help="Counts to try, e.g. --n item=30,500 --n judge=1,2 --n rep=1 (repeatable).")
+@click.option("--target-erho2", type=float, help="Target E rho^2: facets needed, the item/judge exchange.")
+@click.option("--target-mdd", type=float, help="Target minimum detectable difference.")
+@click.option("--target-se", type=float, help="Target SE of theta-hat.")
+@click.option("--budget", type=float, help="Budget (USD) for the integer design optimiser.")
+@click.option("--price", "prices", multiple=True, metavar="JUDGE=USD",
+              help="Price per call of each judge (in panel order), or one USD for every judge.")
+@click.option("--best-of", type=click.IntRange(min=1), help="Best-of-K gaming surface at the observed design.")
+@click.option("--base-rate", type=float, help="Win rate for the gaming surface in Elo points.")
+@click.option("--ceiling-facet", default="judge", show_default=True, help="The facet held at one for the ceiling.")
+@click.option("--separation", type=float, help="True difference between two objects: P(rank inversion) per design.")
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write the plan as JSON ('-' for stdout only).")
+@user_errors
+def plan(components_json, object_, grid, target_erho2, target_mdd, target_se, budget, prices, best_of, base_rate,
+         ceiling_facet, separation, json_out) -> None:
+    """The D-study calculator: SE, E rho^2, Phi, MDD, ceiling, requirements and budget for proposed designs."""
+    from .components import VarianceComponents
+    from .dstudy import plan as make_plan
+
+    path = Path(components_json)
+    try:
+        payload = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise EvalGaugeError(f"{path}: no such file; write one with `evalgauge components DATA --json {path}`.") \
+            from None
+    except json.JSONDecodeError as exc:
+        raise EvalGaugeError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}).") from None
+    vc = VarianceComponents.from_dict(payload, str(path))
+    counts = {}
+    for item in grid:
+        key, _, values = item.partition("=")
+        if not values:
+            raise click.BadParameter(f"'{item}' should read FACET=n1,n2,...", param_hint="--n")
+        counts[key.strip()] = _int_list(values, "--n")
+    price_map = {}
+    for item in prices:
+        key, sep, value = item.partition("=")
+        try:
+            price_map[key.strip() if sep else "*"] = float(value if sep else key)
+        except ValueError:
+            raise click.BadParameter(f"'{item}' should read JUDGE=USD or USD", param_hint="--price") from None
+    out = make_plan(vc, counts, object=object_, target_erho2=target_erho2, target_mdd=target_mdd,
+                    target_se=target_se, budget=budget, prices=price_map or None, best_of=best_of,
+                    base_rate=base_rate, ceiling_facet=ceiling_facet, separation=separation)
+    _emit(out, json_out, lambda c: _print_plan(out, c))
+
+
+def _print_plan(out: dict, console: Console) -> None:
+    rows = out["designs"]
+    table = Table(title=f"D-study (object of measurement: {out['object'] or 'none'})")
+    keys = [k for k in rows[0] if k.startswith("n_")] + ["replicates"]
+    metrics = ["se", "var_abs", "sigma2_delta", "erho2", "phi", "mdd95"]
+    metrics += [k for k in ("p_inversion", "cost", "pareto") if k in rows[0]]
+    for k in keys + metrics:
+        table.add_column(k, justify="right")
+    for r in rows:
+        table.add_row(*[f"{r[k]:g}" for k in keys],
+                      *[str(r[k]) if isinstance(r.get(k), bool) else _num(r.get(k), ".4g") for k in metrics])
+    console.print(table)
+    if "ceiling" in out:
+        console.print(f"Single-{out['ceiling_facet']} ceiling (items -> infinity): E rho^2 = {out['ceiling']:.4g}; "
+                      f"MDD floor = {out['mdd_floor']:.4g} (sizing eq. 4).")
+    for req in out.get("requirements", []):
+        console.print(f"{req['quantity']} target {req['target']:g}: {req['text']}.")
+    if "exchange" in out:
+        e = out["exchange"]
+        items = e["items_at_one_judge"] if e["reachable_at_one_judge"] else "no item count"
+        console.print(f"Exchange at E rho^2 = {e['target']:g}: {e['judges_at_observed_items']} judge(s) at the "
+                      f"observed items, or {items} at one judge.")
+    inter = Table(title="Single-factor interventions (% change)")
+    for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
+        inter.add_column(col, justify="left" if col == "intervention" else "right")
+    for r in out["interventions"]:
+        inter.add_row(r["intervention"], _num(r["pct_change_var_abs"], "+.1f"), _num(r["pct_change_sigma2_delta"],
+                                                                                   "+.1f"))
+    console.print(inter)
+    if "budget" in out:
+        b = out["budget"]
+        console.print(f"Best design within {b['budget']:g}: {b['counts']} x {b['replicates']:g} replicate(s), "
+                      f"cost {b['cost']:.4g}, objective {b['objective']:.4g}.")
+    if "gaming" in out:
+        g = out["gaming"]
+        elo = f" = {g['inflation_elo']:.1f} Elo" if "inflation_elo" in g else ""
+        console.print(f"Best-of-{g['k']} gaming surface: {g['inflation']:.4g}{elo} "
+                      f"(E[max of {g['k']} normals] x sigma_pipeline {g['sigma_pipeline']:.4g}; TEE 4.4).")
 
 
 def print_components(result: VarianceComponents, console: Console) -> None:
@@ -196,17 +405,39 @@ def print_components(result: VarianceComponents, console: Console) -> None:
     columns = [("component", "left"), ("kind", "left"), ("variance", "right"), ("SE", "right")]
     if ci:
         columns.append((f"{100 * result.intervals['level']:g}% interval", "right"))
-    columns += [("share", "right"), ("df", "right"), ("mean square", "right")]
+    columns += [("share (per obs.)", "right"), ("share of Var(theta-hat)", "right"), ("df", "right"),
+                ("mean square", "right")]
     for col, justify in columns:
         table.add_column(col, justify=justify)
-    for c in result.components:
+    payload = components_payload(result)
+    for c, comp in zip(result.components, payload["components"], strict=True):
         name = c.name + (f" (= {c.confounded_with} + e)" if c.confounded_with else "")
         row = [name, c.kind, f"{c.variance:.6g}", _num(c.se, ".3g")]
         if ci:
             row.append("—" if c.ci_low != c.ci_low else f"[{c.ci_low:.4g}, {c.ci_high:.4g}]")
-        row += [f"{100 * result.share(c.name):.1f}%", _num(c.df, "g"), _num(c.mean_square, ".6g")]
+        share_theta = comp.get("share_var_theta")
+        row += [f"{100 * result.share(c.name):.1f}%", "—" if share_theta is None else f"{100 * share_theta:.1f}%",
+                _num(c.df, "g"), _num(c.mean_square, ".6g")]
         table.add_row(*row)
     console.print(table)
+    theta = payload["theta"]
+    if "estimate" in theta:
+        pct = f"{100 * theta['level']:g}%"
+        df = "inf" if theta["df"] is None else f"{theta['df']:.1f}"
+        console.print(f"theta-hat = {theta['estimate']:.5g}: full {pct} CI [{theta['low']:.5g}, {theta['high']:.5g}] "
+                      f"(SE {theta['se']:.4g}, Satterthwaite df {df}); naive {pct} CI counting only "
+                      f"{theta['naive_counts']} sampling [{theta['naive_low']:.5g}, {theta['naive_high']:.5g}] "
+                      f"(SE {theta['naive_se']:.4g}); the full SE is {theta['se_ratio']:.2f}x the naive.")
+    if "derived" in payload:
+        derived = Table(title="Derived numbers with parametric-bootstrap intervals")
+        for col in ("quantity", "estimate", "low", "high"):
+            derived.add_column(col, justify="left" if col == "quantity" else "right")
+        for r in payload["derived"]:
+            # an infinite requirement (JSON null) means the target is out of reach in that draw
+            missing = "never" if r["quantity"].endswith("_needed") else "—"
+            cells = [missing if r[k] is None else _num(r[k], ".4g") for k in ("estimate", "low", "high")]
+            derived.add_row(r["quantity"], *cells)
+        console.print(derived)
     if ci:
         info = result.intervals
         console.print(f"Intervals: {info['method']}, {info['resamples']} resamples"
@@ -221,7 +452,7 @@ def print_components(result: VarianceComponents, console: Console) -> None:
         console.print(f"REML criterion {r['deviance']:.6f} ({r['evaluations']} evaluations, {r['seconds']:.2f} s); "
                       f"model: {r['formula']}")
     for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(Text("note: ", style="yellow") + Text(note))
 
 
 def print_glmm(check, console: Console) -> None:
@@ -239,7 +470,7 @@ def print_glmm(check, console: Console) -> None:
                   "0.91-0.99 on its binary benchmarks). GLMM: "
                   f"{check.glmm.method_reason}; residual fixed at pi^2/3.")
     for note in check.glmm.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(Text("note: ", style="yellow") + Text(note))
 
 
 def print_strata(strata, console: Console) -> None:
@@ -261,10 +492,10 @@ def print_strata(strata, console: Console) -> None:
     console.print(f"Methods: pooled {strata.pooled.method}; {methods}. Residual spread across strata "
                   f"(max/min): {strata.spread():.3g}.")
     for note in strata.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(Text("note: ", style="yellow") + Text(note))
 
 
-def _num(value: float, fmt: str) -> str:
+def _num(value: float | None, fmt: str) -> str:
     return "—" if value is None or value != value else format(value, fmt)
 
 

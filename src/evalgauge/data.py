@@ -156,3 +156,22 @@ def require_columns(judgments: Judgments, columns: list[str], *, what: str = "co
             f"{judgments.source}: no {what} {names}. The columns are: {', '.join(have)}. "
             "Name the right column (for example --score, --facets) or rename it in the file."
         )
+
+
+def keep_levels(judgments: Judgments, column: str, levels: list[str]) -> Judgments:
+    """Only the rows whose ``column`` is one of ``levels`` (a judge universe, an item subset).
+
+    The sizing paper refits on judge subsets (sec. 5.5): every quantity is
+    conditional on the universe of judges admitted. Unknown levels are an error
+    that lists the real ones.
+    """
+    require_columns(judgments, [column])
+    present = judgments.frame[column].astype(str)
+    have = sorted(present.unique())
+    unknown = [lv for lv in levels if lv not in set(have)]
+    if unknown:
+        raise DataError(f"{judgments.source}: {column} has no level(s) {', '.join(repr(u) for u in unknown)}; "
+                        f"the levels are {', '.join(have)}.")
+    mask = present.isin(levels).to_numpy()
+    return Judgments(judgments.frame.loc[mask].reset_index(drop=True),
+                     f"{judgments.source} [{column} in {', '.join(levels)}]")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 from scipy import integrate, stats
@@ -442,7 +442,17 @@ def optimize_budget(vc: VarianceComponents, budget: float, cost: CostModel, *, o
     """
     if objective not in ("sigma2_delta", "var_abs"):
         raise DesignError("objective must be sigma2_delta or var_abs.")
-    vary = dict(vary or {cost.judge_facet: range(1, 21), "replicates": range(1, 6)})
+    if vary is None:
+        # judges up to where the optimum stops moving: widen the range while the best sits on its edge
+        top = 20
+        while True:
+            best = optimize_budget(vc, budget, cost, objective=objective, item_facet=item_facet,
+                                   vary={cost.judge_facet: range(1, top + 1), "replicates": range(1, 6)},
+                                   max_items=max_items, **kw)
+            if best["counts"][cost.judge_facet] < top or top >= 5000:
+                return best
+            top *= 4
+    vary = dict(vary)
     reps = list(vary.pop("replicates", [vc.replicates]))
     names = list(vary)
     best = None
@@ -450,7 +460,8 @@ def optimize_budget(vc: VarianceComponents, budget: float, cost: CostModel, *, o
         counts = dict(zip(names, values, strict=True))
         for r in reps:
             unit = cost.cost({**observed_counts(vc), **counts, item_facet: 1}, r)
-            n_items = min(int(budget // unit), max_items) if unit > 0 else max_items
+            # a hair of slack so a design costing exactly the budget is not lost to rounding in the prices
+            n_items = min(math.floor(budget / unit * (1 + 1e-12)), max_items) if unit > 0 else max_items
             if n_items < 1:
                 continue
             p = project(vc, {**counts, item_facet: n_items}, r, **kw)
@@ -517,3 +528,96 @@ def projections_frame(vc: VarianceComponents, designs: Iterable[tuple[Mapping[st
     """One row per design: counts, var_abs, se, sigma2_delta, erho2, phi, mdd95."""
     return pd.DataFrame([project(vc, c, r, **kw).to_dict() for c, r in designs])
 
+
+
+# ---------------------------------------------------------------------------
+# The plan: everything the D-study calculator reports, JSON-ready
+# ---------------------------------------------------------------------------
+
+REPLICATE_NAMES = ("rep", "reps", "replicate", "replicates", "r")
+
+
+def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = None, *,
+         object: str | None = None,  # noqa: A002 - the G-theory word
+         target_erho2: float | None = None, target_mdd: float | None = None, target_se: float | None = None,
+         budget: float | None = None, prices: Mapping[str, float] | None = None, best_of: int | None = None,
+         base_rate: float | None = None, ceiling_facet: str = "judge", separation: float | None = None) -> dict:
+    """The D-study calculator: one row per design of ``grid``, ceilings, requirements, interventions, budget.
+
+    ``grid`` maps facets (and ``rep``) to the counts to try; facets left out
+    keep their observed counts. ``prices`` maps judges to USD per call (or
+    ``{"*": price}`` for all) for the budget optimiser and the cost column.
+    """
+    obj = vc.object if object is None else (object or None)
+    vc = replace(vc, object=obj) if obj != vc.object else vc
+    grid = {k: [float(x) for x in v] for k, v in (grid or {}).items()}
+    reps = [float(x) for x in next((grid.pop(k) for k in list(grid) if k in REPLICATE_NAMES), [vc.replicates])]
+    unknown = set(grid) - set(vc.levels)
+    if unknown:
+        raise DesignError(f"--n names unknown facet(s) {', '.join(sorted(unknown))}; facets are "
+                          f"{', '.join(vc.levels)} (and rep for replicates).")
+    names = list(grid)
+    cost = _cost_model(vc, prices, ceiling_facet)
+    rows = []
+    for values in _product([grid[n] for n in names]):
+        counts = dict(zip(names, values, strict=True))
+        for r in reps:
+            p = project(vc, counts, r)
+            row = p.to_dict()
+            if separation is not None and obj:
+                row["p_inversion"] = rank_inversion(separation, p)
+            if cost is not None:
+                row["cost"] = cost.cost(p.counts, r)
+            rows.append(row)
+    if cost is not None:  # the cost-efficiency frontier among the designs tried
+        best = math.inf
+        for row in sorted(rows, key=lambda x: (x["cost"], x["se"])):
+            row["pareto"] = row["se"] < best - 1e-15
+            best = min(best, row["se"])
+    out: dict = {"object": obj, "designs": rows}
+    if obj and ceiling_facet in vc.levels and ceiling_facet != obj:
+        c = ceiling(vc, ceiling_facet, 1)
+        out["ceiling"] = c.erho2
+        out["mdd_floor"] = c.mdd95
+        out["ceiling_facet"] = ceiling_facet
+    requirements = []
+    for quantity, target in (("erho2", target_erho2), ("mdd95", target_mdd), ("se", target_se)):
+        if target is None:
+            continue
+        if quantity != "se" and not obj:
+            raise DesignError(f"a target {quantity} needs an object of measurement (--object).")
+        for facet in vc.levels:
+            if facet == obj or facet in vc.fixed:
+                continue
+            req = needed(vc, facet, target, quantity)
+            requirements.append({"facet": facet, "quantity": quantity, "target": target, "count": req.count,
+                                 "reachable": req.reachable, "limit": req.limit, "text": str(req)})
+    if requirements:
+        out["requirements"] = requirements
+    if target_erho2 is not None and obj and {"judge", "item"} <= set(vc.levels):
+        single = needed(vc, "item", target_erho2, "erho2", counts={"judge": 1})
+        out["exchange"] = {"target": target_erho2, "items_at_one_judge": single.count,
+                           "reachable_at_one_judge": single.reachable,
+                           "judges_at_observed_items": needed(vc, "judge", target_erho2, "erho2").count}
+    frame = interventions(vc)
+    out["interventions"] = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                            for r in frame.to_dict(orient="records")]
+    if budget is not None:
+        if cost is None:
+            raise DesignError("a budget needs prices: --price JUDGE=USD per call (or --price USD for every judge).")
+        best = optimize_budget(vc, budget, cost, objective="sigma2_delta" if obj else "var_abs")
+        out["budget"] = {"budget": budget, "counts": best["counts"], "replicates": best["replicates"],
+                         "cost": best["cost"], "objective": best["objective"],
+                         "design": best["projection"].to_dict()}
+    if best_of:
+        out["gaming"] = gaming_surface(project(vc), best_of, base_rate)
+    return out
+
+
+def _cost_model(vc: VarianceComponents, prices: Mapping[str, float] | None, judge_facet: str) -> CostModel | None:
+    if not prices:
+        return None
+    if "*" in prices:
+        return CostModel((float(prices["*"]),), judge_facet)
+    ordered = tuple(float(v) for v in prices.values())
+    return CostModel(ordered, judge_facet)

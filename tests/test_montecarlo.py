@@ -1,0 +1,58 @@
+"""The Monte Carlo harness: TEE E.4's coverage staircase, E.2's projection bias, serial and on Dask."""
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.montecarlo import coverage_study, projection_bias
+
+
+@pytest.fixture(scope="module")
+def staircase():
+    return coverage_study(n_items=(20, 200), reps=150, seed=3).results.set_index(["scenario", "n"])
+
+
+def test_naive_coverage_falls_with_n_and_the_full_model_holds(staircase):
+    cov = staircase["coverage"]
+    mc = math.sqrt(0.95 * 0.05 / 150)
+    # naive (A) falls as N grows and is far from nominal; each added random effect lifts coverage
+    assert cov["A", 200] < cov["A", 20] < 0.8
+    assert cov["A", 200] < cov["B", 200] <= cov["C", 200] + 4.5 * mc <= cov["E", 200] + 9 * mc
+    # the full model (E) holds near 95 % at both N (Satterthwaite df with 3 variants, temperatures, judges)
+    for n in (20, 200):
+        assert abs(cov["E", n] - 0.95) < 4.5 * mc
+    # the naive SE keeps shrinking with N; the full SE bottoms out at the design-side floor
+    se = staircase["mean_se"]
+    assert se["A", 200] < se["A", 20] / 2.5
+    assert se["E", 200] > se["E", 20] * 0.6
+
+
+def test_projection_bias_is_small():
+    out = projection_bias(reps=120, seed=5)
+    assert abs(out["relative_bias"]) < 4.5 * out["mc_se"]  # unbiased up to Monte Carlo error (TEE: -0.9 %)
+    heavy = projection_bias(reps=120, seed=6, scenario="heavy-tails")
+    assert abs(heavy["relative_bias"]) < 0.15  # TEE Table 7: -7.2 %
+
+
+def test_dask_local_cluster_gives_the_serial_answer():
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) \
+            as cluster, distributed.Client(cluster) as client:
+        parallel = coverage_study(n_items=(20,), scenarios="AE", reps=20, seed=9, scheduler=client)
+        by_address = coverage_study(n_items=(20,), scenarios="AE", reps=20, seed=9, scheduler=cluster.scheduler_address)
+    serial = coverage_study(n_items=(20,), scenarios="AE", reps=20, seed=9)
+    assert parallel.results.equals(serial.results) and by_address.results.equals(serial.results)
+
+
+def test_cli_coverage_json():
+    out = CliRunner().invoke(main, ["simulate", "coverage", "--scenarios", "A,E", "--n", "20", "--reps", "10",
+                                    "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.output)
+    assert {(r["scenario"], r["n"]) for r in payload["results"]} == {("A", 20), ("E", 20)}
+    assert set(payload["results"][0]) >= {"scenario", "n", "coverage", "mean_se"}
+    bad = CliRunner().invoke(main, ["simulate", "coverage", "--scenarios", "Z", "--reps", "2"])
+    assert bad.exit_code == 2 and "unknown scenario" in bad.output

@@ -1,0 +1,90 @@
+"""The plan command and the bootstrap of derived numbers."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from evalgauge import dstudy
+from evalgauge.cli import main
+from evalgauge.estimate import estimate_components
+from evalgauge.inference import bootstrap_derived
+from evalgauge.simulate import simulate, sizing_preset
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    spec = sizing_preset(systems=20, items=15, judges=5, replicates=2)
+    frame = simulate(spec, seed=12)
+    path = tmp_path_factory.mktemp("plan") / "c.json"
+    vc = estimate_components(frame, spec.design(), n_boot=800, seed=1)
+    path.write_text(vc.to_json())
+    return vc, path
+
+
+def test_bootstrap_derived_numbers(fitted):
+    vc, _ = fitted
+    table = bootstrap_derived(vc, target_erho2=0.8).set_index("quantity")
+    p = dstudy.project(vc)
+    c = dstudy.ceiling(vc)
+    assert table.loc["erho2", "estimate"] == pytest.approx(p.erho2)
+    assert table.loc["ceiling", "estimate"] == pytest.approx(c.erho2)
+    assert table.loc["mdd_floor", "estimate"] == pytest.approx(c.mdd95)
+    need = dstudy.needed(vc, "judge", 0.8)
+    assert table.loc["judges_needed", "estimate"] == (need.count if need.reachable else math.inf)
+    for q in ("erho2", "ceiling", "mdd95", "sigma2_delta"):
+        assert table.loc[q, "low"] <= table.loc[q, "estimate"] <= table.loc[q, "high"]
+    assert 0.0 <= table.loc["P(ceiling >= 0.8)", "estimate"] <= 1.0
+    # the MDD's bootstrap interval is narrow relative to E rho^2's (sizing sec. 3: MDD is precisely estimable)
+    rel_mdd = (table.loc["mdd95", "high"] - table.loc["mdd95", "low"]) / table.loc["mdd95", "estimate"]
+    rel_erho2 = (table.loc["erho2", "high"] - table.loc["erho2", "low"]) / table.loc["erho2", "estimate"]
+    assert rel_mdd < rel_erho2
+
+
+def test_plan_json_rows_and_ceiling(fitted):
+    vc, path = fitted
+    out = CliRunner().invoke(main, ["plan", str(path), "--n", "item=30,500", "--n", "judge=1,2", "--n", "rep=1",
+                                    "--target-erho2", "0.8", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.output)
+    rows = payload["designs"]
+    assert len(rows) == 4
+    assert {"n_item", "n_judge", "var_abs", "sigma2_delta", "erho2", "phi", "mdd95"} <= set(rows[0])
+    p = dstudy.project(vc, {"item": 500, "judge": 2}, 1)
+    row = next(r for r in rows if r["n_item"] == 500 and r["n_judge"] == 2)
+    assert row["erho2"] == pytest.approx(p.erho2) and row["var_abs"] == pytest.approx(p.var_abs)
+    assert payload["ceiling"] == pytest.approx(dstudy.ceiling(vc).erho2)
+    assert payload["mdd_floor"] == pytest.approx(dstudy.ceiling(vc).mdd95)
+    assert payload["interventions"] and payload["exchange"]["target"] == 0.8
+
+
+def test_plan_budget_and_gaming(fitted):
+    _, path = fitted
+    out = CliRunner().invoke(main, ["plan", str(path), "--budget", "50", "--price", "0.001", "--best-of", "27"])
+    assert out.exit_code == 0, out.output
+    assert "Best design within 50" in out.output and "E[max of 27 normals]" in out.output
+
+
+def test_plan_errors(fitted, tmp_path):
+    _, path = fitted
+    bad = CliRunner().invoke(main, ["plan", str(path), "--n", "items=3"])
+    assert bad.exit_code == 2 and "unknown facet" in bad.output
+    nofile = CliRunner().invoke(main, ["plan", str(tmp_path / "none.json")])
+    assert nofile.exit_code == 2 and "evalgauge components DATA --json" in nofile.output
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"a": 1}')
+    notvc = CliRunner().invoke(main, ["plan", str(junk)])
+    assert notvc.exit_code == 2 and "not a components result" in notvc.output
+    nobudget = CliRunner().invoke(main, ["plan", str(path), "--budget", "10"])
+    assert nobudget.exit_code == 2 and "needs prices" in nobudget.output
+
+
+def test_components_json_round_trip(fitted):
+    vc, path = fitted
+    from evalgauge.components import VarianceComponents
+
+    back = VarianceComponents.from_dict(json.loads(path.read_text()))
+    assert back.names == vc.names and np.allclose(back.values, vc.values)
+    assert back.levels == vc.levels and back.object == vc.object
