@@ -31,10 +31,12 @@ def test_naive_coverage_falls_with_n_and_the_full_model_holds(staircase):
 
 
 def test_projection_bias_is_small():
-    out = projection_bias(reps=120, seed=5)
+    out = projection_bias(reps=150, seed=5)
     assert abs(out["relative_bias"]) < 4.5 * out["mc_se"]  # unbiased up to Monte Carlo error (TEE: -0.9 %)
-    heavy = projection_bias(reps=120, seed=6, scenario="heavy-tails")
-    assert abs(heavy["relative_bias"]) < 0.15  # TEE Table 7: -7.2 %
+    # TEE Table 7: |bias| <= 8 % under every misspecification; allow the Monte Carlo error on top
+    for scenario in ("correlated", "non-exchangeable", "heavy-tails", "heterogeneous"):
+        res = projection_bias(reps=150, seed=6, scenario=scenario)
+        assert abs(res["relative_bias"]) < 0.08 + 4.5 * res["mc_se"], (scenario, res)
 
 
 def test_dask_local_cluster_gives_the_serial_answer():
