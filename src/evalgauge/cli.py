@@ -399,6 +399,137 @@ def _print_plan(out: dict, console: Console) -> None:
                       f"(E[max of {g['k']} normals] x sigma_pipeline {g['sigma_pipeline']:.4g}; TEE 4.4).")
 
 
+@main.command(name="run")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--base-url", help="Send every judge's calls to this OpenAI-compatible endpoint (e.g. serve-sim).")
+@click.option("--database", type=click.Path(dir_okay=False, path_type=str), help="Run database (default: config's).")
+@click.option("--limit", type=click.IntRange(min=1), help="Stop after this many calls (a pilot of the pilot).")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write the summary and diagnostics as JSON.")
+@user_errors
+def run_cmd(config, base_url, database, limit, progress, json_out) -> None:
+    """Run (or resume) the factorial of judge calls a CONFIG.toml describes, into a SQLite run database."""
+    from .collect.config import load_config
+    from .collect.diagnostics import diagnose
+    from .collect.runner import run
+    from .collect.store import RunStore
+    from .collect.tasks import count_tasks
+
+    cfg = load_config(config, base_url=base_url, database=database)
+    total = count_tasks(cfg)
+    bar = None
+    if progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                       TextColumn("{task.fields[status]}"), console=Console(stderr=True), transient=False)
+        bar.start()
+        tid = bar.add_task("calls", total=total, status="")
+
+        def update(summary):
+            bar.update(tid, completed=summary.already_done + summary.completed + summary.failed,
+                       status=f"errors {summary.failed}, retries {summary.retries}, ${summary.cost_usd:.4f}")
+    try:
+        summary = run(cfg, progress=update if bar else None, limit=limit)
+    finally:
+        if bar:
+            bar.stop()
+    store = RunStore(cfg.database)
+    try:
+        diag = diagnose(store.calls())
+    finally:
+        store.close()
+    payload = {"summary": summary.to_dict(), "database": str(cfg.database), "diagnostics": diag.to_dict()}
+
+    def show(c):
+        c.print(f"{cfg.database}: {summary.completed} calls made now, {summary.already_done} already there, "
+                f"{summary.failed} failed after retries ({summary.retries} retries), of {summary.planned} planned; "
+                f"cost ${summary.cost_usd:.4f}; {summary.seconds:.1f} s.")
+        for note in summary.notes + list(cfg.notes):
+            c.print(Text("note: ", style="yellow") + Text(note))
+        if not diag.per_judge.empty:
+            table = Table(title="Integrity by judge")
+            for col in diag.per_judge.columns:
+                table.add_column(col)
+            for row in diag.per_judge.itertuples(index=False):
+                table.add_row(*[str(v) for v in row])
+            c.print(table)
+        for warning in diag.warnings:
+            c.print(Text("warning: ", style="bold yellow") + Text(warning))
+    _emit(payload, json_out, show)
+
+
+@main.command(name="export")
+@click.argument("database", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
+@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=str), help="Output file (default: beside).")
+@click.option("--judgments", is_flag=True, help="Only the judgments table (facets and score), as components reads.")
+@user_errors
+def export_cmd(database, fmt, out, judgments) -> None:
+    """Export a run database: every call with its completion, parse, model, tokens and cost."""
+    from .collect.store import RunStore, judgments_from_run
+
+    path = Path(database)
+    if not path.exists():
+        raise EvalGaugeError(f"{path}: no such run database.")
+    if judgments:
+        frame = judgments_from_run(path)
+    else:
+        store = RunStore(path)
+        try:
+            frame = store.calls()
+        finally:
+            store.close()
+    target = Path(out) if out else path.with_suffix(f".{fmt}")
+    frame.to_parquet(target, index=False) if fmt == "parquet" else frame.to_csv(target, index=False)
+    _console().print(f"{len(frame)} rows written to {target}")
+
+
+@main.command(name="serve-sim")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--components", "components_path", type=click.Path(dir_okay=False, path_type=str),
+              help="JSON: {term: variance} or an `evalgauge components --json` result (default: a demo panel).")
+@click.option("--mu", type=float, default=3.0, show_default=True, help="The grand mean on the score scale.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8765, show_default=True)
+@click.option("--fault", "faults", multiple=True, metavar="NAME=VALUE",
+              help="Inject faults: rate_limit, server_error, timeout, empty, garbage (rates), cache=1, "
+                   "drift_after=N, latency_ms, timeout_s, retry_after (repeatable).")
+@user_errors
+def serve_sim_cmd(config, components_path, mu, seed, host, port, faults) -> None:
+    """Serve an OpenAI-compatible judge panel simulated from variance components (for dry runs and tests)."""
+    from .collect.config import load_config
+    from .collect.simserver import FAULTS, SimPanel, serve
+
+    cfg = load_config(config)
+    comps = DEFAULT_SIM_COMPONENTS
+    if components_path:
+        try:
+            raw = json.loads(Path(components_path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise EvalGaugeError(f"{components_path}: cannot read components JSON ({exc}).") from None
+        comps = ({c["component"]: max(float(c["variance"]), 0.0) for c in raw["components"]}
+                 if isinstance(raw, dict) and "components" in raw else {k: float(v) for k, v in raw.items()})
+    fault_map = {}
+    for item in faults:
+        key, _, value = item.partition("=")
+        if key not in FAULTS:
+            raise click.BadParameter(f"unknown fault '{key}'; known: {', '.join(FAULTS)}", param_hint="--fault")
+        try:
+            fault_map[key] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"'{item}' should read NAME=NUMBER", param_hint="--fault") from None
+    panel = SimPanel(cfg, comps, mu=mu, seed=seed, faults=fault_map)
+    serve(panel, host, port, ready=lambda msg: click.echo(f"serve-sim listening on http://{host}:{port}/v1 "
+                                                           f"({len(cfg.judges)} judges); {msg}", err=True))
+
+
+#: a judge panel shaped like the sizing paper's (system share small, sizable system x judge)
+DEFAULT_SIM_COMPONENTS = {"item": 0.45, "judge": 0.10, "variant": 0.02, "system": 0.08, "system:item": 0.35,
+                          "system:judge": 0.05, "item:judge": 0.15, "item:variant": 0.03, "residual": 0.2}
+
+
 def print_components(result: VarianceComponents, console: Console) -> None:
     """The components table, then the design line and any notes."""
     table = Table(title=f"Variance components ({result.method}, {result.n_obs} observations)")

@@ -24,6 +24,8 @@ SUPPORTED_SUFFIXES = {
     ".pq": "parquet",
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
+    ".sqlite": "run",
+    ".db": "run",
 }
 
 #: How many offending rows a message lists before it says "and N more".
@@ -72,6 +74,10 @@ def _read_file(path: Path) -> pd.DataFrame:
             f"{path}: unsupported file type '{path.suffix or '(none)'}'. "
             f"evalgauge reads {supported}; convert the file or rename it if it is one of these."
         )
+    if kind == "run":  # a collector run database: its judgments (facet levels and scores)
+        from .collect.store import judgments_from_run
+
+        return judgments_from_run(path)
     try:
         if kind in ("csv", "tsv"):
             # Facet labels stay text: '01' and '1' are different items.

@@ -1,0 +1,196 @@
+"""``evalgauge serve-sim``: an OpenAI-compatible (and Anthropic-compatible) judge panel simulated
+from given variance components, with faults injected on demand.
+
+For dry runs of a configuration, load tests, teaching and the tests. The
+server knows the run configuration, so it recognises each prompt's item,
+system, variant and presentation order; the judge comes from the requested
+model and the temperature from the request. A score is
+
+    mu + sum over components of effect(term, its levels) + N(0, sigma2_residual),
+
+each effect drawn once per level combination, N(0, sigma2), from a seeded hash
+(so every replicate of a cell shares it), the residual afresh per call. It is
+rendered in the configuration's scoring mode ("Score: 3.1416" for numeric).
+
+Faults (rates per call): ``rate_limit`` (429 with Retry-After), ``server_error``
+(500), ``timeout`` (no answer within ``timeout_s``), ``empty`` (an empty
+completion), ``garbage`` (unparseable text), ``cache`` (1: identical replies and
+response ids for identical requests, like a caching gateway), ``drift_after``
+(after that many calls the echoed model identifier changes snapshot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import random
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import RunConfig
+from .tasks import render
+
+FAULTS = ("rate_limit", "server_error", "timeout", "empty", "garbage", "cache", "drift_after", "timeout_s",
+          "latency_ms", "retry_after")
+
+
+@dataclass
+class SimPanel:
+    cfg: RunConfig
+    components: dict[str, float]
+    mu: float = 3.0
+    seed: int = 0
+    faults: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._lookup: dict[str, tuple] = {}
+        systems = self.cfg.systems or (None,)
+        positions = ("AB", "BA") if self.cfg.pairwise else (None,)
+        for item in self.cfg.items:
+            for system in systems:
+                for variant in self.cfg.variants:
+                    for position in positions:
+                        prompt = render(self.cfg, item, system, variant, position)
+                        self._lookup[prompt] = (item, system, variant, position)
+        self._judge_of = {j.model: j.name for j in self.cfg.judges}
+        self._effects: dict[tuple, float] = {}
+        self._cache: dict[str, tuple[str, str]] = {}
+        self.calls = 0
+        self._rng = random.Random(self.seed + 1)
+
+    def _effect(self, term: str, levels: tuple) -> float:
+        key = (term, levels)
+        if key not in self._effects:
+            h = zlib.crc32(repr(key).encode())
+            z = np.random.default_rng([self.seed, h]).standard_normal()
+            self._effects[key] = float(z * math.sqrt(self.components[term]))
+        return self._effects[key]
+
+    def latent(self, prompt: str, model: str, temperature: float) -> float | None:
+        hit = self._lookup.get(prompt)
+        if hit is None:
+            return None
+        item, system, variant, position = hit
+        levels = {"item": item.id, "category": item.category, "system": system, "variant": variant.id,
+                  "judge": self._judge_of.get(model, model), "temperature": f"{temperature:g}",
+                  "position": position}
+        value = self.mu
+        for term, var in self.components.items():
+            if term == "residual" or var <= 0:
+                continue
+            facets = term.split(":")
+            if any(levels.get(f) is None for f in facets):
+                continue
+            value += self._effect(term, tuple(levels[f] for f in facets))
+        value += self._rng.gauss(0.0, math.sqrt(self.components.get("residual", 0.0)))
+        return value
+
+    def text(self, latent: float, position: str | None) -> str:
+        cfg = self.cfg
+        if cfg.mode == "numeric":
+            return f"Score: {latent:.6f}"
+        if cfg.mode == "likert":
+            return f"Score: {min(max(round(latent), cfg.scale_min), cfg.scale_max)}"
+        p = min(max(latent, 0.0), 1.0)
+        win = self._rng.random() < p
+        if cfg.mode == "binary":
+            return "yes" if win else "no"
+        if cfg.mode == "pairwise":
+            first = (position == "AB") == win
+            return "[[A]]" if first else "[[B]]"
+        letters = cfg.choices
+        return letters[min(int(p * len(letters)), len(letters) - 1)]
+
+    def respond(self, prompt: str, model: str, temperature: float) -> tuple[int, dict, dict]:
+        """(HTTP status, headers, body fields: text, model, id) for one request; faults drawn here."""
+        self.calls += 1
+        f, r = self.faults, self._rng.random
+        if r() < f.get("rate_limit", 0.0):
+            return 429, {"Retry-After": str(f.get("retry_after", 0.05))}, {"error": "rate limited"}
+        if r() < f.get("server_error", 0.0):
+            return 500, {}, {"error": "internal error"}
+        if r() < f.get("timeout", 0.0):
+            return -1, {}, {}
+        echoed = model
+        if f.get("drift_after") and self.calls > f["drift_after"]:
+            echoed = f"{model}-2026-snapshot-b"
+        cache_key = hashlib.sha256(f"{model}|{temperature}|{prompt}".encode()).hexdigest()
+        if f.get("cache") and cache_key in self._cache:
+            text, rid = self._cache[cache_key]
+            return 200, {}, {"text": text, "model": echoed, "id": rid}
+        rid = f"sim-{self.calls}-{self._rng.getrandbits(32):08x}"
+        if r() < f.get("empty", 0.0):
+            text = ""
+        elif r() < f.get("garbage", 0.0):
+            text = "I am unable to assess this response."
+        else:
+            latent = self.latent(prompt, model, temperature)
+            if latent is None:
+                return 400, {}, {"error": "the simulated panel does not know this prompt (is it the same config?)"}
+            hit = self._lookup[prompt]
+            text = self.text(latent, hit[3])
+        if f.get("cache"):
+            self._cache[cache_key] = (text, rid)
+        return 200, {}, {"text": text, "model": echoed, "id": rid}
+
+
+def make_app(panel: SimPanel):
+    """The aiohttp application: POST /v1/chat/completions (OpenAI) and /v1/messages (Anthropic)."""
+    from aiohttp import web
+
+    async def handle(request: web.Request, protocol: str) -> web.Response:
+        try:
+            body = await request.json()
+        except Exception:
+            return web.json_response({"error": {"message": "invalid JSON"}}, status=400)
+        messages = body.get("messages") or []
+        prompt = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
+        if isinstance(prompt, list):
+            prompt = "".join(part.get("text", "") for part in prompt if isinstance(part, dict))
+        model = str(body.get("model", ""))
+        temperature = float(body.get("temperature", 1.0))
+        delay = panel.faults.get("latency_ms", 0.0)
+        if delay:
+            await asyncio.sleep(delay / 1000.0)
+        status, headers, out = panel.respond(prompt, model, temperature)
+        if status == -1:
+            await asyncio.sleep(panel.faults.get("timeout_s", 30.0))
+            return web.json_response({"error": {"message": "late"}}, status=504)
+        if status != 200:
+            return web.json_response({"error": {"message": out.get("error", ""), "type": "sim"}}, status=status,
+                                     headers=headers)
+        p_tok = max(1, len(prompt) // 4)
+        c_tok = max(1, len(out["text"]) // 4) if out["text"] else 0
+        if protocol == "anthropic":
+            return web.json_response({
+                "id": out["id"], "type": "message", "role": "assistant", "model": out["model"],
+                "content": [{"type": "text", "text": out["text"]}], "stop_reason": "end_turn",
+                "stop_sequence": None, "usage": {"input_tokens": p_tok, "output_tokens": c_tok}})
+        return web.json_response({
+            "id": out["id"], "object": "chat.completion", "created": int(time.time()), "model": out["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": out["text"]},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": p_tok, "completion_tokens": c_tok, "total_tokens": p_tok + c_tok}})
+
+    async def openai_route(request):
+        return await handle(request, "openai")
+
+    async def anthropic_route(request):
+        return await handle(request, "anthropic")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", openai_route)
+    app.router.add_post("/chat/completions", openai_route)
+    app.router.add_post("/v1/messages", anthropic_route)
+    return app
+
+
+def serve(panel: SimPanel, host: str = "127.0.0.1", port: int = 8765, ready=None) -> None:
+    """Run the server until interrupted (loopback by default)."""
+    from aiohttp import web
+
+    web.run_app(make_app(panel), host=host, port=port, print=ready, access_log=None, handle_signals=True)

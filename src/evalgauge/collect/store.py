@@ -1,0 +1,146 @@
+"""One SQLite database per run (WAL): one row per completed call, keyed by its facet levels.
+
+A call is written, in its own transaction, the moment it completes, so a crash,
+Ctrl-C or kill -9 loses no completed call; the unique key means a resumed run
+never records a call twice. Failed attempts (after retries) go to a separate
+table and are tried again on resume. No API key is ever stored.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import DataError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS run (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY, item TEXT, category TEXT, system TEXT, variant TEXT, temperature REAL, judge TEXT,
+    replicate INTEGER, position TEXT, prompt_hash TEXT, request TEXT, completion TEXT, score REAL,
+    parse_error TEXT, model TEXT, response_id TEXT, started_at REAL, finished_at REAL, latency_s REAL,
+    input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL
+);
+CREATE TABLE IF NOT EXISTS failures (key TEXT, attempts INTEGER, error TEXT, at REAL);
+"""
+
+FACETS = ("item", "category", "system", "variant", "temperature", "judge", "replicate", "position")
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    key: str
+    item: str
+    category: str | None
+    system: str | None
+    variant: str
+    temperature: float
+    judge: str
+    replicate: int
+    position: str | None
+    prompt_hash: str
+    request: str  # JSON of the request parameters (never a key)
+    completion: str | None
+    score: float | None
+    parse_error: str | None
+    model: str | None
+    response_id: str | None
+    started_at: float
+    finished_at: float
+    latency_s: float
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+class RunStore:
+    """The run database."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"{self.path}: not a usable run database ({exc}).") from None
+        cols = ", ".join(f.name for f in fields(CallRecord))
+        marks = ", ".join("?" for _ in fields(CallRecord))
+        self._insert = f"INSERT OR IGNORE INTO calls ({cols}) VALUES ({marks})"
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- metadata ------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM run WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO run (key, value) VALUES (?, ?)", (key, value))
+
+    # -- calls ----------------------------------------------------------------
+    def done_keys(self) -> set[str]:
+        return {k for (k,) in self.db.execute("SELECT key FROM calls")}
+
+    def record(self, call: CallRecord) -> bool:
+        """Write one completed call (its own transaction). False if its key was already there."""
+        cur = self.db.execute(self._insert, astuple(call))
+        return cur.rowcount == 1
+
+    def record_failure(self, key: str, attempts: int, error: str) -> None:
+        self.db.execute("INSERT INTO failures (key, attempts, error, at) VALUES (?, ?, ?, ?)",
+                        (key, attempts, error, time.time()))
+
+    def cost(self) -> float:
+        return float(self.db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()[0])
+
+    def count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def calls(self) -> pd.DataFrame:
+        return pd.read_sql_query("SELECT * FROM calls ORDER BY rowid", self.db)
+
+    def failures(self) -> pd.DataFrame:
+        return pd.read_sql_query("SELECT * FROM failures ORDER BY rowid", self.db)
+
+
+def judgments_from_run(path: str | Path) -> pd.DataFrame:
+    """The judgments table of a run database: facet columns with levels, and the score.
+
+    Columns that are constant or absent in the run (no systems, no positions)
+    are left out so the design can be inferred; replicate stays.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such run database.")
+    store = RunStore(path)
+    try:
+        calls = store.calls()
+    finally:
+        store.close()
+    if calls.empty:
+        raise DataError(f"{path}: the run database has no completed calls yet; run `evalgauge run CONFIG` first.")
+    out = {}
+    for col in FACETS:
+        values = calls[col]
+        if values.isna().all():
+            continue
+        if col != "replicate" and values.nunique(dropna=True) <= 1 and col not in ("judge", "item"):
+            continue
+        out[col] = values.astype(str) if col != "replicate" else values.astype(int)
+    frame = pd.DataFrame(out)
+    frame["score"] = calls["score"]
+    return frame
+
+
+def iter_rows(records: Iterable[CallRecord]):  # pragma: no cover - convenience for callers
+    for r in records:
+        yield astuple(r)

@@ -1,0 +1,97 @@
+"""The factorial of calls a run configuration asks for, and the prompts they send."""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..errors import DataError
+from .config import Item, RunConfig, Variant
+
+PLACEHOLDERS = {"item", "item_id", "category", "reference", "response", "system", "response_a", "response_b"}
+
+
+@dataclass(frozen=True)
+class Task:
+    key: str
+    item: Item
+    system: str | None
+    variant: Variant
+    temperature: float
+    judge: str
+    replicate: int
+    position: str | None  # pairwise: "AB" (the system first) or "BA" (the baseline first)
+    prompt: str
+
+    @property
+    def prompt_hash(self) -> str:
+        return prompt_hash(self.prompt)
+
+
+def prompt_hash(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode()).hexdigest()[:24]
+
+
+def check_templates(cfg: RunConfig) -> None:
+    """Every placeholder is known and has what it needs, before any call is made."""
+    for v in cfg.variants:
+        fields = {f for _, f, _, _ in string.Formatter().parse(v.template) if f}
+        unknown = fields - PLACEHOLDERS
+        if unknown:
+            raise DataError(f"{cfg.path}: variant '{v.id}' uses unknown placeholder(s) "
+                            f"{', '.join('{' + u + '}' for u in sorted(unknown))}; known: "
+                            f"{', '.join('{' + p + '}' for p in sorted(PLACEHOLDERS))}.")
+        if fields & {"response", "response_a", "response_b", "system"} and not cfg.systems:
+            raise DataError(f"{cfg.path}: variant '{v.id}' shows a response, so [data] needs a responses file.")
+        if cfg.pairwise and not {"response_a", "response_b"} <= fields:
+            raise DataError(f"{cfg.path}: pairwise variant '{v.id}' must show {{response_a}} and {{response_b}}.")
+
+
+def render(cfg: RunConfig, item: Item, system: str | None, variant: Variant, position: str | None) -> str:
+    values = {"item": item.text, "item_id": item.id, "category": item.category or "",
+              "reference": item.reference or "", "system": system or ""}
+    if system is not None:
+        values["response"] = cfg.responses.get((item.id, system), "")
+    if cfg.pairwise and system is not None:
+        mine = cfg.responses.get((item.id, system), "")
+        base = cfg.responses.get((item.id, cfg.baseline), "")
+        values["response_a"], values["response_b"] = (mine, base) if position == "AB" else (base, mine)
+    return variant.template.format_map(values)
+
+
+def build_tasks(cfg: RunConfig, skip: set[str] | None = None) -> Iterator[Task]:
+    """Every call of the factorial, lazily (memory stays flat), leaving out keys in ``skip``."""
+    check_templates(cfg)
+    skip = skip or set()
+    systems: tuple[str | None, ...] = cfg.systems if cfg.systems else (None,)
+    positions: tuple[str | None, ...] = ("AB", "BA") if cfg.pairwise else (None,)
+    for item in cfg.items:
+        for system in systems:
+            if system is not None and (item.id, system) not in cfg.responses:
+                continue  # no response from this system on this item: nothing to judge
+            for variant in cfg.variants:
+                for position in positions:
+                    prompt = None
+                    for temperature in cfg.temperatures:
+                        for judge in cfg.judges:
+                            for rep in range(1, cfg.replicates + 1):
+                                key = "|".join([item.id, system or "", variant.id, f"{temperature:g}", judge.name,
+                                                str(rep), position or ""])
+                                if key in skip:
+                                    continue
+                                if prompt is None:
+                                    prompt = render(cfg, item, system, variant, position)
+                                yield Task(key, item, system, variant, temperature, judge.name, rep, position,
+                                           prompt)
+
+
+def count_tasks(cfg: RunConfig) -> int:
+    systems = len(cfg.systems) or 1
+    if cfg.systems:
+        per_item = sum(1 for i in cfg.items for s in cfg.systems if (i.id, s) in cfg.responses)
+    else:
+        per_item = len(cfg.items) * systems
+    positions = 2 if cfg.pairwise else 1
+    return per_item * len(cfg.variants) * positions * len(cfg.temperatures) * len(cfg.judges) * cfg.replicates

@@ -1,0 +1,290 @@
+"""The collector against a real HTTP server on loopback (serve-sim, started as its own process)."""
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.collect.config import load_config
+from evalgauge.collect.diagnostics import diagnose
+from evalgauge.collect.parsers import parse_score
+from evalgauge.collect.runner import run
+from evalgauge.collect.store import RunStore
+from evalgauge.collect.tasks import count_tasks
+from evalgauge.errors import DataError
+from evalgauge.estimate import estimate_components
+
+KEY = "sk-test-SECRET-0123456789abcdef"
+TRUTH = {"item": 0.4, "system": 0.3, "judge": 0.2, "variant": 0.05, "system:item": 0.25, "item:judge": 0.1,
+         "system:judge": 0.05, "residual": 0.15}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(tmp: Path, port: int, *, mode="numeric", items=12, systems=4, reps=2, judges=3, provider="openai",
+                 extra_run="", timeout=10.0, in_flight=32) -> Path:
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"id": [f"q{i:02d}" for i in range(items)], "text": [f"Question {i}?" for i in range(items)]}) \
+        .to_csv(tmp / "items.csv", index=False)
+    rows = [(f"q{i:02d}", f"s{s}", f"Answer {s}-{i} {rng.integers(1000)}")
+            for i in range(items) for s in range(systems)]
+    pd.DataFrame(rows, columns=["item", "system", "response"]).to_csv(tmp / "responses.csv", index=False)
+    judge_blocks = "\n".join(textwrap.dedent(f"""
+        [[judges]]
+        name = "j{k}"
+        model = "sim-{k}"
+        provider = "{provider}"
+        base_url = "http://127.0.0.1:{port}{'' if provider == 'anthropic' else '/v1'}"
+        api_key_env = "SIM_KEY"
+        price_input_per_mtok = 1.0
+        price_output_per_mtok = 2.0
+        max_tokens = 16
+        """) for k in range(judges))
+    text = textwrap.dedent(f"""
+        [run]
+        name = "t"
+        replicates = {reps}
+        temperatures = [0.0]
+        in_flight = {in_flight}
+        timeout_s = {timeout}
+        max_retries = 8
+        {extra_run}
+
+        [data]
+        items = "items.csv"
+        responses = "responses.csv"
+
+        [scoring]
+        mode = "{mode}"
+
+        [[variants]]
+        id = "v1"
+        template = "Rate: {{item}} / {{response}}. Reply 'Score: N'."
+
+        [[variants]]
+        id = "v2"
+        template = "Grade strictly. Q: {{item}} A: {{response}}. 'Score: N'."
+        """) + judge_blocks
+    path = tmp / "run.toml"
+    path.write_text(text)
+    (tmp / "truth.json").write_text(json.dumps(TRUTH))
+    return path
+
+
+class Server:
+    def __init__(self, config: Path, port: int, *faults: str):
+        cmd = [sys.executable, "-m", "evalgauge.cli", "serve-sim", str(config), "--port", str(port),
+               "--components", str(config.parent / "truth.json"), "--seed", "7"]
+        for f in faults:
+            cmd += ["--fault", f]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"serve-sim did not start: {self.stop()}")
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            out, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+        return (out or "") + (err or "")
+
+
+@pytest.fixture
+def env_key(monkeypatch):
+    monkeypatch.setenv("SIM_KEY", KEY)
+
+
+def test_components_recovered_from_collected_data(tmp_path, env_key):
+    port = free_port()
+    config = write_config(tmp_path, port, items=16, systems=5, reps=2)
+    server = Server(config, port)
+    try:
+        cfg = load_config(config)
+        summary = run(cfg)
+    finally:
+        server.stop()
+    assert summary.completed == count_tasks(cfg) == 16 * 5 * 2 * 3 * 2 and summary.failed == 0
+    frame = pd.read_sql_query("SELECT * FROM calls", sqlite3.connect(cfg.database))
+    assert frame["score"].notna().all()
+    result = estimate_components(cfg.database, terms="system,item,judge,variant,item:system,item:judge,system:judge")
+    # each estimate within 4.5 of its standard errors of the server's true component
+    for name, truth in TRUTH.items():
+        ours = next(c for c in result.components if set(c.name.split(":")) == set(name.split(":")))
+        assert abs(ours.variance - truth) < 4.5 * ours.se + 1e-9, (name, ours.variance, ours.se, truth)
+
+
+def test_faults_are_survived_and_diagnosed(tmp_path, env_key):
+    port = free_port()
+    config = write_config(tmp_path, port, items=6, systems=3, reps=3, timeout=0.5)
+    server = Server(config, port, "rate_limit=0.1", "server_error=0.05", "timeout=0.02", "timeout_s=2",
+                    "empty=0.05", "garbage=0.05", "drift_after=150")
+    try:
+        cfg = load_config(config)
+        summary = run(cfg)
+    finally:
+        server.stop()
+    assert summary.failed == 0 and summary.retries > 0
+    store = RunStore(cfg.database)
+    calls = store.calls()
+    store.close()
+    assert len(calls) == count_tasks(cfg)
+    diag = diagnose(calls)
+    per = diag.per_judge.set_index("judge")
+    assert per["empty"].sum() > 0 and per["parse_failures"].sum() > per["empty"].sum()
+    assert diag.model_changes and any("snapshots" in w for w in diag.warnings)
+    assert set(calls.loc[calls["completion"] == "", "parse_error"]) == {"empty completion"}
+
+
+def test_cached_replicates_are_flagged(tmp_path, env_key):
+    port = free_port()
+    config = write_config(tmp_path, port, items=4, systems=2, reps=3, judges=2)
+    server = Server(config, port, "cache=1")
+    try:
+        cfg = load_config(config)
+        run(cfg)
+    finally:
+        server.stop()
+    store = RunStore(cfg.database)
+    diag = diagnose(store.calls())
+    store.close()
+    assert diag.cached_fraction == 1.0 and diag.repeated_response_ids > 0
+    assert any("replicate caching" in w for w in diag.warnings)
+
+
+def test_kill_9_then_resume_records_every_cell_once(tmp_path, env_key):
+    port = free_port()
+    config = write_config(tmp_path, port, items=10, systems=4, reps=3, in_flight=8)
+    server = Server(config, port, "latency_ms=8")
+    try:
+        cmd = [sys.executable, "-m", "evalgauge.cli", "run", str(config), "--no-progress"]
+        runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+        db = config.parent / "t.sqlite"
+        deadline = time.time() + 30
+        while time.time() < deadline:  # let it get part of the way
+            time.sleep(0.2)
+            if db.exists() and RunStore(db).count() > 100:
+                break
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+        partial = RunStore(db).count()
+        cfg = load_config(config)
+        assert 0 < partial < count_tasks(cfg)
+        summary = run(cfg)
+    finally:
+        server.stop()
+    assert summary.already_done == partial
+    con = sqlite3.connect(db)
+    n, distinct = con.execute("SELECT COUNT(*), COUNT(DISTINCT key) FROM calls").fetchone()
+    assert n == distinct == count_tasks(cfg)
+
+
+def test_api_key_never_leaks(tmp_path, env_key):
+    port = free_port()
+    config = write_config(tmp_path, port, items=4, systems=2, reps=2, judges=2)
+    server = Server(config, port, "server_error=0.3", "garbage=0.2")
+    try:
+        out = subprocess.run([sys.executable, "-m", "evalgauge.cli", "run", str(config), "--json", "-"],
+                             capture_output=True, text=True, env=os.environ.copy(), timeout=60)
+        # a non-retryable error path: a judge pointed at a path the server does not serve
+        bad = config.read_text().replace(f"127.0.0.1:{port}/v1", f"127.0.0.1:{port}/nope", 1)
+        (tmp_path / "bad.toml").write_text(bad.replace('name = "t"', 'name = "bad"'))
+        out_bad = subprocess.run([sys.executable, "-m", "evalgauge.cli", "run", str(tmp_path / "bad.toml")],
+                                 capture_output=True, text=True, env=os.environ.copy(), timeout=60)
+    finally:
+        server_log = server.stop()
+    assert out.returncode == 0, out.stderr
+    texts = [out.stdout, out.stderr, out_bad.stdout, out_bad.stderr, server_log]
+    for path in tmp_path.iterdir():
+        if path.suffix in (".sqlite", ".sqlite-wal", ".sqlite-shm") or path.name.endswith(("-wal", "-shm")):
+            texts.append(path.read_bytes().decode("latin-1"))
+    bad_store = RunStore(tmp_path / "bad.sqlite")
+    failures = bad_store.failures()
+    bad_store.close()
+    assert len(failures) > 0  # the failures were recorded, with their messages
+    texts += list(failures["error"])
+    assert not any(KEY in t for t in texts)
+
+
+def test_anthropic_protocol(tmp_path, env_key):
+    port = free_port()
+    config = write_config(tmp_path, port, items=3, systems=2, reps=1, judges=1, provider="anthropic")
+    server = Server(config, port)
+    try:
+        cfg = load_config(config)
+        summary = run(cfg)
+    finally:
+        server.stop()
+    assert summary.completed == count_tasks(cfg) and summary.failed == 0
+
+
+def test_budget_cap_stops_and_resume_finishes(tmp_path, env_key):
+    port = free_port()
+    config = write_config(tmp_path, port, items=6, systems=3, reps=2, extra_run="budget_usd = 0.0005")
+    server = Server(config, port)
+    try:
+        cfg = load_config(config)
+        first = run(cfg)
+        assert first.stopped_by_budget and first.completed < count_tasks(cfg)
+        assert first.cost_usd <= 0.0005 + 1e-9
+        rich_cfg = load_config(config)
+        object.__setattr__(rich_cfg, "budget_usd", 1.0)
+        second = run(rich_cfg)
+    finally:
+        server.stop()
+    assert second.already_done == first.completed
+    assert RunStore(cfg.database).count() == count_tasks(cfg)
+
+
+def test_config_errors(tmp_path, monkeypatch):
+    config = write_config(tmp_path, 1)
+    text = config.read_text()
+    (tmp_path / "k.toml").write_text(text.replace('api_key_env = "SIM_KEY"', 'api_key = "sk-x"', 1))
+    with pytest.raises(DataError, match="keys never go in the config"):
+        load_config(tmp_path / "k.toml")
+    (tmp_path / "m.toml").write_text(text.replace('mode = "numeric"', 'mode = "stars"'))
+    with pytest.raises(DataError, match="mode must be one of"):
+        load_config(tmp_path / "m.toml")
+    (tmp_path / "p.toml").write_text(text.replace("{{response}}", "{{answer}}").replace("{response}", "{answer}"))
+    monkeypatch.delenv("SIM_KEY", raising=False)
+    cfg = load_config(tmp_path / "p.toml")
+    with pytest.raises(DataError, match="unknown placeholder"):
+        run(cfg)
+    cfg = load_config(config)
+    with pytest.raises(DataError, match="SIM_KEY is not set"):
+        run(cfg)
+    out = CliRunner().invoke(main, ["run", str(tmp_path / "nope.toml")])
+    assert out.exit_code == 2 and "no such run configuration" in out.output
+
+
+@pytest.mark.parametrize("text,mode,expected", [
+    ("Score: 4", "likert", 4.0), ("I'd say 3/5 overall", "likert", 3.0), ("Rating = 7", "likert", None),
+    ("", "likert", None), ("Yes, it is unsafe.", "binary", 1.0), ("no", "binary", 0.0),
+    ("[[B]]", "pairwise", 0.0), ("Output (a) is better", "pairwise", 1.0), ("tie", "pairwise", 0.5),
+    ("The answer is C.", "choice", 2.0), ("value 0.25 then 0.5", "numeric", 0.5), ("n/a", "numeric", None),
+])
+def test_parsers(text, mode, expected):
+    score, error = parse_score(text, mode)
+    assert score == expected and (error is None) == (expected is not None)
