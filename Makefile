@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_anova.py
 	$(BIN)/python bench/bench_reml.py
 	$(BIN)/python bench/bench_dstudy.py
+	$(BIN)/python bench/bench_collector.py
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

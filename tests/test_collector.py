@@ -288,3 +288,56 @@ def test_config_errors(tmp_path, monkeypatch):
 def test_parsers(text, mode, expected):
     score, error = parse_score(text, mode)
     assert score == expected and (error is None) == (expected is not None)
+
+
+@pytest.mark.parametrize("mode", ["likert", "binary", "pairwise", "choice"])
+def test_scoring_modes_end_to_end(tmp_path, env_key, mode):
+    port = free_port()
+    config = write_config(tmp_path, port, mode=mode, items=4, systems=3, reps=1, judges=2)
+    if mode == "pairwise":
+        text = config.read_text().replace('mode = "pairwise"', 'mode = "pairwise"\nbaseline = "s0"')
+        text = text.replace("{item} / {response}", "{item} / A: {response_a} B: {response_b}")
+        text = text.replace("Q: {item} A: {response}", "Q: {item} A: {response_a} B: {response_b}")
+        config.write_text(text)
+    server = Server(config, port)
+    try:
+        cfg = load_config(config)
+        summary = run(cfg)
+    finally:
+        server.stop()
+    assert summary.failed == 0 and summary.completed == count_tasks(cfg)
+    frame = pd.read_sql_query("SELECT * FROM calls", sqlite3.connect(cfg.database))
+    assert frame["score"].notna().all()
+    if mode == "pairwise":
+        assert set(frame["position"]) == {"AB", "BA"} and set(frame["system"]) == {"s1", "s2"}
+        assert set(frame["score"]) <= {0.0, 1.0}
+    if mode == "likert":
+        assert frame["score"].between(1, 5).all()
+
+
+def test_example_configs_load():
+    root = Path(__file__).resolve().parents[1] / "examples"
+    for path in sorted(root.glob("*/run.toml")):
+        cfg = load_config(path)
+        assert cfg.judges and cfg.variants and cfg.items, path
+        assert count_tasks(cfg) > 0
+
+
+def test_export_and_shared_limiter(tmp_path, env_key):
+    port = free_port()
+    config = write_config(tmp_path, port, items=3, systems=2, reps=1, judges=2)
+    server = Server(config, port)
+    try:
+        cfg = load_config(config)
+        run(cfg)
+    finally:
+        server.stop()
+    out = CliRunner().invoke(main, ["export", str(cfg.database), "--format", "parquet"])
+    assert out.exit_code == 0
+    exported = pd.read_parquet(cfg.database.with_suffix(".parquet"))
+    assert len(exported) == count_tasks(cfg) and "completion" in exported
+    judg = CliRunner().invoke(main, ["export", str(cfg.database), "--judgments", "-o", str(tmp_path / "j.csv")])
+    assert judg.exit_code == 0 and set(pd.read_csv(tmp_path / "j.csv").columns) >= {"item", "judge", "score"}
+    from evalgauge.collect.runner import _limiters
+    limiters = _limiters(cfg.judges)
+    assert limiters["j0"] is limiters["j1"]  # same endpoint and key: one account's limits

@@ -94,7 +94,7 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
     judges = {j.name: j for j in cfg.judges}
     providers = providers or {j.name: make_provider(j, cfg.timeout_s) for j in cfg.judges}
     secrets = _secrets(cfg)
-    limiters = {j.name: RateLimiter(j.rpm, j.tpm) for j in cfg.judges}
+    limiters = _limiters(cfg.judges)
     tasks = build_tasks(cfg, skip=done)
     queue_lock = asyncio.Lock()
     start = time.monotonic()
@@ -150,6 +150,21 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
         summary.notes.append(f"stopped at the budget cap of ${cfg.budget_usd:g}; run again with a larger "
                              "budget_usd to finish (completed calls are kept).")
     return summary
+
+
+def _limiters(judges) -> dict[str, RateLimiter]:
+    """One limiter per provider account: judges on the same endpoint and key share its limits (the tightest)."""
+    groups: dict[tuple, list[Judge]] = {}
+    for j in judges:
+        groups.setdefault((j.provider, j.base_url, j.api_key_env), []).append(j)
+    out = {}
+    for members in groups.values():
+        rpm = min((j.rpm for j in members if j.rpm), default=None)
+        tpm = min((j.tpm for j in members if j.tpm), default=None)
+        shared = RateLimiter(rpm, tpm)
+        for j in members:
+            out[j.name] = shared
+    return out
 
 
 def _secrets(cfg: RunConfig) -> list[str]:
