@@ -341,3 +341,36 @@ def test_export_and_shared_limiter(tmp_path, env_key):
     from evalgauge.collect.runner import _limiters
     limiters = _limiters(cfg.judges)
     assert limiters["j0"] is limiters["j1"]  # same endpoint and key: one account's limits
+
+
+def test_systems_generate_then_judges_score(tmp_path, env_key):
+    port = free_port()
+    config = write_config(tmp_path, port, items=4, systems=2, reps=1, judges=2)
+    text = config.read_text().replace('responses = "responses.csv"\n', "")
+    text += "".join(textwrap.dedent(f"""
+        [[systems]]
+        name = "sut{k}"
+        model = "gen-{k}"
+        base_url = "http://127.0.0.1:{port}/v1"
+        api_key_env = "SIM_KEY"
+        price_output_per_mtok = 1.0
+        max_tokens = 64
+        """) for k in range(3))
+    text += '\n[generation]\ntemplate = "Answer briefly: {item}"\n'
+    config.write_text(text)
+    server = Server(config, port)
+    try:
+        cfg = load_config(config)
+        assert cfg.systems == ("sut0", "sut1", "sut2") and count_tasks(cfg) == 4 * 3 * 2 * 2
+        first = run(cfg)
+        again = run(load_config(config))
+    finally:
+        server.stop()
+    assert first.generated == 12 and first.completed == count_tasks(cfg) and first.failed == 0
+    assert again.generated == 0 and again.completed == 0 and again.already_done == count_tasks(cfg)
+    store = RunStore(cfg.database)
+    responses = store.responses()
+    calls = store.calls()
+    store.close()
+    assert len(responses) == 12 and responses[("q00", "sut1")] == "Simulated answer of sut1 to item q00."
+    assert calls["score"].notna().all() and set(calls["system"]) == {"sut0", "sut1", "sut2"}

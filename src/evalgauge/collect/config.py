@@ -74,6 +74,10 @@ class RunConfig:
     max_retries: int = 6
     seed: int = 0
     system_prompt: str | None = None
+    #: systems under test that generate the responses first ([[systems]]), instead of a responses file
+    generators: tuple[Judge, ...] = ()
+    generation_template: str = "{item}"
+    generation_temperature: float = 0.0
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -88,6 +92,8 @@ class RunConfig:
             "judges": [{"name": j.name, "model": j.model, "max_tokens": j.max_tokens} for j in self.judges],
             "temperatures": list(self.temperatures), "mode": self.mode, "baseline": self.baseline,
             "system_prompt": self.system_prompt,
+            "generators": [{"name": g.name, "model": g.model, "max_tokens": g.max_tokens} for g in self.generators],
+            "generation": [self.generation_template, self.generation_temperature],
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -114,8 +120,14 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
                         "(and optionally category, reference).")
     items = _read_items(where / data["items"])
     responses, systems = {}, ()
+    generators = tuple(_judge(g, k, path, base_url, "[[systems]]") for k, g in enumerate(raw.get("systems", [])))
+    if "responses" in data and generators:
+        raise DataError(f"{path}: give either [data] responses (a file) or [[systems]] that generate them, not both.")
     if "responses" in data:
         responses, systems = _read_responses(where / data["responses"], {i.id for i in items})
+    elif generators:
+        systems = tuple(g.name for g in generators)
+    generation = raw.get("generation", {})
     baseline = scoring.get("baseline")
     if mode == "pairwise":
         if not baseline or baseline not in systems:
@@ -126,22 +138,7 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
                      for k, v in enumerate(raw.get("variants", [])))
     if not variants:
         raise DataError(f"{path}: at least one [[variants]] with a template is needed.")
-    judges = []
-    for k, j in enumerate(raw.get("judges", [])):
-        where_j = f"[[judges]] #{k + 1}"
-        judge = Judge(
-            name=str(j.get("name", j.get("model", f"judge{k + 1}"))), model=_need(j, "model", path, where_j),
-            provider=j.get("provider", "openai"), base_url=base_url or j.get("base_url"),
-            api_key_env=j.get("api_key_env"), price_input_per_mtok=float(j.get("price_input_per_mtok", 0.0)),
-            price_output_per_mtok=float(j.get("price_output_per_mtok", 0.0)),
-            max_tokens=int(j.get("max_tokens", 64)), rpm=j.get("rpm"), tpm=j.get("tpm"))
-        if judge.provider not in ("openai", "anthropic"):
-            raise DataError(f"{path}: {where_j}: provider must be 'openai' (any OpenAI-compatible endpoint) or "
-                            f"'anthropic', not '{judge.provider}'.")
-        if "api_key" in j:
-            raise DataError(f"{path}: {where_j} holds an api_key: keys never go in the config. Put the key in an "
-                            "environment variable and name it with api_key_env.")
-        judges.append(judge)
+    judges = [_judge(j, k, path, base_url, "[[judges]]") for k, j in enumerate(raw.get("judges", []))]
     if not judges:
         raise DataError(f"{path}: at least one [[judges]] is needed.")
     if len({j.name for j in judges}) != len(judges):
@@ -162,8 +159,29 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
         choices=str(scoring.get("choices", "ABCD")), baseline=baseline,
         budget_usd=float(run.get("budget_usd", math.inf)), in_flight=int(run.get("in_flight", 32)),
         timeout_s=float(run.get("timeout_s", 60.0)), max_retries=int(run.get("max_retries", 6)),
-        seed=int(run.get("seed", 0)), system_prompt=raw.get("system_prompt"), notes=tuple(notes),
+        seed=int(run.get("seed", 0)), system_prompt=raw.get("system_prompt"), generators=generators,
+        generation_template=str(generation.get("template", "{item}")),
+        generation_temperature=float(generation.get("temperature", 0.0)), notes=tuple(notes),
     )
+
+
+def _judge(j: dict, k: int, path: Path, base_url: str | None, table: str) -> Judge:
+    """A judge (or a generating system) from its TOML table; never a key."""
+    where = f"{table} #{k + 1}"
+    judge = Judge(
+        name=str(j.get("name", j.get("model", f"judge{k + 1}"))), model=_need(j, "model", path, where),
+        provider=j.get("provider", "openai"), base_url=base_url or j.get("base_url"),
+        api_key_env=j.get("api_key_env"), price_input_per_mtok=float(j.get("price_input_per_mtok", 0.0)),
+        price_output_per_mtok=float(j.get("price_output_per_mtok", 0.0)),
+        max_tokens=int(j.get("max_tokens", 64 if table == "[[judges]]" else 512)), rpm=j.get("rpm"),
+        tpm=j.get("tpm"))
+    if judge.provider not in ("openai", "anthropic"):
+        raise DataError(f"{path}: {where}: provider must be 'openai' (any OpenAI-compatible endpoint) or "
+                        f"'anthropic', not '{judge.provider}'.")
+    if "api_key" in j:
+        raise DataError(f"{path}: {where} holds an api_key: keys never go in the config. Put the key in an "
+                        "environment variable and name it with api_key_env.")
+    return judge
 
 
 def _need(table: dict, key: str, path: Path, where: str) -> str:

@@ -8,14 +8,14 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import DataError
 from .config import Judge, RunConfig
 from .parsers import parse_score
 from .providers import ProviderError, make_provider
 from .store import CallRecord, RunStore
-from .tasks import Task, build_tasks, check_templates, count_tasks
+from .tasks import Task, build_tasks, check_templates, count_tasks, generation_prompt, prompt_hash
 
 
 class RateLimiter:
@@ -57,6 +57,7 @@ class RunSummary:
     planned: int
     already_done: int
     completed: int = 0
+    generated: int = 0
     failed: int = 0
     retries: int = 0
     cost_usd: float = 0.0
@@ -91,9 +92,20 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
     done = store.done_keys()
     planned = count_tasks(cfg)
     summary = RunSummary(planned=planned, already_done=len(done), cost_usd=store.cost())
+    secrets = _secrets(cfg)
+    if cfg.generators:
+        try:
+            await _generate(cfg, store, summary, secrets)
+        except BaseException:
+            store.close()
+            raise
+        cfg = replace(cfg, responses=store.responses())
+        if summary.stopped_by_budget:
+            store.close()
+            summary.notes.append(f"stopped at the budget cap of ${cfg.budget_usd:g} while generating responses.")
+            return summary
     judges = {j.name: j for j in cfg.judges}
     providers = providers or {j.name: make_provider(j, cfg.timeout_s) for j in cfg.judges}
-    secrets = _secrets(cfg)
     limiters = _limiters(cfg.judges)
     tasks = build_tasks(cfg, skip=done)
     queue_lock = asyncio.Lock()
@@ -170,20 +182,23 @@ def _limiters(judges) -> dict[str, RateLimiter]:
 def _secrets(cfg: RunConfig) -> list[str]:
     import os
 
-    return [os.environ.get(j.api_key_env, "") for j in cfg.judges if j.api_key_env]
+    return [os.environ.get(j.api_key_env, "") for j in (*cfg.judges, *cfg.generators) if j.api_key_env]
 
 
-async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, task: Task, secrets: list[str]):
-    """One call with retries: exponential backoff with full jitter, at least the server's Retry-After."""
+async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, prompt: str, system_prompt,
+                   temperature: float, secrets: list[str]):
+    """One request with retries: exponential backoff with full jitter, at least the server's Retry-After.
+
+    Returns (completion or None, started, latency, attempts, error)."""
     attempts = 0
     last_error = ""
     while attempts <= cfg.max_retries:
         attempts += 1
-        await limiter.acquire(len(task.prompt) // 4 + judge.max_tokens)
+        await limiter.acquire(len(prompt) // 4 + judge.max_tokens)
         started = time.time()
         t0 = time.monotonic()
         try:
-            completion = await provider.complete(task.prompt, cfg.system_prompt, task.temperature)
+            completion = await provider.complete(prompt, system_prompt, temperature)
         except ProviderError as exc:
             last_error = _redact(str(exc), secrets)
             if not exc.retryable:
@@ -196,24 +211,77 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
         except Exception as exc:  # an unexpected client error: record it, keep the run going
             last_error = _redact(f"{type(exc).__name__}: {exc}", secrets)
             break
-        latency = time.monotonic() - t0
-        score, parse_error = parse_score(completion.text, cfg.mode, scale_max=cfg.scale_max,
-                                         scale_min=cfg.scale_min, choices=cfg.choices)
-        if score is not None and cfg.pairwise and task.position == "BA":
-            score = 1.0 - score  # the system was presented second: its win is a "B"
-        request = json.dumps({"model": judge.model, "temperature": task.temperature,
-                              "max_tokens": judge.max_tokens, "provider": judge.provider,
-                              "base_url": judge.base_url, "system_prompt": bool(cfg.system_prompt)})
-        record = CallRecord(
-            key=task.key, item=task.item.id, category=task.item.category, system=task.system,
-            variant=task.variant.id, temperature=task.temperature, judge=task.judge, replicate=task.replicate,
-            position=task.position, prompt_hash=task.prompt_hash, request=request, completion=completion.text,
-            score=score, parse_error=parse_error, model=completion.model, response_id=completion.response_id,
-            started_at=started, finished_at=time.time(), latency_s=latency,
-            input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
-            cost_usd=judge.price(completion.input_tokens, completion.output_tokens))
-        return record, None, attempts
-    return None, last_error or "failed", attempts
+        return completion, started, time.monotonic() - t0, attempts, None
+    return None, 0.0, 0.0, attempts, last_error or "failed"
+
+
+async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, task: Task, secrets: list[str]):
+    """One judge call, parsed and priced, as a record for the store (or the error after retries)."""
+    completion, started, latency, attempts, error = await _attempt(
+        cfg, judge, provider, limiter, task.prompt, cfg.system_prompt, task.temperature, secrets)
+    if completion is None:
+        return None, error, attempts
+    score, parse_error = parse_score(completion.text, cfg.mode, scale_max=cfg.scale_max, scale_min=cfg.scale_min,
+                                     choices=cfg.choices)
+    if score is not None and cfg.pairwise and task.position == "BA":
+        score = 1.0 - score  # the system was presented second: its win is a "B"
+    request = json.dumps({"model": judge.model, "temperature": task.temperature, "max_tokens": judge.max_tokens,
+                          "provider": judge.provider, "base_url": judge.base_url,
+                          "system_prompt": bool(cfg.system_prompt)})
+    record = CallRecord(
+        key=task.key, item=task.item.id, category=task.item.category, system=task.system,
+        variant=task.variant.id, temperature=task.temperature, judge=task.judge, replicate=task.replicate,
+        position=task.position, prompt_hash=task.prompt_hash, request=request, completion=completion.text,
+        score=score, parse_error=parse_error, model=completion.model, response_id=completion.response_id,
+        started_at=started, finished_at=time.time(), latency_s=latency,
+        input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
+        cost_usd=judge.price(completion.input_tokens, completion.output_tokens))
+    return record, None, attempts
+
+
+async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secrets: list[str]) -> None:
+    """Phase one with [[systems]]: each system answers each item once (resumable, within the budget)."""
+    done = store.done_generations()
+    todo = [(item, g) for item in cfg.items for g in cfg.generators if f"{item.id}|{g.name}" not in done]
+    if not todo:
+        return
+    providers = {g.name: make_provider(g, cfg.timeout_s) for g in cfg.generators}
+    limiters = _limiters(cfg.generators)
+    it = iter(todo)
+    reserved = {"usd": 0.0}
+
+    async def worker():
+        for item, gen in it:
+            prompt = generation_prompt(cfg, item)
+            worst = gen.price(len(prompt) // 2 + 16, gen.max_tokens)
+            if summary.cost_usd + reserved["usd"] + worst > cfg.budget_usd:
+                summary.stopped_by_budget = True
+                return
+            reserved["usd"] += worst
+            try:
+                completion, started, latency, attempts, error = await _attempt(
+                    cfg, gen, providers[gen.name], limiters[gen.name], prompt, None, cfg.generation_temperature,
+                    secrets)
+            finally:
+                reserved["usd"] -= worst
+            summary.retries += attempts - 1
+            key = f"{item.id}|{gen.name}"
+            if completion is None:
+                store.record_failure(f"generate|{key}", attempts, error)
+                summary.failed += 1
+                continue
+            cost = gen.price(completion.input_tokens, completion.output_tokens)
+            store.record_response((key, item.id, gen.name, prompt_hash(prompt), completion.text, completion.model,
+                                   completion.response_id, started, time.time(), latency, completion.input_tokens,
+                                   completion.output_tokens, cost))
+            summary.cost_usd += cost
+            summary.generated += 1
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(max(1, cfg.in_flight))))
+    finally:
+        for p in providers.values():
+            await p.close()
 
 
 def run(cfg: RunConfig, **kw) -> RunSummary:

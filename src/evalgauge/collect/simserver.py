@@ -48,6 +48,19 @@ class SimPanel:
 
     def __post_init__(self) -> None:
         self._lookup: dict[str, tuple] = {}
+        self._generated: dict[str, str] = {}
+        if self.cfg.generators:  # systems that generate: answers are deterministic, so prompts are known
+            from dataclasses import replace
+
+            from .tasks import generation_prompt
+
+            answers = {}
+            for item in self.cfg.items:
+                for g in self.cfg.generators:
+                    text = f"Simulated answer of {g.name} to item {item.id}."
+                    answers[(item.id, g.name)] = text
+                    self._generated[f"{g.model}|{generation_prompt(self.cfg, item)}"] = text
+            self.cfg = replace(self.cfg, responses=answers)
         systems = self.cfg.systems or (None,)
         positions = ("AB", "BA") if self.cfg.pairwise else (None,)
         for item in self.cfg.items:
@@ -118,6 +131,9 @@ class SimPanel:
         echoed = model
         if f.get("drift_after") and self.calls > f["drift_after"]:
             echoed = f"{model}-2026-snapshot-b"
+        generated = self._generated.get(f"{model}|{prompt}")
+        if generated is not None:
+            return 200, {}, {"text": generated, "model": echoed, "id": f"sim-gen-{self.calls}"}
         cache_key = hashlib.sha256(f"{model}|{temperature}|{prompt}".encode()).hexdigest()
         if f.get("cache") and cache_key in self._cache:
             text, rid = self._cache[cache_key]

@@ -27,6 +27,10 @@ CREATE TABLE IF NOT EXISTS calls (
     input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL
 );
 CREATE TABLE IF NOT EXISTS failures (key TEXT, attempts INTEGER, error TEXT, at REAL);
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY, item TEXT, system TEXT, prompt_hash TEXT, response TEXT, model TEXT, response_id TEXT,
+    started_at REAL, finished_at REAL, latency_s REAL, input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL
+);
 """
 
 FACETS = ("item", "category", "system", "variant", "temperature", "judge", "replicate", "position")
@@ -100,7 +104,21 @@ class RunStore:
                         (key, attempts, error, time.time()))
 
     def cost(self) -> float:
-        return float(self.db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()[0])
+        """Money spent so far: judge calls and generated responses."""
+        calls = self.db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()[0]
+        gen = self.db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM responses").fetchone()[0]
+        return float(calls) + float(gen)
+
+    def record_response(self, row: tuple) -> bool:
+        cur = self.db.execute("INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+        return cur.rowcount == 1
+
+    def responses(self) -> dict[tuple[str, str], str]:
+        rows = self.db.execute("SELECT item, system, response FROM responses WHERE response IS NOT NULL")
+        return {(i, s): r for i, s, r in rows}
+
+    def done_generations(self) -> set[str]:
+        return {k for (k,) in self.db.execute("SELECT key FROM responses")}
 
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])

@@ -87,9 +87,18 @@ def build_tasks(cfg: RunConfig, skip: set[str] | None = None) -> Iterator[Task]:
                                            prompt)
 
 
+def generation_prompt(cfg: RunConfig, item: Item) -> str:
+    """The prompt a generating system answers (``[generation] template``, default the item itself)."""
+    return cfg.generation_template.format_map({"item": item.text, "item_id": item.id,
+                                               "category": item.category or "", "reference": item.reference or ""})
+
+
 def count_tasks(cfg: RunConfig) -> int:
     systems = len(cfg.systems) or 1
-    if cfg.systems:
+    if cfg.generators:
+        judged = len(cfg.generators) - (1 if cfg.pairwise else 0)
+        per_item = len(cfg.items) * judged
+    elif cfg.systems:
         per_item = sum(1 for i in cfg.items for s in cfg.systems if (i.id, s) in cfg.responses)
     else:
         per_item = len(cfg.items) * systems
