@@ -13,9 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	@mkdir -p demo-output
-	$(BIN)/evalgauge simulate sizing --out demo-output/sizing.csv --seed 1
-	$(BIN)/evalgauge components demo-output/sizing.csv --json demo-output/components.json
+	bash examples/demo.sh
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -399,6 +399,69 @@ def _print_plan(out: dict, console: Console) -> None:
                       f"(E[max of {g['k']} normals] x sigma_pipeline {g['sigma_pipeline']:.4g}; TEE 4.4).")
 
 
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@design_options
+@click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
+@click.option("--formula", help="An lme4-style model (REML).")
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty (run databases: always).")
+@click.option("--target-erho2", type=float, default=0.8, show_default=True, help="Target for judges needed.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=str),
+              help="Write one self-contained HTML report here.")
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write everything as JSON ('-' for stdout only).")
+@user_errors
+def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
+            target_erho2, report_path, json_out) -> None:
+    """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change."""
+    from .report import analyze as run_analysis
+    from .report.html import write_report
+
+    _check_supported(data)
+    design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    result = run_analysis(data, design, method=method, formula=formula, drop_missing=drop_missing or None,
+                          target_erho2=target_erho2)
+    payload = result.to_dict()
+
+    def show(c):
+        print_components(result.components, c)
+        if result.ceiling:
+            req = result.judges_needed
+            c.print(f"Comparing {result.components.object}s: E rho^2 {result.projection.erho2:.3f}, MDD95 "
+                    f"{result.projection.mdd95:.4g} at this design; single-{result.ceiling.facet} ceiling "
+                    f"{result.ceiling.erho2:.3f} (MDD floor {result.ceiling.mdd95:.4g}); for E rho^2 "
+                    f"{req.target:g}: {req}.")
+        inter = Table(title="Single-factor interventions (% change)")
+        for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
+            inter.add_column(col, justify="left" if col == "intervention" else "right")
+        for r in result.interventions.to_dict(orient="records"):
+            inter.add_row(r["intervention"], _num(r["pct_change_var_abs"], "+.1f"),
+                          _num(r["pct_change_sigma2_delta"], "+.1f"))
+        c.print(inter)
+        for w in (result.diagnostics or {}).get("warnings", []):
+            c.print(Text("warning: ", style="bold yellow") + Text(w))
+        missing = [i for i in result.checklist if not i["met"]]
+        c.print(f"Reporting checklist (TEE Table 15): {len(result.checklist) - len(missing)} of "
+                f"{len(result.checklist)} met" + (f"; missing: {', '.join(i['item'] for i in missing)}."
+                                                   if missing else "."))
+        if report_path:
+            c.print(f"Report written to {Path(report_path).resolve()}")
+
+    if report_path:
+        write_report(result, report_path)
+    _emit(payload, json_out, show)
+
+
+def _check_supported(data: str) -> None:
+    from .data import SUPPORTED_SUFFIXES
+
+    suffix = Path(data).suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise EvalGaugeError(
+            f"{data}: analyze reads CSV, TSV, Parquet, JSONL and run databases (.sqlite); '{suffix or 'no suffix'}' "
+            "is none of these. Export your judgments to one of them (one row per judgment, a column per facet "
+            "and a score column).")
+
+
 @main.command(name="run")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--base-url", help="Send every judge's calls to this OpenAI-compatible endpoint (e.g. serve-sim).")

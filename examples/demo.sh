@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# make demo: collect a small factorial from serve-sim through the real collector, analyse it, then
+# analyse a bundled real dataset (AlpacaEval 2, 5 systems x 805 items x 2 judges) into report.html.
+set -euo pipefail
+BIN=.venv/bin
+OUT=demo-output
+mkdir -p "$OUT"
+rm -f "$OUT"/sim-demo.sqlite*
+PORT=$($BIN/python -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+$BIN/evalgauge serve-sim examples/sim/run.toml --port "$PORT" > "$OUT/serve-sim.log" 2>&1 &
+SIM=$!
+trap 'kill $SIM 2>/dev/null || true' EXIT
+$BIN/python - "$PORT" <<'PY'
+import socket, sys, time
+for _ in range(200):
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", int(sys.argv[1]))) == 0:
+            sys.exit(0)
+    time.sleep(0.05)
+sys.exit("serve-sim did not start")
+PY
+echo "== 1. a 1,152-call factorial against the simulated judge panel (serve-sim on port $PORT)"
+$BIN/evalgauge run examples/sim/run.toml --base-url "http://127.0.0.1:$PORT/v1" --database "$OUT/sim-demo.sqlite" \
+    --no-progress
+echo "== 2. analyse the collected run"
+$BIN/evalgauge analyze "$OUT/sim-demo.sqlite" \
+    --terms system,item,judge,variant,item:system,item:judge,system:judge --report "$OUT/sim-report.html"
+echo "== 3. analyse real AlpacaEval 2 judgments (examples/alpacaeval)"
+$BIN/evalgauge analyze examples/alpacaeval/alpacaeval_5x805x2.csv --drop-missing --report "$OUT/report.html" \
+    --json "$OUT/report.json"
+echo
+echo "Report: $(pwd)/$OUT/report.html  (and $(pwd)/$OUT/sim-report.html for the simulated run)"

@@ -1,0 +1,223 @@
+"""Everything `evalgauge analyze` reports, computed once: components, intervals, D-study, checklist.
+
+Reads the data (any judgments file or a run database), infers or takes the
+design, fits (auto: ANOVA on a complete balanced block, REML otherwise) and
+derives what a reader needs: theta-hat's full CI beside the naive one, the
+shares of Var(theta-hat), the single-judge ceiling, MDD and judges needed when
+systems are compared, ranked interventions, the collector's integrity
+warnings, and TEE's three-tier reporting checklist (Table 15).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import dstudy
+from ..components import VarianceComponents
+from ..data import read_judgments
+from ..design import Design, infer_design
+from ..errors import DesignError
+from ..estimate import estimate_components
+from ..inference import ThetaInterval, theta_interval
+
+JUDGE_NAMES = ("judge", "annotator", "rater")
+ITEM_NAMES = ("item", "question_id", "doc_id", "instruction_id")
+
+
+@dataclass
+class Analysis:
+    source: str
+    components: VarianceComponents
+    theta: ThetaInterval | None
+    projection: dstudy.Projection
+    interventions: pd.DataFrame
+    judge_facet: str | None
+    item_facet: str | None
+    ceiling: dstudy.Ceiling | None = None
+    judges_needed: dstudy.Requirement | None = None
+    diagnostics: dict | None = None
+    run_meta: dict = field(default_factory=dict)
+    checklist: list[dict] = field(default_factory=list)
+    curves: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = {
+            "source": self.source,
+            "components": self.components.to_dict(),
+            "theta": self.theta.to_dict() if self.theta else None,
+            "var_theta_shares": self.projection.shares(),
+            "design": self.projection.to_dict(),
+            "interventions": _records(self.interventions),
+            "checklist": self.checklist,
+        }
+        if self.ceiling:
+            out["ceiling"] = {"facet": self.ceiling.facet, "erho2": self.ceiling.erho2,
+                              "mdd_floor": self.ceiling.mdd95}
+            out["mdd95"] = self.projection.mdd95
+            out["erho2"] = self.projection.erho2
+        if self.judges_needed:
+            req = self.judges_needed
+            out["judges_needed"] = {"target_erho2": req.target, "count": req.count, "reachable": req.reachable,
+                                    "limit": req.limit, "text": str(req)}
+        if self.diagnostics:
+            out["diagnostics"] = self.diagnostics
+        return _clean(out)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    return [dict(r) for r in frame.to_dict(orient="records")]
+
+
+def _clean(value):
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def analyze(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
+            drop_missing: bool | None = None, target_erho2: float = 0.8, **design_options) -> Analysis:
+    """Fit and derive everything the analysis reports. ``data`` is a path, frame or run database."""
+    path = Path(data) if isinstance(data, (str, Path)) else None
+    is_run = path is not None and path.suffix.lower() in (".sqlite", ".db")
+    judgments = read_judgments(data)
+    diagnostics, run_meta = None, {}
+    if is_run:
+        diagnostics, run_meta = _run_info(path)
+        drop_missing = True if drop_missing is None else drop_missing  # failed parses are in the diagnostics
+    if formula is None and design is None:
+        design = infer_design(judgments, **design_options)
+    vc = estimate_components(judgments, design, method=method, formula=formula, drop_missing=bool(drop_missing))
+    if not any(c.kind != "residual" for c in vc.components):
+        raise DesignError(f"{judgments.source}: nothing to estimate besides the residual.")
+    levels = vc.levels
+    judge = next((f for f in levels if f in JUDGE_NAMES), None)
+    item = next((f for f in levels if f in ITEM_NAMES), None)
+    projection = dstudy.project(vc)
+    try:
+        theta = theta_interval(vc)
+    except DesignError:
+        theta = None
+    result = Analysis(judgments.source, vc, theta, projection, dstudy.interventions(vc), judge, item,
+                      diagnostics=diagnostics, run_meta=run_meta)
+    if vc.object and judge and judge != vc.object:
+        result.ceiling = dstudy.ceiling(vc, judge, 1)
+        result.judges_needed = dstudy.needed(vc, judge, target_erho2)
+    result.checklist = checklist(vc, run_meta, diagnostics)
+    result.curves = _curves(vc, judge, item, theta)
+    return result
+
+
+def _run_info(path: Path) -> tuple[dict, dict]:
+    from ..collect.diagnostics import diagnose
+    from ..collect.store import RunStore
+
+    store = RunStore(path)
+    try:
+        calls = store.calls()
+        meta = {k: store.get_meta(k) for k in ("config", "mode", "fingerprint")}
+    finally:
+        store.close()
+    diag = diagnose(calls).to_dict()
+    meta["models"] = sorted(calls["model"].dropna().astype(str).unique())
+    meta["first_call"] = float(calls["started_at"].min()) if len(calls) else None
+    meta["temperatures"] = sorted(calls["temperature"].dropna().unique().tolist())
+    meta["replicates"] = int(calls["replicate"].max()) if len(calls) else 0
+    config = meta.get("config")
+    if config and Path(config).exists():
+        try:
+            from ..collect.config import load_config
+
+            cfg = load_config(config)
+            meta["variants"] = [{"id": v.id, "template": v.template} for v in cfg.variants]
+            meta["system_prompt"] = cfg.system_prompt
+            meta["judges"] = [{"name": j.name, "model": j.model, "provider": j.provider} for j in cfg.judges]
+        except Exception:  # the report still works without the configuration
+            pass
+    return diag, meta
+
+
+def checklist(vc: VarianceComponents, meta: dict, diagnostics: dict | None) -> list[dict]:
+    """TEE Table 15's three tiers, each item met or missing from what the data and run record show."""
+    levels = vc.levels
+    variants = next((f for f in levels if f in ("variant", "prompt_variant", "prompt")), None)
+    judge = next((f for f in levels if f in JUDGE_NAMES), None)
+    n_var = levels.get(variants, 1) if variants else 1
+    items = []
+
+    def add(tier, name, met, evidence, todo):
+        items.append({"tier": tier, "item": name, "met": bool(met), "evidence": evidence if met else todo})
+
+    add("Minimum", "Prompt text", "variants" in meta,
+        f"{len(meta.get('variants', []))} template(s) recorded in the run configuration",
+        "attach the exact text of every prompt variant and the system prompt")
+    add("Minimum", "Model identity", bool(meta.get("models")),
+        f"models echoed by the provider: {', '.join(meta.get('models', []))}",
+        "report each judge's model name, version (dated snapshot), API provider and date" +
+        (f"; the data name judges ({levels.get(judge)}) but not their versions" if judge else ""))
+    add("Minimum", "Temperature", bool(meta.get("temperatures")) or "temperature" in levels,
+        f"temperatures {meta.get('temperatures') or levels.get('temperature')}",
+        "report the temperature (and top-p/top-k) of every call")
+    add("Minimum", "Replications", vc.replicates >= 1 and ("replicates" in meta or vc.replicates > 1),
+        f"{vc.replicates} replicate(s) per cell; scoring {meta.get('mode') or 'as recorded'}",
+        "report the number of calls per cell (R) and the scoring/extraction logic")
+    add("Standard", "Prompt variants", n_var >= 2, f"{n_var} prompt variants in the design",
+        "use at least 2 prompt variants (3+ to estimate prompt sensitivity well) and say how they were made")
+    sens = variants is not None and variants in {f for c in vc.components for f in c.facets}
+    add("Standard", "Sensitivity flag", sens, "prompt sensitivity estimated as a variance component",
+        "assess prompt sensitivity: cross prompt variants with the items")
+    crossed = sum(1 for f in levels if levels[f] >= 2) >= 3 and vc.replicates >= 2
+    add("Comprehensive", "Factorial pilot", crossed,
+        f"{' x '.join(f'{n} {f}' for f, n in levels.items())} x {vc.replicates} replicates",
+        "run a factorial pilot crossing items, prompts, judges (and temperatures) with replicates")
+    add("Comprehensive", "D-study projection", True, "projections and interventions in this report", "")
+    if diagnostics and diagnostics.get("warnings"):
+        add("Minimum", "Integrity (no caching, empty completions, snapshot drift)", False, "",
+            "; ".join(diagnostics["warnings"]))
+    return items
+
+
+def _curves(vc: VarianceComponents, judge: str | None, item: str | None, theta: ThetaInterval | None) -> dict:
+    """Data for the figures: nomogram, CI half-width across N, frontier."""
+    out: dict[str, Any] = {}
+    if item:
+        ns = np.unique(np.round(np.geomspace(5, max(2000, 10 * vc.levels[item]), 40)).astype(int))
+        full, naive = [], []
+        for n in ns:
+            p = dstudy.project(vc, {item: float(n)}, object="")
+            full.append(1.96 * p.se)
+            naive_var = sum(p.contributions[c.name] for c in vc.components
+                            if c.name in p.contributions and item in dstudy.term_facets(c, vc))
+            naive.append(1.96 * math.sqrt(max(naive_var, 0.0)))
+        out["ci_vs_n"] = {"n": ns.tolist(), "full": full, "naive": naive, "observed": vc.levels[item]}
+    if item and judge and vc.object and judge != vc.object:
+        ns = np.unique(np.round(np.geomspace(5, 5000, 50)).astype(int))
+        lines = {}
+        for m in (1, 2, 3, 5, 10):
+            lines[m] = [dstudy.project(vc, {item: float(n), judge: float(m)}).erho2 for n in ns]
+        out["nomogram"] = {"n": ns.tolist(), "lines": lines,
+                           "ceilings": {m: dstudy.ceiling(vc, judge, m).erho2 for m in lines}}
+        grid = {item: [10, 20, 30, 50, 100, 200, 500], judge: [1, 2, 3, 4, 6, 9]}
+        frontier = dstudy.frontier(vc, grid, dstudy.CostModel((1.0,), judge), objective="se")
+        frontier["calls"] = frontier["cost"]
+        out["frontier"] = {"rows": _records(frontier), "current": {"calls": dstudy.CostModel((1.0,), judge).cost(
+            dstudy.observed_counts(vc), vc.replicates), "se": dstudy.project(vc).se}}
+    return out

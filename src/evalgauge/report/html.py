@@ -1,0 +1,103 @@
+"""One self-contained HTML file: tables, embedded PNG figures, the checklist. No network needed.
+
+Everything that comes from the data (labels, judge output, notes) is escaped:
+judge output is untrusted text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from html import escape
+from pathlib import Path
+
+from .. import __version__
+from .analysis import Analysis
+from .figures import all_figures
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;
+color:#222;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{padding:3px 10px;border-bottom:1px solid #eee;
+text-align:right}td:first-child,th:first-child{text-align:left}.met{color:#1a7f37}.missing{color:#b42318}
+.box{background:#f6f8fa;border-radius:6px;padding:.8em 1em}.warn{background:#fff4e5;border-radius:6px;padding:.5em 1em}
+img{max-width:100%}.muted{color:#666;font-size:.85em}
+"""
+
+
+def _num(value, fmt=".4g") -> str:
+    if value is None or value != value:
+        return "—"
+    return format(value, fmt)
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render(a: Analysis) -> str:
+    vc = a.components
+    figs = all_figures(a)
+    shares = a.projection.shares()
+    parts = [f"<h1>evalgauge report</h1><p class='muted'>{escape(a.source)} · {vc.n_obs} judgments · "
+             f"{escape(vc.method)} · evalgauge {__version__} · {dt.date.today().isoformat()}</p>"]
+    if a.theta:
+        t = a.theta
+        parts.append(
+            "<div class='box'><b>theta-hat = {est}</b>: 95% CI <b>[{lo}, {hi}]</b> counting every source of error "
+            "(SE {se}, Satterthwaite df {df}), against the naive [{nlo}, {nhi}] that counts only {facet} sampling "
+            "(SE {nse}). The honest SE is <b>{ratio}x</b> the naive one.</div>".format(
+                est=_num(t.estimate), lo=_num(t.low), hi=_num(t.high), se=_num(t.se), df=_num(t.df, ".1f"),
+                nlo=_num(t.naive_low), nhi=_num(t.naive_high), facet=escape(t.sampling_facet),
+                nse=_num(t.naive_se), ratio=_num(t.se_ratio, ".2f")))
+    if a.ceiling:
+        c = a.ceiling
+        req = a.judges_needed
+        parts.append(
+            f"<p>Comparing <b>{escape(vc.object)}</b>s: E rho^2 = {_num(a.projection.erho2, '.3f')} and the minimum "
+            f"detectable difference MDD95 = {_num(a.projection.mdd95)} at this design. With one {escape(c.facet)} no "
+            f"item count gets past E rho^2 = <b>{_num(c.erho2, '.3f')}</b> (the single-{escape(c.facet)} ceiling; "
+            f"MDD floor {_num(c.mdd95)}). For E rho^2 = {req.target:g}: {escape(str(req))}.</p>")
+    if a.diagnostics and a.diagnostics.get("warnings"):
+        parts.append("<h2>Integrity warnings from the collector</h2>" + "".join(
+            f"<p class='warn'>{escape(w)}</p>" for w in a.diagnostics["warnings"]))
+    rows = [[c.name, c.kind, _num(c.variance), _num(c.se, ".3g"), f"{100 * vc.share(c.name):.1f}%",
+             f"{100 * shares.get(c.name, 0.0):.1f}%"] for c in vc.components]
+    parts.append("<h2>Variance components</h2>" + _table(
+        ["component", "kind", "variance", "SE", "share per observation", "share of Var(theta-hat)"], rows))
+    parts.append(f"<p class='muted'>{escape(vc.method_reason)}</p>")
+    parts.append(f"<img alt='variance shares' src='data:image/png;base64,{figs['shares']}'>")
+    parts.append("<h2>What to change</h2>" + _table(
+        ["intervention", "% change Var(theta-hat)", "% change sigma2_delta"],
+        [[r["intervention"], _num(r["pct_change_var_abs"], "+.1f"), _num(r["pct_change_sigma2_delta"], "+.1f")]
+         for r in a.interventions.to_dict(orient="records")]))
+    parts.append(f"<img alt='interventions' src='data:image/png;base64,{figs['interventions']}'>")
+    if "nomogram" in figs:
+        parts.append("<h2>Judges and items</h2>"
+                     f"<img alt='nomogram' src='data:image/png;base64,{figs['nomogram']}'>"
+                     f"<img alt='frontier' src='data:image/png;base64,{figs['frontier']}'>")
+    if "ci_vs_n" in figs:
+        parts.append("<h2>Naive and honest intervals as items grow</h2>"
+                     f"<img alt='ci vs n' src='data:image/png;base64,{figs['ci_vs_n']}'>")
+    parts.append("<h2>Reporting checklist (TEE Table 15)</h2>" + "".join(
+        f"<p><span class='{'met' if i['met'] else 'missing'}'>{'met' if i['met'] else 'missing'}</span> · "
+        f"<b>{escape(i['tier'])}</b> · {escape(i['item'])}: {escape(i['evidence'])}</p>" for i in a.checklist))
+    if vc.notes:
+        parts.append("<h2>Notes</h2>" + "".join(f"<p class='muted'>{escape(n)}</p>" for n in vc.notes))
+    parts.append("<h2>How to read this</h2><p class='muted'>The per-observation share says how a single call "
+                 "varies; the share of Var(theta-hat) says what the reported mean's error is made of at this "
+                 "design (each component divided by the number of its levels averaged over, TEE eq. 3). The "
+                 "naive interval is what item resampling gives; the full interval adds prompt, judge, temperature "
+                 "and replicate variance. Messing, arXiv 2604.11581; Ask Which, Not How Good, arXiv 2609.27787."
+                 "</p>")
+    body = "\n".join(parts)
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>evalgauge report</title>"
+            f"<style>{CSS}</style></head><body>{body}</body></html>")
+
+
+def write_report(a: Analysis, path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(render(a), encoding="utf-8")
+    return path

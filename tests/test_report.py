@@ -1,0 +1,109 @@
+"""evalgauge analyze and the HTML report: content, escaping, bad input, and a real browser."""
+
+import base64
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.report import analyze
+from evalgauge.report.html import render, write_report
+from evalgauge.simulate import simulate, sizing_preset, tee_table8
+
+ROOT = Path(__file__).resolve().parents[1]
+ALPACA = ROOT / "examples" / "alpacaeval" / "alpacaeval_5x805x2.csv"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+
+def test_bundled_alpacaeval_slice_reproduces_the_leaderboard():
+    frame = pd.read_csv(ALPACA)
+    gem = frame[(frame["system"] == "gemini-pro") & (frame["judge"] == "alpaca_eval_gpt4_turbo_fn")]
+    assert len(gem) == 805
+    assert 100 * gem["score"].mean() == pytest.approx(20.372670807453417, abs=1e-9)
+
+
+def test_analyze_cli_json_and_report(tmp_path):
+    report = tmp_path / "report.html"
+    out = CliRunner().invoke(main, ["analyze", str(ALPACA), "--drop-missing", "--report", str(report),
+                                    "--json", str(tmp_path / "a.json")])
+    assert out.exit_code == 0, out.output
+    payload = json.loads((tmp_path / "a.json").read_text())
+    assert payload["components"]["method"] == "reml"  # one empty score: not a complete block
+    assert payload["theta"]["se_ratio"] > 1
+    assert payload["ceiling"]["facet"] == "judge" and 0 < payload["ceiling"]["erho2"] <= 1
+    assert {i["tier"] for i in payload["checklist"]} == {"Minimum", "Standard", "Comprehensive"}
+    html = report.read_text()
+    images = html.count("<img ")
+    assert images == 5
+    for chunk in html.split("data:image/png;base64,")[1:]:
+        assert base64.b64decode(chunk.split("'", 1)[0])[:8] == b"\x89PNG\r\n\x1a\n"
+    for phrase in ("Variance components", "What to change", "Reporting checklist", "single-judge ceiling"):
+        assert phrase in html
+
+
+def test_report_escapes_untrusted_labels(tmp_path):
+    spec = sizing_preset(systems=4, items=5, judges=3, replicates=2)
+    frame = simulate(spec, seed=1)
+    frame["judge"] = frame["judge"].astype(str).replace({"j1": "<script>alert(1)</script>"})
+    frame["system"] = frame["system"].astype(str).replace({"s1": "a&b<i>"})
+    result = analyze(frame)
+    html = render(result)
+    assert ("<script>" not in html and "&lt;script&gt;" in html) or "alert" not in html
+
+
+def test_tee_design_report(tmp_path):
+    spec = tee_table8(categories=3, items_per_category=4, variants=3, temperatures=3, judges=3, replicates=2)
+    frame = simulate(spec, seed=2)
+    result = analyze(frame, spec.design())
+    path = write_report(result, tmp_path / "tee.html")
+    html = path.read_text()
+    # items are the object: the ceiling is that of item scores (annotation reliability) under one judge
+    assert "Naive and honest intervals" in html and result.ceiling.facet == "judge"
+    checklist = {i["item"]: i["met"] for i in result.checklist}
+    assert checklist["Prompt variants"] and checklist["Sensitivity flag"] and checklist["Factorial pilot"]
+
+
+@pytest.mark.parametrize("args,content,needle", [
+    (["--score", "rating"], None, "no column 'rating'"),
+    ([], "x.xlsx", "analyze reads CSV, TSV, Parquet, JSONL and run databases"),
+    (["--facets", "judge"], "one-facet", "nothing to estimate"),
+])
+def test_analyze_bad_input_exit_2(tmp_path, args, content, needle):
+    if content == "x.xlsx":
+        path = tmp_path / "x.xlsx"
+        path.write_text("not a spreadsheet")
+    elif content == "one-facet":
+        path = tmp_path / "one.csv"
+        pd.DataFrame({"judge": ["a", "b", "c"], "score": [1.0, 2.0, 3.0]}).to_csv(path, index=False)
+    else:
+        path = ALPACA
+    out = CliRunner().invoke(main, ["analyze", str(path), *args])
+    assert out.exit_code == 2, out.output
+    assert needle in out.output and "Traceback" not in out.output
+    assert out.output.count("\n") <= 3  # one paragraph
+
+
+def test_report_in_headless_chromium(tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not browser:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    report = tmp_path / "report.html"
+    CliRunner().invoke(main, ["analyze", str(ALPACA), "--drop-missing", "--report", str(report)])
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    proc = subprocess.run([browser, *flags, "--window-size=1100,4000", f"--screenshot={shot}", report.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 50_000
+    console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert not console, console
+    dom = subprocess.run([browser, *flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert dom.count("<img ") == 5 and "Reporting checklist" in dom
