@@ -462,6 +462,88 @@ def _check_supported(data: str) -> None:
             "and a score column).")
 
 
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--reference", help="The system at log strength 0 (default: the first in sorted order).")
+@click.option("--baseline", help="A fixed baseline every system is compared against (left out of the components).")
+@click.option("--position/--no-position", default=True, show_default=True,
+              help="Fit a first-slot (position) advantage in Bradley-Terry when both slots occur.")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(min=0), default=200, show_default=True,
+              help="Resamples for the naive and the TEE-aware bootstrap intervals (0: none).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write everything as JSON ('-' for stdout only).")
+@user_errors
+def pairwise(data, reference, baseline, position, n_boot, seed, json_out) -> None:
+    """Pairwise judgments (model_a, model_b, winner; optional item, judge, variant, order): Bradley-Terry,
+    Elo, position bias, and the variance components of the win indicators."""
+    from .pairwise import bootstrap_bt, fit_bt, position_bias, read_battles, system_win_rows
+
+    battles = read_battles(data)
+    both_slots = all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems)))
+    fit = fit_bt(battles, reference=reference, position=position and both_slots)
+    table = fit.table()
+    payload: dict = {"systems": len(battles.systems), "judgments": battles.n, "reference": fit.reference,
+                     "ties": fit.log_nu is not None,
+                     "nu": None if fit.log_nu is None else float(np.exp(fit.log_nu)),
+                     "position_advantage_log_odds": fit.log_h}
+    if n_boot:
+        order = [fit.systems.index(s) for s in table["system"]]
+        for method in ("naive", "tee"):
+            boot = bootstrap_bt(battles, fit, method=method, n_boot=n_boot, seed=seed,
+                                position=fit.log_h is not None)
+            table[f"{method}_low"] = boot.low[order]
+            table[f"{method}_high"] = boot.high[order]
+    payload["bradley_terry"] = table.to_dict(orient="records")
+    if both_slots:
+        bias = position_bias(battles)
+        payload["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread,
+                                    "max": bias.maximum, "per_system": bias.per_system}
+    comps = None
+    rows = system_win_rows(battles, baseline)
+    facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
+    if "item" in facets and "system" in facets:
+        from . import dstudy
+        from .design import Design, Facet
+
+        rows = rows.assign(replicate=rows.groupby(facets).cumcount() + 1)
+        design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
+                              for f in facets), replicate="replicate")
+        comps = estimate_components(rows, design)
+        payload["components"] = comps.to_dict()
+        judge = "judge" if "judge" in facets else None
+        proj = dstudy.project(comps)
+        payload["mdd95_win_rate_points"] = 100 * proj.mdd95
+        payload["erho2"] = proj.erho2
+        if judge:
+            ceil = dstudy.ceiling(comps, judge, 1)
+            payload["ceiling"] = ceil.erho2
+            payload["mdd_floor_win_rate_points"] = 100 * ceil.mdd95
+
+    def show(c):
+        t = Table(title=f"Bradley-Terry ({battles.n} judgments, {len(battles.systems)} systems; reference "
+                        f"{fit.reference} at 0)")
+        cols = ["system", "log_strength", "se", "elo", "win_rate_vs_reference"] + \
+            [k for k in ("naive_low", "naive_high", "tee_low", "tee_high") if k in table]
+        for col in cols:
+            t.add_column(col, justify="left" if col == "system" else "right")
+        for r in table.to_dict(orient="records"):
+            t.add_row(*[str(r[k]) if k == "system" else _num(r[k], ".4g") for k in cols])
+        c.print(t)
+        if fit.log_h is not None:
+            c.print(f"First-slot advantage (position term): log odds {fit.log_h:+.3f}.")
+        if "position_bias" in payload:
+            pb = payload["position_bias"]
+            c.print(f"Slot-A advantage in win rate: {100 * pb['slot_a_advantage']:+.1f} points on average, sd "
+                    f"{100 * pb['spread_sd']:.1f} across systems, max {100 * pb['max']:+.1f} (sizing sec. 5.4).")
+        if comps is not None:
+            print_components(comps, c)
+            c.print(f"MDD95 {payload['mdd95_win_rate_points']:.1f} win-rate points at this design"
+                    + (f"; single-judge ceiling {payload['ceiling']:.3f}, MDD floor "
+                       f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
+
+    _emit(payload, json_out, show)
+
+
 @main.command(name="run")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--base-url", help="Send every judge's calls to this OpenAI-compatible endpoint (e.g. serve-sim).")

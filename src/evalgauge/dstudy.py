@@ -12,9 +12,11 @@ facet averaged over L chosen levels contributes sigma2 / L like any other
 (TEE C.1); ``condition_on`` drops terms the estimand conditions on instead (the
 finite-benchmark estimand conditions on the items, TEE C.2).
 
-Error variances use the raw (possibly negative) estimates, which are unbiased
-(sizing App. D); an error variance is floored at zero only as a total. Shares
-use estimates truncated at zero.
+Projections use the estimates truncated at zero. The sizing paper (App. D)
+keeps raw ANOVA values in sigma2_delta because they are unbiased, but with
+several negative estimates a raw sum can reach zero or below and promise an
+MDD of nothing; truncation can only make a projected error larger, never
+flatter it, so it is the safer default.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ def project(vc: VarianceComponents, counts: Mapping[str, float] | None = None, r
     for c in vc.components:
         if _conditioned(c, vc, condition_on):
             continue
-        contributions[c.name] = c.variance / divisor(c, vc, full, reps)
+        contributions[c.name] = c.variance_truncated / divisor(c, vc, full, reps)
     var_abs = max(sum(contributions.values()), 0.0)
     res = next((c for c in vc.components if c.name == RESIDUAL), None)
     if res is not None and res.confounded_with and reps != vc.replicates:
@@ -194,7 +196,7 @@ def object_errors(vc: VarianceComponents, obj: str, counts, reps, condition_on=(
             continue
         if _conditioned(c, vc, condition_on):
             continue
-        share = c.variance / divisor(c, vc, counts, reps, exclude=universe)
+        share = c.variance_truncated / divisor(c, vc, counts, reps, exclude=universe)
         if obj in facets:
             delta += share
         big += share

@@ -74,7 +74,7 @@ def satterthwaite_df(vc: VarianceComponents, coefficients: np.ndarray) -> float:
     c = np.where(known, 0.0, coefficients)
     cov = np.where(np.isfinite(cov), cov, 0.0)
     var = float(c @ cov @ c)
-    value = float(coefficients @ vc.values)
+    value = float(coefficients @ np.clip(vc.values, 0.0, None))  # projections truncate at zero
     return math.inf if var <= 0 else 2.0 * value**2 / var
 
 
@@ -165,7 +165,7 @@ def bootstrap_derived(vc: VarianceComponents, draws: np.ndarray | None = None, *
     inf = linear_coefficients(vc, "sigma2_delta", counts={**base, facet: big}, replicates=replicates)
 
     def compute(values: np.ndarray) -> dict[str, np.ndarray]:
-        values = np.atleast_2d(values)
+        values = np.clip(np.atleast_2d(values), 0.0, None)  # as the D-study does
         s2p = np.clip(values @ s2p_c, 0.0, None)
         delta = np.clip(values @ delta_c, 0.0, None)
         big_delta = np.clip(values @ abs_c, 0.0, None)

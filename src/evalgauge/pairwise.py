@@ -1,0 +1,339 @@
+"""The pairwise protocol: Bradley-Terry strengths with ties and a position term, Elo, win rates,
+naive and TEE-aware bootstraps, the position facet, and agreement with human votes.
+
+Judgments are rows ``model_a, model_b, winner`` (``model_a``, ``model_b`` or ``tie``, as in
+Chatbot Arena's data), optionally with ``item``, ``judge``, ``variant`` and ``order``
+columns. Sizing sec. 5.4: run both presentation orders and treat position as a facet;
+TEE E.3, H and R.1: the naive bootstrap resamples battles, the TEE-aware one also
+resamples each battle's judge x variant (x order) cells.
+
+Model (Davidson 1970 ties, with a first-slot advantage as in Agresti 2002 sec. 10.6):
+for systems i in slot A and j in slot B with strengths pi = exp(theta),
+P(A wins) = h pi_i / D, P(B wins) = pi_j / D, P(tie) = nu sqrt(h pi_i pi_j) / D,
+D = h pi_i + pi_j + nu sqrt(h pi_i pi_j). Without ties nu = 0 (plain Bradley-Terry);
+without a position term h = 1. Elo = 400 theta / ln 10 (+ an anchor).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from .data import read_judgments, require_columns
+from .errors import DataError, DesignError
+
+WINNER_A = ("model_a", "a", "A")
+WINNER_B = ("model_b", "b", "B")
+TIES = ("tie", "tie (bothbad)", "draw", "C")
+ELO_SCALE = 400.0 / math.log(10.0)
+
+
+@dataclass(frozen=True)
+class Battles:
+    """Pairwise judgments coded: slot-A and slot-B system indices and the outcome for A (1, 0, 0.5)."""
+
+    systems: tuple[str, ...]
+    a: np.ndarray
+    b: np.ndarray
+    outcome: np.ndarray
+    frame: pd.DataFrame  # the rows, with a 'battle' id and the optional facet columns
+
+    @property
+    def n(self) -> int:
+        return int(self.outcome.size)
+
+
+def read_battles(data, *, winner: str = "winner") -> Battles:
+    """Read model_a / model_b / winner rows (any judgments source) and code them."""
+    judgments = read_judgments(data)
+    require_columns(judgments, ["model_a", "model_b", winner])
+    frame = judgments.frame.copy()
+    w = frame[winner].astype(str).str.strip()
+    outcome = np.full(len(frame), np.nan)
+    outcome[w.isin(WINNER_A).to_numpy()] = 1.0
+    outcome[w.isin(WINNER_B).to_numpy()] = 0.0
+    outcome[w.str.lower().isin([t.lower() for t in TIES]).to_numpy()] = 0.5
+    # a winner may also be given as the system's name
+    by_name_a = (w == frame["model_a"].astype(str)).to_numpy()
+    by_name_b = (w == frame["model_b"].astype(str)).to_numpy()
+    outcome[by_name_a] = 1.0
+    outcome[by_name_b] = 0.0
+    bad = np.flatnonzero(np.isnan(outcome))
+    if bad.size:
+        raise DataError(f"{judgments.source}: column '{winner}' must be model_a, model_b or tie (or a system's "
+                        f"name); row {bad[0] + 1} has {w.iloc[bad[0]]!r} ({bad.size} such rows).")
+    same = np.flatnonzero((frame["model_a"].astype(str) == frame["model_b"].astype(str)).to_numpy())
+    if same.size:
+        raise DataError(f"{judgments.source}: row {same[0] + 1} compares {frame['model_a'].iloc[same[0]]!r} with "
+                        "itself; remove self-comparisons.")
+    systems = tuple(sorted(set(frame["model_a"].astype(str)) | set(frame["model_b"].astype(str))))
+    index = {s: k for k, s in enumerate(systems)}
+    a = frame["model_a"].astype(str).map(index).to_numpy()
+    b = frame["model_b"].astype(str).map(index).to_numpy()
+    pair = pd.DataFrame({"lo": np.minimum(a, b), "hi": np.maximum(a, b)})
+    key_cols = [pair["lo"], pair["hi"]] + ([frame["item"].astype(str)] if "item" in frame else [])
+    frame["battle"] = pd.MultiIndex.from_arrays(key_cols).factorize()[0] if "item" in frame else np.arange(len(frame))
+    return Battles(systems, a, b, outcome, frame)
+
+
+@dataclass(frozen=True)
+class BTFit:
+    systems: tuple[str, ...]
+    reference: str
+    theta: np.ndarray  # log strengths, reference at 0
+    se: np.ndarray
+    log_nu: float | None  # ties (Davidson)
+    log_h: float | None  # first-slot (position) advantage
+    loglik: float
+    n: int
+
+    @property
+    def elo(self) -> np.ndarray:
+        return ELO_SCALE * self.theta
+
+    def win_probability(self, i: int, j: int) -> float:
+        """P(i beats j) with ties counted half, order-balanced: the mean of i in slot A and i in slot B."""
+        pa = _probs(self.theta[i], self.theta[j], self.log_nu, self.log_h)
+        pb = _probs(self.theta[j], self.theta[i], self.log_nu, self.log_h)
+        return 0.5 * (pa[0] + 0.5 * pa[2]) + 0.5 * (pb[1] + 0.5 * pb[2])
+
+    def table(self) -> pd.DataFrame:
+        ref = self.systems.index(self.reference)
+        return pd.DataFrame({
+            "system": self.systems, "log_strength": self.theta, "se": self.se, "elo": self.elo,
+            "win_rate_vs_reference": [self.win_probability(k, ref) if k != ref else 0.5
+                                      for k in range(len(self.systems))],
+        }).sort_values("log_strength", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _probs(ti, tj, log_nu, log_h):
+    """(P(A wins), P(B wins), P(tie)) for strengths ti (slot A), tj (slot B)."""
+    hi = ti + (log_h or 0.0)
+    tie = math.exp(log_nu + 0.5 * (hi + tj)) if log_nu is not None else 0.0
+    ea, eb = math.exp(hi), math.exp(tj)
+    d = ea + eb + tie
+    return ea / d, eb / d, tie / d
+
+
+def fit_bt(battles: Battles, *, reference: str | None = None, ties: bool | None = None, position: bool = False,
+           weights: np.ndarray | None = None, start: BTFit | None = None, se: bool = True) -> BTFit:
+    """Maximum-likelihood Bradley-Terry (Davidson ties, optional first-slot advantage).
+
+    ``ties`` defaults to whether the data hold ties; ``weights`` multiply each
+    judgment (counts, or bootstrap multiplicities). SEs from the inverse
+    observed information (numerical Hessian at the optimum).
+    """
+    m = len(battles.systems)
+    if m < 2:
+        raise DesignError("Bradley-Terry needs at least two systems.")
+    reference = reference or battles.systems[0]
+    if reference not in battles.systems:
+        raise DesignError(f"reference '{reference}' is not among the systems ({', '.join(battles.systems)}).")
+    ref = battles.systems.index(reference)
+    w = np.ones(battles.n) if weights is None else np.asarray(weights, float)
+    y = battles.outcome
+    has_ties = bool(np.any((y == 0.5) & (w > 0))) if ties is None else ties
+    free = [k for k in range(m) if k != ref]
+    n_par = len(free) + int(has_ties) + int(position)
+    a, b = battles.a, battles.b
+    win_a = w * (y == 1.0)
+    win_b = w * (y == 0.0)
+    tie = w * (y == 0.5)
+    if not has_ties and tie.sum() > 0:
+        win_a, win_b = win_a + 0.5 * tie, win_b + 0.5 * tie  # ties as half wins for plain BT
+        tie = np.zeros_like(tie)
+
+    def unpack(x):
+        theta = np.zeros(m)
+        theta[free] = x[:len(free)]
+        k = len(free)
+        log_nu = x[k] if has_ties else None
+        log_h = x[k + int(has_ties)] if position else None
+        return theta, log_nu, log_h
+
+    total = win_a + win_b + tie
+
+    def negll(x, grad=False):
+        theta, log_nu, log_h = unpack(x)
+        ha = theta[a] + (log_h or 0.0)
+        hb = theta[b]
+        terms = [ha, hb]
+        if has_ties:
+            terms.append(log_nu + 0.5 * (ha + hb))
+        stack = np.vstack(terms)
+        lse = np.logaddexp.reduce(stack, axis=0)
+        ll = win_a @ (ha - lse) + win_b @ (hb - lse)
+        if has_ties:
+            ll += tie @ (stack[2] - lse)
+        if not grad:
+            return -ll
+        # d ll / d score of each outcome: observed minus expected counts
+        prob = np.exp(stack - lse)
+        r_a = win_a - total * prob[0]
+        r_b = win_b - total * prob[1]
+        r_t = tie - total * prob[2] if has_ties else np.zeros_like(r_a)
+        g_theta = np.bincount(a, r_a + 0.5 * r_t, minlength=m) + np.bincount(b, r_b + 0.5 * r_t, minlength=m)
+        g = list(g_theta[free])
+        if has_ties:
+            g.append(r_t.sum())
+        if position:
+            g.append((r_a + 0.5 * r_t).sum())
+        return -ll, -np.asarray(g)
+
+    x0 = np.zeros(n_par)
+    if start is not None:  # warm start (bootstrap refits)
+        x0[:len(free)] = start.theta[free]
+        if has_ties and start.log_nu is not None:
+            x0[len(free)] = start.log_nu
+        if position and start.log_h is not None:
+            x0[-1] = start.log_h
+    res = minimize(lambda x: negll(x, grad=True), x0, jac=True, method="BFGS",
+                   options={"gtol": 1e-9, "maxiter": 10_000})
+    x = res.x
+    se_free = np.full(len(free), math.nan)
+    if se:
+        try:
+            cov = np.linalg.inv(_hessian(negll, x))
+            se_free = np.sqrt(np.clip(np.diag(cov)[:len(free)], 0.0, None))
+        except np.linalg.LinAlgError:
+            pass
+    theta, log_nu, log_h = unpack(x)
+    ses = np.zeros(m)
+    ses[free] = se_free
+    return BTFit(battles.systems, reference, theta, ses, log_nu, log_h, -float(res.fun), int(w.sum()))
+
+
+def _hessian(f, x, h=1e-4):
+    n = x.size
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i, n):
+            e_i = np.zeros(n)
+            e_j = np.zeros(n)
+            e_i[i] = h
+            e_j[j] = h
+            v = (f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)) / (4 * h * h)
+            out[i, j] = out[j, i] = v
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Bootstraps
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BTBootstrap:
+    method: str
+    resamples: int
+    low: np.ndarray
+    high: np.ndarray
+    sd: np.ndarray
+
+
+def bootstrap_bt(battles: Battles, fit: BTFit, *, method: str = "naive", n_boot: int = 200, level: float = 0.95,
+                 seed: int | None = None, position: bool = False) -> BTBootstrap:
+    """Percentile intervals of the log strengths.
+
+    ``naive`` resamples battles (Chatbot Arena's bootstrap). ``tee`` (TEE R.1)
+    also resamples, within each battle, its judge x variant (x order) cells,
+    so the interval carries the pipeline's variance too.
+    """
+    rng = np.random.default_rng(seed)
+    battle = battles.frame["battle"].to_numpy()
+    n_battles = int(battle.max()) + 1
+    members = pd.Series(np.arange(battles.n)).groupby(battle).apply(np.asarray).to_dict()
+    draws = np.zeros((n_boot, len(battles.systems)))
+    for r in range(n_boot):
+        chosen = rng.integers(0, n_battles, n_battles)
+        weights = np.zeros(battles.n)
+        counts = np.bincount(chosen, minlength=n_battles)
+        for bt in np.flatnonzero(counts):
+            rows = members[bt]
+            if method == "tee" and rows.size > 1:
+                picks = rng.integers(0, rows.size, rows.size * counts[bt])
+                np.add.at(weights, rows[picks], 1.0)
+            else:
+                weights[rows] += counts[bt]
+        draws[r] = fit_bt(battles, reference=fit.reference, ties=fit.log_nu is not None, position=position,
+                          weights=weights, start=fit, se=False).theta
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return BTBootstrap(method, n_boot, lo, hi, draws.std(axis=0, ddof=1))
+
+
+# ---------------------------------------------------------------------------
+# Position, win rates, human agreement
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PositionBias:
+    """Slot-A advantage: how much more often a system wins presented first than second (sizing 5.4)."""
+
+    advantage: float  # mean over systems of (win rate in slot A - win rate in slot B)
+    spread: float  # SD of that advantage across systems
+    maximum: float
+    per_system: dict[str, float] = field(default_factory=dict)
+
+
+def position_bias(battles: Battles) -> PositionBias:
+    """Per system, its win rate when in slot A minus when in slot B (ties half), then across systems."""
+    y = battles.outcome
+    per = {}
+    for k, s in enumerate(battles.systems):
+        first = y[battles.a == k]
+        second = 1.0 - y[battles.b == k]
+        if first.size and second.size:
+            per[s] = float(first.mean() - second.mean())
+    if not per:
+        raise DesignError("position bias needs each system presented in both slots (run both orders).")
+    values = np.array(list(per.values()))
+    return PositionBias(float(values.mean()), float(values.std(ddof=1)) if values.size > 1 else 0.0,
+                        float(values.max()), per)
+
+
+def system_win_rows(battles: Battles, baseline: str | None = None) -> pd.DataFrame:
+    """Long rows for the variance decomposition: one per judgment and non-baseline system.
+
+    ``score`` is that system's win indicator (ties 0.5) and ``position`` the
+    slot it was shown in (A or B); against a fixed baseline each judgment
+    gives one row, otherwise one per system in it. Facet columns present in
+    the data (item, judge, variant, replicate) are carried over.
+    """
+    f = battles.frame
+    rows = []
+    for slot, idx, sign in (("A", battles.a, 1.0), ("B", battles.b, -1.0)):
+        part = pd.DataFrame({"system": np.asarray(battles.systems)[idx], "position": slot,
+                             "score": battles.outcome if sign > 0 else 1.0 - battles.outcome})
+        for col in ("item", "judge", "variant", "replicate"):
+            if col in f:
+                part[col] = f[col].to_numpy()
+        rows.append(part)
+    out = pd.concat(rows, ignore_index=True)
+    if baseline:
+        out = out[out["system"] != baseline]
+    return out.reset_index(drop=True)
+
+
+def alpacaeval_win_rate(preference: np.ndarray) -> tuple[float, float]:
+    """AlpacaEval's win rate and standard error from preferences in [1, 2] (2: the model preferred).
+
+    win_rate = 100 mean(preference - 1), SE = 100 sd(preference - 1) / sqrt(n), sd with n - 1,
+    missing preferences left out (as alpaca_eval's leaderboard does).
+    """
+    p = np.asarray(preference, dtype=float)
+    p = p[np.isfinite(p)] - 1.0
+    return 100.0 * float(p.mean()), 100.0 * float(p.std(ddof=1) / math.sqrt(p.size))
+
+
+def human_agreement(judge_winner: pd.Series, human_winner: pd.Series) -> dict[str, float]:
+    """Per-judgment agreement with human votes (TEE Table 17): overall (a tie matches a tie) and AB-only
+    (both decisive)."""
+    j = judge_winner.astype(str).str.lower().replace({"model_a": "a", "model_b": "b", "draw": "tie"})
+    h = human_winner.astype(str).str.lower().replace({"model_a": "a", "model_b": "b", "draw": "tie"})
+    overall = float((j == h).mean())
+    decisive = j.isin(["a", "b"]) & h.isin(["a", "b"])
+    ab = float((j[decisive] == h[decisive]).mean()) if decisive.any() else math.nan
+    return {"overall": overall, "n": len(j), "ab_only": ab, "n_ab": int(decisive.sum())}

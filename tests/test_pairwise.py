@@ -1,0 +1,138 @@
+"""The pairwise protocol against published references and a known simulation."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES, shared_file
+from evalgauge.cli import main
+from evalgauge.errors import DataError
+from evalgauge.pairwise import alpacaeval_win_rate, bootstrap_bt, fit_bt, human_agreement, position_bias, read_battles
+
+
+def _weighted(frame, a, b, wins_a, wins_b):
+    rows = pd.concat([pd.DataFrame({"model_a": frame[a], "model_b": frame[b], "winner": "model_a"}),
+                      pd.DataFrame({"model_a": frame[a], "model_b": frame[b], "winner": "model_b"})],
+                     ignore_index=True)
+    return rows, np.concatenate([frame[wins_a].to_numpy(), frame[wins_b].to_numpy()]).astype(float)
+
+
+def test_citations_match_bradleyterry2():
+    c = pd.read_csv(FIXTURES / "bt" / "citations.csv")
+    c = c[c["cited"] != c["citing"]]
+    battles = read_battles(pd.DataFrame({"model_a": c["cited"], "model_b": c["citing"], "winner": "model_a"}))
+    fit = fit_bt(battles, reference="Biometrika", weights=c["count"].to_numpy())
+    got = dict(zip(fit.systems, fit.theta, strict=True))
+    for journal, value in {"Comm Statist": -2.9491, "JASA": -0.4796, "JRSS-B": 0.2690}.items():
+        assert got[journal] == pytest.approx(value, abs=1e-4)
+
+
+def test_baseball_with_and_without_home_advantage():
+    games = pd.read_csv(FIXTURES / "bt" / "baseball.csv")
+    rows, weights = _weighted(games, "home.team", "away.team", "home.wins", "away.wins")
+    battles = read_battles(rows)
+    plain = fit_bt(battles, reference="Baltimore", weights=weights)
+    assert np.round(np.sort(plain.theta[plain.theta != 0]), 2).tolist() == [0.68, 1.11, 1.25, 1.29, 1.44, 1.58]
+    home = fit_bt(battles, reference="Baltimore", weights=weights, position=True)
+    assert home.log_h == pytest.approx(0.302, abs=5e-4)
+
+
+def test_alpacaeval_win_rates_and_standard_errors_reproduced():
+    path = shared_file("alpaca_eval_annotations", "alpaca_eval_annotations_long.csv")
+    board = pd.read_csv(path.parent / "leaderboard__data_AlpacaEval_2_weighted_alpaca_eval_gpt4_turbo_leaderboard.csv",
+                        index_col=0)
+    ann = pd.read_csv(path)
+    ann = ann[ann["annotator"] == "weighted_alpaca_eval_gpt4_turbo"]
+    checked = 0
+    for model, group in ann.groupby("results_dir_model"):
+        if model not in board.index:
+            continue
+        win, se = alpacaeval_win_rate(group["preference"])
+        assert win == pytest.approx(board.loc[model, "win_rate"], abs=1e-9), model
+        assert se == pytest.approx(board.loc[model, "standard_error"], abs=1e-9), model
+        checked += 1
+    assert checked >= 50
+
+
+def test_known_position_effect_and_strengths_recovered():
+    rng = np.random.default_rng(4)
+    systems = [f"s{k}" for k in range(6)]
+    theta = np.linspace(-1, 1, 6)
+    log_h = 0.35
+    rows = []
+    for _ in range(12_000):
+        i, j = rng.choice(6, 2, replace=False)
+        p_a = 1 / (1 + np.exp(-(theta[i] + log_h - theta[j])))
+        rows.append((systems[i], systems[j], "model_a" if rng.random() < p_a else "model_b"))
+    battles = read_battles(pd.DataFrame(rows, columns=["model_a", "model_b", "winner"]))
+    fit = fit_bt(battles, reference="s0", position=True)
+    assert abs(fit.log_h - log_h) < 0.1  # ~4.5 SE of the position log-odds at this sample size
+    for k in range(1, 6):
+        assert abs(fit.theta[k] - (theta[k] - theta[0])) < 4.5 * fit.se[k]
+    bias = position_bias(battles)
+    # the slot-A advantage in win rate implied by the model, averaged over the pairs played
+    expected = np.mean([1 / (1 + np.exp(-(theta[i] + log_h - theta[j]))) - 1 / (1 + np.exp(-(theta[i] - log_h
+                        - theta[j]))) for i in range(6) for j in range(6) if i != j])
+    assert bias.advantage == pytest.approx(expected, abs=4.5 * math.sqrt(0.25 * 2 / (12_000 / 6)))
+
+
+def test_bootstraps_on_summeval_both_orders(tmp_path):
+    path = shared_file("summeval_llm_judges", "llm_pairwise_h2h.csv")
+    d = pd.read_csv(path)
+    rows = pd.DataFrame({"model_a": d["presented_A"], "model_b": d["presented_B"],
+                         "winner": d["parsed_choice"].map({"A": "model_a", "B": "model_b", "C": "tie"}),
+                         "item": d["doc_id"], "variant": d["aspect"], "order": d["order"]})
+    battles = read_battles(rows)
+    fit = fit_bt(battles, reference="M10", position=True)
+    naive = bootstrap_bt(battles, fit, method="naive", n_boot=40, seed=1, position=True)
+    tee = bootstrap_bt(battles, fit, method="tee", n_boot=40, seed=1, position=True)
+    for boot in (naive, tee):
+        assert np.all(boot.low <= fit.theta + 1e-9) and np.all(fit.theta <= boot.high + 1e-9)
+    # human agreement: the judge's choice against the experts' mean scores (TEE Table 17's two rates)
+    human = np.where(d["human_mean_expert_1"] > d["human_mean_expert_2"], "a",
+                     np.where(d["human_mean_expert_1"] < d["human_mean_expert_2"], "b", "tie"))
+    # expert means are for system_1/system_2; flip to the presented order
+    swapped = (d["order"] != "original").to_numpy()
+    human = np.where(swapped & (human == "a"), "b", np.where(swapped & (human == "b"), "a", human))
+    agree = human_agreement(d["parsed_choice"].map({"A": "a", "B": "b", "C": "tie"}), pd.Series(human))
+    assert 0.3 < agree["overall"] < 1 and 0.5 < agree["ab_only"] <= 1 and agree["n_ab"] < agree["n"]
+
+
+def test_pairwise_cli(tmp_path):
+    rng = np.random.default_rng(5)
+    rows = []
+    for item in range(40):
+        for judge in ("j1", "j2"):
+            for sys_ in ("x", "y", "z"):
+                for order in ("AB", "BA"):
+                    p = {"x": 0.7, "y": 0.5, "z": 0.3}[sys_] + (0.08 if order == "AB" else -0.08)
+                    win = rng.random() < p
+                    a, b = (sys_, "base") if order == "AB" else ("base", sys_)
+                    winner = ("model_a" if order == "AB" else "model_b") if win else \
+                        ("model_b" if order == "AB" else "model_a")
+                    rows.append((a, b, winner, f"i{item}", judge, order))
+    path = tmp_path / "pw.csv"
+    pd.DataFrame(rows, columns=["model_a", "model_b", "winner", "item", "judge", "order"]).to_csv(path, index=False)
+    out = CliRunner().invoke(main, ["pairwise", str(path), "--reference", "base", "--baseline", "base",
+                                    "--bootstrap", "20", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.output)
+    bt = {r["system"]: r for r in payload["bradley_terry"]}
+    assert bt["base"]["log_strength"] == 0 and bt["x"]["log_strength"] > bt["z"]["log_strength"]
+    assert {"naive_low", "tee_high"} <= set(bt["x"])
+    assert payload["position_bias"]["slot_a_advantage"] > 0
+    assert payload["components"]["object"] == "system" and payload["mdd95_win_rate_points"] > 0
+    assert "ceiling" in payload
+
+
+def test_bad_winner_values(tmp_path):
+    frame = pd.DataFrame({"model_a": ["x", "y"], "model_b": ["y", "x"], "winner": ["model_a", "maybe"]})
+    with pytest.raises(DataError, match="row 2 has 'maybe'"):
+        read_battles(frame)
+    frame = pd.DataFrame({"model_a": ["x"], "model_b": ["x"], "winner": ["tie"]})
+    with pytest.raises(DataError, match="with itself"):
+        read_battles(frame)
