@@ -266,6 +266,104 @@ def _print_coverage(result, console: Console) -> None:
                   "E: + variant x judge and variant x temperature.")
 
 
+def _float_list(text: str | None, what: str) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"'{text}' should be comma-separated numbers", param_hint=what) from None
+
+
+@simulate_group.command(name="scoring")
+@click.option("--kappa", help="Central-tendency compression (1: none), comma-separated values to sweep.")
+@click.option("--anchor", help="Per-call anchoring noise SD.")
+@click.option("--slope", help="Scale-use heterogeneity: SD of the judges' log slopes.")
+@click.option("--gamma", help="Nonlinear distortion exponent (1: none).")
+@click.option("--points", help="Likert scale points.")
+@click.option("--prevalence", help="Binary arm: share of positive items.")
+@click.option("--items", type=click.IntRange(min=5), default=50, show_default=True)
+@click.option("--judges", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--calls-per-item", type=click.IntRange(min=1), default=6, show_default=True)
+@click.option("--reps", type=click.IntRange(min=2), default=50, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write the results as JSON ('-' for stdout only).")
+@user_errors
+def scoring_cmd(kappa, anchor, slope, gamma, points, prevalence, items, judges, calls_per_item, reps, seed,
+                json_out) -> None:
+    """Likert vs binary vs pairwise: ranking recovery (Kendall tau) under judge pathologies (TEE E.3)."""
+    from .scoring import scoring_study
+
+    grid = {k: v for k, v in {"kappa": _float_list(kappa, "--kappa"), "sigma_anchor": _float_list(anchor, "--anchor"),
+                              "sigma_slope": _float_list(slope, "--slope"), "gamma": _float_list(gamma, "--gamma"),
+                              "points": _float_list(points, "--points"),
+                              "prevalence": _float_list(prevalence, "--prevalence")}.items() if v}
+    if "points" in grid:
+        grid["points"] = [int(p) for p in grid["points"]]
+    frame = scoring_study(grid or {"kappa": [1.0]}, reps=reps, seed=seed, items=items, judges=judges,
+                          calls_per_item=calls_per_item)
+    payload = {"results": frame.to_dict(orient="records"), "items": items, "judges": judges,
+               "calls_per_item": calls_per_item, "reps": reps}
+
+    def show(c):
+        t = Table(title=f"Ranking recovery, Kendall tau ({items} items, {calls_per_item} calls per item in each arm)")
+        cols = [*list(grid or {"kappa": 0}), "tau_likert", "tau_binary", "tau_pairwise"]
+        for col in cols:
+            t.add_column(col, justify="right")
+        for r in payload["results"]:
+            t.add_row(*[_num(r[k], ".3g") for k in cols])
+        c.print(t)
+        c.print("Pairwise shares the call's context: anchoring cancels and slopes keep the sign (TEE E.3).")
+
+    _emit(payload, json_out, show)
+
+
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--system", default="system", show_default=True)
+@click.option("--item", default="item", show_default=True)
+@click.option("--score", default="score", show_default=True)
+@click.option("--threshold", type=float, help="Keep items whose between-system variance is at least this.")
+@click.option("--keep", type=click.FloatRange(0, 1, min_open=True), help="Or keep this top fraction of items.")
+@click.option("--splits", type=click.IntRange(min=10), default=200, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
+@user_errors
+def screen(data, system, item, score, threshold, keep, splits, seed, json_out) -> None:
+    """Item discrimination screening from a pilot (sizing sec. 4, App. F): which items separate systems."""
+    from .data import numeric_scores
+    from .scoring import screen_items
+
+    judgments = read_judgments(data)
+    frame = judgments.frame.assign(**{score: numeric_scores(judgments, score)})
+    result = screen_items(frame, system=system, item=item, score=score, threshold=threshold, keep=keep,
+                          splits=splits, seed=seed)
+    payload = {"threshold": result.threshold, "selected": result.selected,
+               "split_half_rho": result.split_half_rho, "split_half_range": list(result.split_half_range),
+               "per_item": result.per_item.to_dict(orient="records")}
+    selected_rows = frame[frame[item].astype(str).isin(result.selected)]
+    for label, rows in (("all", frame), ("selected", selected_rows)):
+        try:
+            vc = estimate_components(rows, drop_missing=True)
+            payload[f"components_{label}"] = {c.name: c.variance for c in vc.components}
+            payload[f"share_{label}"] = {c.name: vc.share(c.name) for c in vc.components}
+        except EvalGaugeError as exc:
+            payload[f"components_{label}"] = {"unavailable": str(exc)}
+
+    def show(c):
+        c.print(f"{len(result.selected)} of {len(result.per_item)} items kept (between-system variance >= "
+                f"{result.threshold:.4g}); split-half stability of the item ranking: Spearman rho "
+                f"{result.split_half_rho:.3f} (95% range {result.split_half_range[0]:.3f}-"
+                f"{result.split_half_range[1]:.3f}, {splits} splits).")
+        if "share_all" in payload and "share_selected" in payload:
+            for comp in (system, f"{system}:{item}", f"{item}:{system}"):
+                if comp in payload["share_all"]:
+                    c.print(f"{comp}: {100 * payload['share_all'][comp]:.1f}% of the variance on all items, "
+                            f"{100 * payload['share_selected'].get(comp, float('nan')):.1f}% on the kept ones.")
+
+    _emit(payload, json_out, show)
+
+
 @simulate_group.command(name="bias")
 @click.option("--scenario", type=click.Choice(["baseline", "correlated", "non-exchangeable", "heavy-tails",
                                                "heterogeneous"]), default="baseline", show_default=True)
