@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -107,3 +108,25 @@ def test_report_in_headless_chromium(tmp_path):
     dom = subprocess.run([browser, *flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
                          timeout=120).stdout
     assert dom.count("<img ") == 5 and "Reporting checklist" in dom
+
+
+def test_pairwise_data_get_the_pairwise_sections(tmp_path):
+    rng = np.random.default_rng(3)
+    rows = []
+    for item in range(30):
+        for judge in ("j1", "j2"):
+            for sys_, p in (("x", 0.7), ("y", 0.5), ("z", 0.35)):
+                for order in ("AB", "BA"):
+                    win = rng.random() < p + (0.05 if order == "AB" else -0.05)
+                    a, b = (sys_, "base") if order == "AB" else ("base", sys_)
+                    first_won = win if order == "AB" else not win
+                    rows.append((a, b, "model_a" if first_won else "model_b", f"i{item}", judge))
+    path = tmp_path / "pairs.csv"
+    pd.DataFrame(rows, columns=["model_a", "model_b", "winner", "item", "judge"]).to_csv(path, index=False)
+    report = tmp_path / "pw.html"
+    out = CliRunner().invoke(main, ["analyze", str(path), "--report", str(report), "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.output)
+    assert payload["pairwise"]["bradley_terry"] and "position_bias" in payload["pairwise"]
+    html = report.read_text()
+    assert "Bradley-Terry strengths" in html and "Position bias" in html and "TEE-aware" in html

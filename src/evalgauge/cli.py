@@ -515,7 +515,9 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     from .report.html import write_report
 
     _check_supported(data)
-    design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    pairwise_rows = {"model_a", "model_b", "winner"} <= set(read_judgments(data).frame.columns)
+    design = None if formula or pairwise_rows else _design(data, score, facets, nest, replicate, fixed, object_,
+                                                           terms, max_order)
     result = run_analysis(data, design, method=method, formula=formula, drop_missing=drop_missing or None,
                           target_erho2=target_erho2)
     payload = result.to_dict()

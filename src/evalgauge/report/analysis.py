@@ -46,6 +46,7 @@ class Analysis:
     run_meta: dict = field(default_factory=dict)
     checklist: list[dict] = field(default_factory=list)
     curves: dict[str, Any] = field(default_factory=dict)
+    pairwise: dict | None = None  # Bradley-Terry table and position bias, for pairwise data
 
     def to_dict(self) -> dict:
         out = {
@@ -68,6 +69,8 @@ class Analysis:
                                     "limit": req.limit, "text": str(req)}
         if self.diagnostics:
             out["diagnostics"] = self.diagnostics
+        if self.pairwise:
+            out["pairwise"] = self.pairwise
         return _clean(out)
 
     def to_json(self) -> str:
@@ -99,6 +102,8 @@ def analyze(data, design: Design | None = None, *, method: str = "auto", formula
     path = Path(data) if isinstance(data, (str, Path)) else None
     is_run = path is not None and path.suffix.lower() in (".sqlite", ".db")
     judgments = read_judgments(data)
+    if {"model_a", "model_b", "winner"} <= set(judgments.frame.columns) and formula is None:
+        return _analyze_pairwise(judgments, method=method, target_erho2=target_erho2)
     diagnostics, run_meta = None, {}
     if is_run:
         diagnostics, run_meta = _run_info(path)
@@ -124,6 +129,52 @@ def analyze(data, design: Design | None = None, *, method: str = "auto", formula
     result.checklist = checklist(vc, run_meta, diagnostics)
     result.curves = _curves(vc, judge, item, theta)
     return result
+
+
+def _analyze_pairwise(judgments, *, method: str, target_erho2: float, n_boot: int = 100) -> Analysis:
+    """Pairwise rows: Bradley-Terry with both bootstraps and position bias, and the components of the
+    win indicators with position as a fixed facet (sizing sec. 5.4)."""
+    from ..design import Facet
+    from ..pairwise import bootstrap_bt, fit_bt, position_bias, read_battles, system_win_rows
+
+    battles = read_battles(judgments)
+    both = all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems)))
+    fit = fit_bt(battles, position=both)
+    table = fit.table()
+    order = [fit.systems.index(s) for s in table["system"]]
+    for name in ("naive", "tee"):
+        boot = bootstrap_bt(battles, fit, method=name, n_boot=n_boot, seed=0, position=both)
+        table[f"{name}_low"], table[f"{name}_high"] = boot.low[order], boot.high[order]
+    info: dict[str, Any] = {"bradley_terry": _records(table), "reference": fit.reference,
+                            "position_log_odds": fit.log_h}
+    if both:
+        bias = position_bias(battles)
+        info["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread, "max": bias.maximum}
+    rows = system_win_rows(battles)
+    facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
+    if "item" not in facets:
+        raise DesignError(f"{judgments.source}: pairwise rows need an 'item' column for the variance components "
+                          "(which prompt each battle was on); `evalgauge pairwise` fits Bradley-Terry without it.")
+    rows = rows.assign(replicate=rows.groupby(facets).cumcount() + 1)
+    design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
+                          for f in facets), replicate="replicate")
+    vc = estimate_components(rows, design, method=method)
+    judge = "judge" if "judge" in facets else None
+    result = Analysis(judgments.source, vc, _theta_or_none(vc), dstudy.project(vc), dstudy.interventions(vc),
+                      judge, "item", pairwise=info)
+    if judge:
+        result.ceiling = dstudy.ceiling(vc, judge, 1)
+        result.judges_needed = dstudy.needed(vc, judge, target_erho2)
+    result.checklist = checklist(vc, {}, None)
+    result.curves = _curves(vc, judge, "item", result.theta)
+    return result
+
+
+def _theta_or_none(vc):
+    try:
+        return theta_interval(vc)
+    except DesignError:
+        return None
 
 
 def _run_info(path: Path) -> tuple[dict, dict]:

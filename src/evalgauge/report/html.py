@@ -60,6 +60,22 @@ def render(a: Analysis) -> str:
             f"detectable difference MDD95 = {_num(a.projection.mdd95)} at this design. With one {escape(c.facet)} no "
             f"item count gets past E rho^2 = <b>{_num(c.erho2, '.3f')}</b> (the single-{escape(c.facet)} ceiling; "
             f"MDD floor {_num(c.mdd95)}). For E rho^2 = {req.target:g}: {escape(str(req))}.</p>")
+    if a.pairwise:
+        pw = a.pairwise
+        def interval(r, name):
+            return f"[{_num(r[name + '_low'], '.2f')}, {_num(r[name + '_high'], '.2f')}]"
+
+        rows = [[r["system"], _num(r["log_strength"], ".3f"), _num(r["elo"], ".0f"),
+                 _num(r["win_rate_vs_reference"], ".3f"), interval(r, "naive"), interval(r, "tee")]
+                for r in pw["bradley_terry"]]
+        parts.append(f"<h2>Bradley-Terry strengths (reference {escape(str(pw['reference']))} at 0)</h2>" + _table(
+            ["system", "log strength", "Elo", "win rate vs reference", "naive 95% (battles)",
+             "TEE-aware 95% (battles and cells)"], rows))
+        if "position_bias" in pw:
+            b = pw["position_bias"]
+            parts.append(f"<p>Position bias: a system presented first wins {100 * b['slot_a_advantage']:+.1f} "
+                         f"points more often than presented second (sd {100 * b['spread_sd']:.1f} across systems, "
+                         f"max {100 * b['max']:+.1f}; sizing sec. 5.4). Run both orders.</p>")
     if a.diagnostics and a.diagnostics.get("warnings"):
         parts.append("<h2>Integrity warnings from the collector</h2>" + "".join(
             f"<p class='warn'>{escape(w)}</p>" for w in a.diagnostics["warnings"]))
