@@ -136,3 +136,27 @@ def test_bad_winner_values(tmp_path):
     frame = pd.DataFrame({"model_a": ["x"], "model_b": ["x"], "winner": ["tie"]})
     with pytest.raises(DataError, match="with itself"):
         read_battles(frame)
+
+
+def test_pairwise_cli_human_votes_and_components_for_plan(tmp_path):
+    path = shared_file("summeval_llm_judges", "llm_pairwise_h2h.csv")
+    d = pd.read_csv(path)
+    better1 = d["human_mean_expert_1"] > d["human_mean_expert_2"]
+    tie = d["human_mean_expert_1"] == d["human_mean_expert_2"]
+    first_is_1 = (d["order"] == "original").to_numpy()
+    human = np.where(tie, "tie", np.where(better1 == first_is_1, "model_a", "model_b"))
+    rows = pd.DataFrame({"model_a": d["presented_A"], "model_b": d["presented_B"],
+                         "winner": d["parsed_choice"].map({"A": "model_a", "B": "model_b", "C": "tie"}),
+                         "item": d["doc_id"], "variant": d["aspect"], "human": human})
+    csv = tmp_path / "h2h.csv"
+    rows.to_csv(csv, index=False)
+    comps = tmp_path / "c.json"
+    out = CliRunner().invoke(main, ["pairwise", str(csv), "--bootstrap", "0", "--human", "human",
+                                    "--components-json", str(comps), "--json", "-"])
+    assert out.exit_code == 0, out.output
+    agree = json.loads(out.output)["human_agreement"]
+    assert agree["n"] == len(rows) and 0 < agree["overall"] < agree["ab_only"] < 1
+    plan = CliRunner().invoke(main, ["plan", str(comps), "--n", "item=30,805", "--json", "-"])
+    assert plan.exit_code == 0, plan.output
+    rows_plan = json.loads(plan.output)["designs"]
+    assert rows_plan[0]["mdd95"] > rows_plan[1]["mdd95"] > 0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 import numpy as np
+import pandas as pd
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -571,9 +572,13 @@ def _check_supported(data: str) -> None:
 @click.option("--bootstrap", "n_boot", type=click.IntRange(min=0), default=200, show_default=True,
               help="Resamples for the naive and the TEE-aware bootstrap intervals (0: none).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--human", metavar="COLUMN", help="A column with the human vote (model_a, model_b or tie): report "
+              "per-judgment agreement, overall and decisive-only (TEE Table 17).")
+@click.option("--components-json", type=click.Path(dir_okay=False, path_type=str),
+              help="Write the win-indicator components here, for `evalgauge plan` (MDD at any items and judges).")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write everything as JSON ('-' for stdout only).")
 @user_errors
-def pairwise(data, reference, baseline, position, n_boot, seed, json_out) -> None:
+def pairwise(data, reference, baseline, position, n_boot, seed, human, components_json, json_out) -> None:
     """Pairwise judgments (model_a, model_b, winner; optional item, judge, variant, order): Bradley-Terry,
     Elo, position bias, and the variance components of the win indicators."""
     from .pairwise import bootstrap_bt, fit_bt, position_bias, read_battles, system_win_rows
@@ -618,6 +623,15 @@ def pairwise(data, reference, baseline, position, n_boot, seed, json_out) -> Non
             ceil = dstudy.ceiling(comps, judge, 1)
             payload["ceiling"] = ceil.erho2
             payload["mdd_floor_win_rate_points"] = 100 * ceil.mdd95
+        if components_json:
+            Path(components_json).write_text(comps.to_json() + "\n")
+    if human:
+        from .pairwise import human_agreement
+
+        if human not in battles.frame:
+            raise EvalGaugeError(f"{data}: no column '{human}' for the human votes.")
+        judge_vote = pd.Series(np.where(battles.outcome == 1.0, "a", np.where(battles.outcome == 0.0, "b", "tie")))
+        payload["human_agreement"] = human_agreement(judge_vote, battles.frame[human].reset_index(drop=True))
 
     def show(c):
         t = Table(title=f"Bradley-Terry ({battles.n} judgments, {len(battles.systems)} systems; reference "
@@ -637,6 +651,10 @@ def pairwise(data, reference, baseline, position, n_boot, seed, json_out) -> Non
                     f"{100 * pb['spread_sd']:.1f} across systems, max {100 * pb['max']:+.1f} (sizing sec. 5.4).")
         if comps is not None:
             print_components(comps, c)
+            if "human_agreement" in payload:
+                h = payload["human_agreement"]
+                c.print(f"Agreement with the human votes: {100 * h['overall']:.1f}% of {h['n']} judgments; "
+                        f"{100 * h['ab_only']:.1f}% of the {h['n_ab']} where both were decisive.")
             c.print(f"MDD95 {payload['mdd95_win_rate_points']:.1f} win-rate points at this design"
                     + (f"; single-judge ceiling {payload['ceiling']:.3f}, MDD floor "
                        f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
