@@ -662,6 +662,33 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     _emit(payload, json_out, show)
 
 
+@main.command(name="import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["inspect", "lm-eval", "arena-hard", "alpaca-eval",
+                                                            "mt-bench"]))
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=str))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="The judgments table to write (.csv, .parquet or .jsonl).")
+@click.option("--metric", help="lm-eval: the per-sample metric to use as the score (default acc).")
+@click.option("--system", help="lm-eval: the evaluated model's name (default: the folder's name).")
+@click.option("--baseline", help="arena-hard: the baseline model (default gpt-4-0314).")
+@user_errors
+def import_cmd(fmt, files, out, metric, system, baseline) -> None:
+    """Convert judgment files of other tools (Inspect, lm-eval, arena-hard, AlpacaEval, MT-bench) to a table."""
+    from .importers import import_files
+
+    frame = import_files(fmt, list(files), metric=metric, system=system, baseline=baseline)
+    path = Path(out)
+    if path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    elif path.suffix == ".jsonl":
+        frame.to_json(path, orient="records", lines=True)
+    else:
+        frame.to_csv(path, index=False)
+    kind = "pairwise rows" if "winner" in frame else "judgments"
+    nxt = "evalgauge pairwise" if "winner" in frame else "evalgauge analyze"
+    _console().print(f"{len(frame)} {kind} written to {out}; next: {nxt} {out}")
+
+
 @main.command(name="run")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--base-url", help="Send every judge's calls to this OpenAI-compatible endpoint (e.g. serve-sim).")

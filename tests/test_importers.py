@@ -1,0 +1,99 @@
+"""Importers, on small files written here in each tool's documented format.
+
+The files are constructed, not copied: real third-party logs reach this project only through
+the steering repository's shared/data (see the notes of issue 6).
+"""
+
+import json
+import zipfile
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.errors import DataError
+from evalgauge.importers import import_alpaca_eval, import_arena_hard, import_inspect, import_lm_eval, import_mt_bench
+
+
+def _inspect_log(model, values):
+    return {"version": 2, "status": "success", "eval": {"task": "t", "model": model},
+            "samples": [{"id": i + 1, "epoch": e + 1, "scores": {"model_graded_fact": {"value": v, "answer": "x"}}}
+                        for i, per in enumerate(values) for e, v in enumerate(per)]}
+
+
+def test_inspect_json_and_eval_archives(tmp_path):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(_inspect_log("openai/gpt-4o-mini", [["C", "I"], ["C", "C"]])))
+    b = tmp_path / "b.eval"
+    log = _inspect_log("anthropic/claude", [["I", "P"], ["C", "I"]])
+    with zipfile.ZipFile(b, "w") as z:
+        z.writestr("header.json", json.dumps({k: v for k, v in log.items() if k != "samples"}))
+        for s in log["samples"]:
+            z.writestr(f"samples/{s['id']}_epoch_{s['epoch']}.json", json.dumps(s))
+    frame = import_inspect([a, b])
+    assert len(frame) == 8 and set(frame["system"]) == {"openai/gpt-4o-mini", "anthropic/claude"}
+    assert frame.groupby("system")["score"].mean().to_dict() == {"anthropic/claude": 0.375, "openai/gpt-4o-mini": 0.75}
+    assert set(frame["replicate"]) == {1, 2}
+
+
+def test_lm_eval_samples(tmp_path):
+    folder = tmp_path / "pythia-160m"
+    folder.mkdir()
+    path = folder / "samples_arc_easy.jsonl"
+    path.write_text("\n".join(json.dumps({"doc_id": i, "filter": "none", "acc": float(i % 2), "acc_norm": 1.0})
+                              for i in range(6)))
+    frame = import_lm_eval([path])
+    assert frame["system"].unique().tolist() == ["pythia-160m"] and frame["score"].sum() == 3
+    with pytest.raises(DataError, match="no metric 'exact_match'"):
+        import_lm_eval([path], metric="exact_match")
+
+
+def test_arena_hard_both_games(tmp_path):
+    path = tmp_path / "claude.jsonl"
+    path.write_text("\n".join(json.dumps({"question_id": f"q{i}", "model": "claude", "judge": "gpt-4-1106",
+                                          "games": [{"score": "B>A"}, {"score": "A>>B" if i else None}]})
+                              for i in range(3)))
+    frame = import_arena_hard([path])
+    assert len(frame) == 5  # one game unparsed
+    first = frame[frame["order"] == "AB"]
+    assert (first["model_a"] == "gpt-4-0314").all() and (first["winner"] == "model_b").all()
+    assert frame.loc[frame["order"] == "BA", "strong"].all()
+
+
+def test_alpaca_eval_annotations(tmp_path):
+    path = tmp_path / "annotations.json"
+    records = [{"instruction": f"Write {i}", "generator_1": "gpt4_1106_preview", "generator_2": "my-model",
+                "annotator": "weighted_alpaca_eval_gpt4_turbo", "preference": 1.0 + (i % 3) / 2} for i in range(6)]
+    path.write_text(json.dumps(records))
+    frame = import_alpaca_eval([path])
+    assert frame["score"].tolist() == [0.0, 0.5, 1.0, 0.0, 0.5, 1.0] and frame["item"].nunique() == 6
+
+
+def test_mt_bench_single_and_pairwise(tmp_path):
+    single = tmp_path / "gpt-4_single.jsonl"
+    single.write_text("\n".join(json.dumps({"question_id": 81 + i, "model": m, "judge": ["gpt-4", "single-v1"],
+                                            "score": s, "turn": 1})
+                                for i, (m, s) in enumerate([("vicuna", 7), ("llama", -1), ("vicuna", 9)])))
+    frame = import_mt_bench([single])
+    assert frame["score"].isna().sum() == 1 and frame["variant"].unique().tolist() == ["single-v1"]
+    pair = tmp_path / "gpt-4_pair.jsonl"
+    pair.write_text(json.dumps({"question_id": 81, "model_1": "vicuna", "model_2": "llama",
+                                "g1_winner": "model_1", "g2_winner": "model_1", "judge": ["gpt-4", "pair-v2"],
+                                "turn": 1}))
+    rows = import_mt_bench([pair])
+    assert rows["winner"].tolist() == ["model_a", "model_b"]  # vicuna won in both orders
+    assert rows["model_a"].tolist() == ["vicuna", "llama"]
+
+
+def test_import_cli_then_analyze(tmp_path):
+    path = tmp_path / "annotations.json"
+    records = [{"instruction": f"Task {i}", "generator_1": "base", "generator_2": m, "annotator": j,
+                "preference": 1.0 + ((i + len(m) + len(j)) % 2)} for i in range(20) for m in ("m1", "m22", "m333")
+               for j in ("judge-a", "judge-bb")]
+    path.write_text(json.dumps(records))
+    out = CliRunner().invoke(main, ["import", "alpaca-eval", str(path), "-o", str(tmp_path / "j.csv")])
+    assert out.exit_code == 0 and "next: evalgauge analyze" in out.output
+    assert len(pd.read_csv(tmp_path / "j.csv")) == 120
+    bad = CliRunner().invoke(main, ["import", "lm-eval", str(tmp_path / "nope.jsonl"), "-o", "x.csv"])
+    assert bad.exit_code == 2 and "no such file" in bad.output
