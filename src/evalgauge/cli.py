@@ -121,25 +121,13 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     if glmm:
         design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
         check = glmm_check(data, design, formula=formula, method=method)
-        if json_out == "-":
-            click.echo(check.to_json())
-            return
-        print_glmm(check, _console())
-        if json_out:
-            Path(json_out).write_text(check.to_json() + "\n")
-            _console().print(f"JSON written to {json_out}")
+        _emit(check.to_dict(), json_out, lambda c: print_glmm(check, c))
         return
     if by:
         design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
         strata = estimate_by_stratum(data, by, design, formula=formula, method=method, drop_missing=drop_missing,
                                      **boot)
-        if json_out == "-":
-            click.echo(strata.to_json())
-            return
-        print_strata(strata, _console())
-        if json_out:
-            Path(json_out).write_text(strata.to_json() + "\n")
-            _console().print(f"JSON written to {json_out}")
+        _emit(strata.to_dict(), json_out, lambda c: print_strata(strata, c))
         return
     if formula:
         result = estimate_components(data, method=method, formula=formula, drop_missing=drop_missing, **boot)
@@ -214,13 +202,7 @@ def _preset_command(name: str):
             names = ", ".join(inspect.signature(PRESETS[name]).parameters)
             raise click.BadParameter(f"preset '{name}' takes {names}", param_hint="--set") from None
         frame = simulate(spec, seed=seed)
-        path = Path(out)
-        if path.suffix == ".parquet":
-            frame.to_parquet(path, index=False)
-        elif path.suffix == ".jsonl":
-            frame.to_json(path, orient="records", lines=True)
-        else:
-            frame.to_csv(path, index=False)
+        _write_frame(frame, Path(out))
         truth = ", ".join(f"{k}={v:g}" for k, v in spec.true_components().items())
         _console().print(f"{len(frame)} judgments written to {out} (seed {seed}). True components: {truth}")
 
@@ -384,6 +366,16 @@ def bias_cmd(scenario, reps, items, seed, scheduler, json_out) -> None:
         f"against the true {out['true_var_abs']:.5g}: relative bias {100 * out['relative_bias']:+.1f}% "
         f"(Monte Carlo s.e. {100 * out['mc_se']:.1f}%, {reps} pilots; TEE Table 7: -0.9% baseline, -2.0% "
         "correlated, -1.6% non-exchangeable, -7.2% heavy tails, -2.3% heterogeneous)."))
+
+
+def _write_frame(frame: pd.DataFrame, path: Path) -> None:
+    """A judgments table in the format its suffix names (CSV by default)."""
+    if path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    elif path.suffix == ".jsonl":
+        frame.to_json(path, orient="records", lines=True)
+    else:
+        frame.to_csv(path, index=False)
 
 
 def _emit(payload: dict, json_out: str | None, printer) -> None:
@@ -677,13 +669,7 @@ def import_cmd(fmt, files, out, metric, system, baseline) -> None:
     from .importers import import_files
 
     frame = import_files(fmt, list(files), metric=metric, system=system, baseline=baseline)
-    path = Path(out)
-    if path.suffix == ".parquet":
-        frame.to_parquet(path, index=False)
-    elif path.suffix == ".jsonl":
-        frame.to_json(path, orient="records", lines=True)
-    else:
-        frame.to_csv(path, index=False)
+    _write_frame(frame, Path(out))
     kind = "pairwise rows" if "winner" in frame else "judgments"
     nxt = "evalgauge pairwise" if "winner" in frame else "evalgauge analyze"
     _console().print(f"{len(frame)} {kind} written to {out}; next: {nxt} {out}")
