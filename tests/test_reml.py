@@ -249,3 +249,24 @@ def test_formula_parsing():
     assert [t.name for t in m.fixed] == ["a", "b", "a:b"]
     assert [t.name for t in m.random] == ["g", "g:h", "g:k"]
     assert m.formula() == "y ~ 0 + a + b + a:b + (1 | g) + (1 | g:h) + (1 | g:k)"
+
+
+def test_sparse_path_for_scalar_blocks_equals_the_dense_one():
+    # two crossed factors (students x instructors style): one effect per block, sparse coupling
+    rng = np.random.default_rng(8)
+    n = 3000
+    frame = pd.DataFrame({"s": rng.integers(0, 400, n).astype(str), "d": rng.integers(0, 150, n).astype(str),
+                          "service": rng.integers(0, 2, n).astype(str)})
+    frame["y"] = rng.normal(size=n) + frame["s"].astype(int) % 7 * 0.1 + frame["d"].astype(int) % 5 * 0.2
+    model = parse_formula("y ~ service + (1|s) + (1|d)")
+    problem, _, _ = _problem(frame, model)
+    assert problem.bmax == 1
+    theta = np.array([0.4, 0.6])
+    problem.sparse_ok = True
+    sparse = problem.evaluate(theta, gradient=True, hessian=True)
+    problem.sparse_ok = False
+    dense = problem.evaluate(theta, gradient=True, hessian=True)
+    assert sparse.deviance == pytest.approx(dense.deviance, abs=1e-8)
+    assert np.allclose(sparse.gradient, dense.gradient, atol=1e-8)
+    assert np.allclose(sparse.extra["hessian"], dense.extra["hessian"], rtol=1e-8, atol=1e-8)
+    assert np.allclose(sparse.extra["information"], dense.extra["information"], rtol=1e-8, equal_nan=True)

@@ -288,6 +288,10 @@ class RemlProblem:
         self.lg_val = cat(lg_val) if lg_val else np.zeros(0)
         self.gg_idx, self.gg_cell = cat(gg_idx), cat(gg_cell)
         self.gg_val = cat(gg_val) if gg_val else np.zeros(0)
+        self.lg_row = self.lg_idx // (bm * g) if bm else self.lg_idx
+        self.lg_col = self.lg_idx % g if g else self.lg_idx
+        #: the sparse path pays off when blocks are scalars and the dense coupling would be large
+        self.sparse_ok = bm == 1 and self.nb * g > 200_000
         self.rl_idx = cat([b * bm + pk for _, pk in slots_l])
         self.rl_cell = cat([cells for _ in slots_l])
         self.rg_idx = cat([gi for _, gi, _ in slots_g])
@@ -345,7 +349,21 @@ class RemlProblem:
         a_gg[np.arange(gr), np.arange(gr)] += 1.0
         r_l, r_g = self._rhs(w * ybar, s_l, s_g)
         logdet = float(np.sum(np.log(dc)))
-        if nb:
+        sparse = nb and bm == 1 and self.sparse_ok
+        if sparse:
+            # One effect per block (e.g. students crossed with instructors): the blocks are scalars and
+            # the coupling A_LG is sparse, so F'F costs the square of the non-zeros per row, not g^2.
+            from scipy import sparse as sp
+
+            s_lb = s_l.reshape(nb, 1)
+            a_ll = s_l**2 * np.bincount(self.ll_idx, weights=w[self.ll_cell], minlength=nb) + 1.0
+            linv_vec = 1.0 / np.sqrt(a_ll)
+            data = w[self.lg_cell] * self.lg_val * s_l[self.lg_row] * s_g[self.lg_col]
+            a_lg_sp = sp.csr_matrix((data, (self.lg_row, self.lg_col)), shape=(nb, g))
+            f_sp = sp.diags(linv_vec) @ a_lg_sp
+            s_mat = a_gg - (f_sp.T @ f_sp).toarray()
+            logdet += float(np.sum(np.log(a_ll)))
+        elif nb:
             s_lb = s_l.reshape(nb, bm)
             a_ll = np.bincount(self.ll_idx, weights=w[self.ll_cell], minlength=nb * bm * bm).reshape(nb, bm, bm)
             a_ll *= s_lb[:, :, None] * s_lb[:, None, :]
@@ -370,6 +388,9 @@ class RemlProblem:
 
         def forward(rl, rg):
             """Half solve: L^-1 rhs, for quadratic forms rhs' A^-1 rhs."""
+            if sparse:
+                fl = linv_vec[:, None] * rl
+                return fl, solve_triangular(chol_s, rg - f_sp.T @ fl[:, 0], lower=True)
             if nb:
                 fl = (linv @ rl[:, :, None])[:, :, 0]
                 return fl, solve_triangular(chol_s, rg - f_flat.T @ fl.ravel(), lower=True)
@@ -377,6 +398,8 @@ class RemlProblem:
 
         def backward(fl, fg):
             xg = solve_triangular(chol_s, fg, lower=True, trans="T")
+            if sparse:
+                return linv_vec[:, None] * (fl - (f_sp @ xg)[:, None]), xg
             xl = (linv_t @ (fl - f_blocks @ xg)[:, :, None])[:, :, 0] if nb else np.zeros((0, 0))
             return xl, xg
 
@@ -416,9 +439,15 @@ class RemlProblem:
         lev = np.bincount(self.gg_cell, weights=(np.outer(s_g, s_g) * sigma_inv).ravel()[self.gg_idx]
                           * self.gg_val, minlength=m)
         if nb:
-            h = linv_t @ f_blocks  # A_LL^-1 A_LG
-            hs = (h.reshape(nb * bm, g) @ sigma_inv).reshape(nb, bm, g)
-            inv_ll = linv_t @ linv + hs @ np.swapaxes(h, 1, 2)
+            if sparse:
+                h_sp = sp.diags(1.0 / a_ll) @ a_lg_sp  # A_LL^-1 A_LG
+                hs = np.asarray(h_sp @ sigma_inv).reshape(nb, 1, g)
+                inv_diag = 1.0 / a_ll + np.asarray(h_sp.multiply(hs[:, 0, :]).sum(axis=1)).ravel()
+                inv_ll = inv_diag.reshape(nb, 1, 1)
+            else:
+                h = linv_t @ f_blocks  # A_LL^-1 A_LG
+                hs = (h.reshape(nb * bm, g) @ sigma_inv).reshape(nb, bm, g)
+                inv_ll = linv_t @ linv + hs @ np.swapaxes(h, 1, 2)
             valid = self.owner_l >= 0
             np.add.at(u_sq, self.owner_l[valid], x_l.ravel()[valid] ** 2)
             diag_ll = np.diagonal(inv_ll, axis1=1, axis2=2).ravel()
