@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
@@ -158,7 +157,3 @@ def judgments_from_run(path: str | Path) -> pd.DataFrame:
     frame["score"] = calls["score"]
     return frame
 
-
-def iter_rows(records: Iterable[CallRecord]):  # pragma: no cover - convenience for callers
-    for r in records:
-        yield astuple(r)
