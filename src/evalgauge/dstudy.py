@@ -525,13 +525,6 @@ def rank_inversion(separation: float, projection: Projection) -> float:
     return 0.5 if sd == 0 and separation == 0 else float(stats.norm.cdf(-abs(separation) / sd)) if sd else 0.0
 
 
-def projections_frame(vc: VarianceComponents, designs: Iterable[tuple[Mapping[str, float], float]],
-                      **kw) -> pd.DataFrame:
-    """One row per design: counts, var_abs, se, sigma2_delta, erho2, phi, mdd95."""
-    return pd.DataFrame([project(vc, c, r, **kw).to_dict() for c, r in designs])
-
-
-
 # ---------------------------------------------------------------------------
 # The plan: everything the D-study calculator reports, JSON-ready
 # ---------------------------------------------------------------------------
