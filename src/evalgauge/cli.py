@@ -141,13 +141,16 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
 def components_payload(result: VarianceComponents) -> dict:
     """The result's JSON plus theta-hat's intervals, Var(theta-hat) shares and bootstrapped derived numbers."""
     from . import dstudy
-    from .inference import bootstrap_derived, theta_interval
+    from .inference import bootstrap_derived, default_sampling_facet, object_interval, theta_interval
 
     payload = result.to_dict()
     try:
         payload["theta"] = theta_interval(result).to_dict()
     except EvalGaugeError as exc:
         payload["theta"] = {"unavailable": str(exc)}
+    sampled = default_sampling_facet(result)
+    if result.object and sampled and sampled != result.object:
+        payload["object_score"] = object_interval(result, sampling_facet=sampled).to_dict()
     shares = dstudy.project(result, object="").shares()
     for comp in payload["components"]:
         comp["share_var_theta"] = shares.get(comp["component"])
@@ -523,6 +526,8 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
                     f"{result.projection.mdd95:.4g} at this design; single-{result.ceiling.facet} ceiling "
                     f"{result.ceiling.erho2:.3f} (MDD floor {result.ceiling.mdd95:.4g}); for E rho^2 "
                     f"{req.target:g}: {req}.")
+        if result.object_interval is not None:
+            print_object_scores(result.object_interval, result.object_scores, c)
         inter = Table(title="Single-factor interventions (% change)")
         for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
             inter.add_column(col, justify="left" if col == "intervention" else "right")
@@ -542,6 +547,20 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     if report_path:
         write_report(result, report_path)
     _emit(payload, json_out, show)
+
+
+def print_object_scores(interval, scores, console, limit: int = 20) -> None:
+    """The leaderboard: each object's mean with the full and the naive interval."""
+    obj, pct = interval.object, f"{100 * interval.level:g}%"
+    table = Table(title=f"{obj} scores ({pct} intervals at the observed design)")
+    for col in (obj, "mean", "n", "full CI", f"naive CI ({interval.sampling_facet} only)"):
+        table.add_column(col, justify="left" if col == obj else "right")
+    for r in scores.head(limit).to_dict(orient="records"):
+        table.add_row(Text(str(r[obj])), f"{r['mean']:.4g}", str(r["n"]), f"[{r['low']:.4g}, {r['high']:.4g}]",
+                      f"[{r['naive_low']:.4g}, {r['naive_high']:.4g}]")
+    console.print(table)
+    if len(scores) > limit:
+        console.print(f"({len(scores) - limit} more in --json and the report)")
 
 
 def _check_supported(data: str) -> None:
@@ -836,6 +855,16 @@ def print_components(result: VarianceComponents, console: Console) -> None:
                       f"(SE {theta['se']:.4g}, Satterthwaite df {df}); naive {pct} CI counting only "
                       f"{theta['naive_counts']} sampling [{theta['naive_low']:.5g}, {theta['naive_high']:.5g}] "
                       f"(SE {theta['naive_se']:.4g}); the full SE is {theta['se_ratio']:.2f}x the naive.")
+    if "object_score" in payload:
+        o = payload["object_score"]
+        if "estimate" in theta:
+            console.print(f"(theta-hat is the mean over {o['object']}s drawn at random, so the spread between "
+                          f"{o['object']}s counts as its error; one {o['object']}'s score is below.)")
+        df = "inf" if o["df"] is None else f"{o['df']:.1f}"
+        console.print(f"A {o['object']}'s score: {100 * o['level']:g}% CI +-{o['half_width']:.4g} counting every "
+                      f"source of error (SE {o['se']:.4g}, Satterthwaite df {df}), against +-"
+                      f"{o['naive_half_width']:.4g} counting only {o['naive_counts']} sampling (SE "
+                      f"{o['naive_se']:.4g}); the full SE is {o['se_ratio']:.2f}x the naive.")
     if "derived" in payload:
         derived = Table(title="Derived numbers with parametric-bootstrap intervals")
         for col in ("quantity", "estimate", "low", "high"):

@@ -180,14 +180,29 @@ def project(vc: VarianceComponents, counts: Mapping[str, float] | None = None, r
 
 def object_errors(vc: VarianceComponents, obj: str, counts, reps, condition_on=()) -> tuple[float, float, float]:
     """(sigma2_p, sigma2_delta, sigma2_Delta) for object ``obj`` (Brennan 2001 sec. 4.1; sizing eq. 2)."""
+    s2p, terms = absolute_error_terms(vc, obj, counts, reps, condition_on)
+    delta = sum(share for name, share in terms.items() if obj in term_facets(vc[name], vc))
+    return s2p, max(delta, 0.0), max(sum(terms.values()), 0.0)
+
+
+def universe_facets(vc: VarianceComponents, obj: str) -> set[str]:
+    """The object and the facets it is nested in: the terms made of them are its universe score."""
     universe = {obj}
     parent = vc.nesting.get(obj)
     while parent:
         universe.add(parent)
         parent = vc.nesting.get(parent)
+    return universe
+
+
+def absolute_error_terms(vc: VarianceComponents, obj: str, counts, reps,
+                         condition_on=()) -> tuple[float, dict[str, float]]:
+    """sigma2_p and the terms sigma2_k / d_k of one object's absolute error sigma2_Delta (Brennan 2001
+    eq. 4.1.9): every component outside the object's universe score, divided by the levels of its
+    term other than the object (and the object's parents)."""
+    universe = universe_facets(vc, obj)
     s2p = 0.0
-    delta = 0.0
-    big = 0.0
+    terms = {}
     for c in vc.components:
         facets = set(term_facets(c, vc))
         if c.name != RESIDUAL and facets and facets <= universe:
@@ -196,11 +211,8 @@ def object_errors(vc: VarianceComponents, obj: str, counts, reps, condition_on=(
             continue
         if _conditioned(c, vc, condition_on):
             continue
-        share = c.variance_truncated / divisor(c, vc, counts, reps, exclude=universe)
-        if obj in facets:
-            delta += share
-        big += share
-    return s2p, max(delta, 0.0), max(big, 0.0)
+        terms[c.name] = c.variance_truncated / divisor(c, vc, counts, reps, exclude=universe)
+    return s2p, terms
 
 
 def mdd(projection: Projection, level: float = 0.95, df: float | None = None) -> float:

@@ -87,7 +87,7 @@ def theta_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: 
     means, or a bootstrap over items, estimates. Var(theta-hat) at the observed
     design equals the squared SE of the grand mean from the fit (tested).
     """
-    facet = sampling_facet or ("item" if "item" in vc.levels else vc.object)
+    facet = sampling_facet or default_sampling_facet(vc)
     if facet not in vc.levels:
         raise DesignError(f"naive interval: '{facet}' is not a facet; name the sampled facet (usually the items).")
     projection = dstudy.project(vc, object="", **project_kw)
@@ -106,6 +106,72 @@ def theta_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: 
     z = float(stats.norm.ppf(0.5 + level / 2))
     return ThetaInterval(est, se, df, est - q * se, est + q * se, naive_se, est - z * naive_se, est + z * naive_se,
                          level, facet)
+
+
+ITEM_NAMES = ("item", "question_id", "doc_id", "instruction_id")
+
+
+def default_sampling_facet(vc: VarianceComponents) -> str | None:
+    """The facet a naive interval resamples: the items (by their usual column names), else the object."""
+    return next((f for f in ITEM_NAMES if f in vc.levels), vc.object)
+
+
+@dataclass(frozen=True)
+class ObjectInterval:
+    """The error of one object's score (a system's benchmark score) at the observed design.
+
+    ``se`` is sqrt(sigma2_Delta), the absolute error (Brennan 2001 eq. 4.1.9; TEE eq. 3 with
+    the object held fixed); ``naive_se`` keeps only its terms that contain the sampling facet,
+    what a bootstrap over one system's items estimates."""
+
+    object: str
+    se: float
+    df: float
+    naive_se: float
+    level: float
+    sampling_facet: str
+
+    @property
+    def se_ratio(self) -> float:
+        return self.se / self.naive_se if self.naive_se > 0 else math.inf
+
+    def half_widths(self) -> tuple[float, float]:
+        """(full, naive) half-widths: t_df SE and z SE."""
+        p = 0.5 + self.level / 2
+        q = float(stats.norm.ppf(p) if not math.isfinite(self.df) else stats.t.ppf(p, self.df))
+        return q * self.se, float(stats.norm.ppf(p)) * self.naive_se
+
+    def to_dict(self) -> dict:
+        full, naive = self.half_widths()
+        out = {"object": self.object, "se": self.se, "df": self.df, "naive_se": self.naive_se,
+               "se_ratio": self.se_ratio, "level": self.level, "naive_counts": self.sampling_facet,
+               "half_width": full, "naive_half_width": naive}
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
+
+def object_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: str | None = None,
+                    object: str | None = None) -> ObjectInterval:  # noqa: A002 - G-theory word
+    """The full and naive error of one object's score at the observed design.
+
+    Full: sigma2_Delta = sum of sigma2_k / d_k over the components outside the object's
+    universe score (Brennan eq. 4.1.9), with Satterthwaite df; naive: the terms that contain
+    the sampling facet (default: the items). For a system scored by judges the naive
+    interval misses sigma2_j / n_j and sigma2_sj / n_j, which do not shrink with more items.
+    """
+    obj = object or vc.object
+    if not obj or obj not in vc.levels:
+        raise DesignError("an object's interval needs an object of measurement (for example the system).")
+    facet = sampling_facet or default_sampling_facet(vc)
+    if facet not in vc.levels or facet == obj:
+        raise DesignError(f"naive interval: name the sampled facet (usually the items), not '{facet}'.")
+    projection = dstudy.project(vc, object="")
+    _, terms = dstudy.absolute_error_terms(vc, obj, projection.counts, projection.replicates)
+    universe = dstudy.universe_facets(vc, obj)
+    coef = np.array([1.0 / dstudy.divisor(c, vc, projection.counts, projection.replicates, exclude=universe)
+                     if c.name in terms else 0.0 for c in vc.components])
+    se = math.sqrt(max(sum(terms.values()), 0.0))
+    naive = sum(v for name, v in terms.items() if facet in dstudy.term_facets(vc[name], vc))
+    return ObjectInterval(obj, se, satterthwaite_df(vc, coef), math.sqrt(max(naive, 0.0)), level, facet)
 
 
 # ---------------------------------------------------------------------------

@@ -25,10 +25,10 @@ from ..data import read_judgments
 from ..design import Design, infer_design
 from ..errors import DesignError
 from ..estimate import estimate_components
-from ..inference import ThetaInterval, theta_interval
+from ..estimate.model import parse_formula
+from ..inference import ITEM_NAMES, ObjectInterval, ThetaInterval, object_interval, theta_interval
 
 JUDGE_NAMES = ("judge", "annotator", "rater")
-ITEM_NAMES = ("item", "question_id", "doc_id", "instruction_id")
 
 
 @dataclass
@@ -47,6 +47,8 @@ class Analysis:
     checklist: list[dict] = field(default_factory=list)
     curves: dict[str, Any] = field(default_factory=dict)
     pairwise: dict | None = None  # Bradley-Terry table and position bias, for pairwise data
+    object_interval: ObjectInterval | None = None  # one system's score: full vs naive error
+    object_scores: pd.DataFrame | None = None  # each system's mean with both intervals
 
     def to_dict(self) -> dict:
         out = {
@@ -71,6 +73,9 @@ class Analysis:
             out["diagnostics"] = self.diagnostics
         if self.pairwise:
             out["pairwise"] = self.pairwise
+        if self.object_interval is not None:
+            out["object_scores"] = {"interval": self.object_interval.to_dict(),
+                                    "scores": _records(self.object_scores)}
         return _clean(out)
 
     def to_json(self) -> str:
@@ -126,9 +131,28 @@ def analyze(data, design: Design | None = None, *, method: str = "auto", formula
     if vc.object and judge and judge != vc.object:
         result.ceiling = dstudy.ceiling(vc, judge, 1)
         result.judges_needed = dstudy.needed(vc, judge, target_erho2)
+    if vc.object and item and item != vc.object and vc.object in judgments.frame:
+        score = parse_formula(formula).response if formula else design.score
+        result.object_interval = object_interval(vc, sampling_facet=item)
+        result.object_scores = object_scores(judgments.frame, vc.object, score, result.object_interval)
     result.checklist = checklist(vc, run_meta, diagnostics)
     result.curves = _curves(vc, judge, item, theta)
     return result
+
+
+def object_scores(frame: pd.DataFrame, obj: str, score: str, interval: ObjectInterval) -> pd.DataFrame:
+    """Each object's mean score (a leaderboard) with the full and the naive interval.
+
+    Both half-widths are those of the observed design (sigma2_Delta and its item-sampling part); an
+    object with fewer observations than the others has a somewhat wider interval than shown."""
+    y = pd.to_numeric(frame[score], errors="coerce")
+    stats = y.groupby(frame[obj].astype(str)).agg(["mean", "count"]).sort_values("mean", ascending=False)
+    full, naive = interval.half_widths()
+    return pd.DataFrame({
+        obj: stats.index, "mean": stats["mean"].to_numpy(), "n": stats["count"].to_numpy(),
+        "low": stats["mean"].to_numpy() - full, "high": stats["mean"].to_numpy() + full,
+        "naive_low": stats["mean"].to_numpy() - naive, "naive_high": stats["mean"].to_numpy() + naive,
+    }).reset_index(drop=True)
 
 
 def _analyze_pairwise(judgments, *, method: str, target_erho2: float, n_boot: int = 100) -> Analysis:

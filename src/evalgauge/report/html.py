@@ -37,6 +37,21 @@ def _table(headers: list[str], rows: list[list]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _object_scores_html(a: Analysis) -> str:
+    """Each object's mean with the full and the naive interval, and what the naive one misses."""
+    oi, scores = a.object_interval, a.object_scores
+    full, naive = oi.half_widths()
+    obj, facet = escape(oi.object), escape(oi.sampling_facet)
+    rows = [[r[oi.object], _num(r["mean"]), r["n"], f"[{_num(r['low'])}, {_num(r['high'])}]",
+             f"[{_num(r['naive_low'])}, {_num(r['naive_high'])}]"] for r in scores.to_dict(orient="records")]
+    return (f"<h2>{obj} scores</h2><p>A {obj}'s score is uncertain by <b>+-{_num(full)}</b> (95%, every source of "
+            f"error at this design: the absolute error sigma2_Delta, SE {_num(oi.se)}, Satterthwaite df "
+            f"{_num(oi.df, '.1f')}), not the +-{_num(naive)} that resampling {facet}s gives "
+            f"(SE {_num(oi.naive_se)}): the honest SE is <b>{_num(oi.se_ratio, '.2f')}x</b> the naive one. "
+            f"Differences between two {obj}s are judged by the MDD above, which leaves out what they share.</p>"
+            + _table([oi.object, "mean", "n", "95% CI (full)", f"95% CI ({oi.sampling_facet} sampling only)"], rows))
+
+
 def render(a: Analysis) -> str:
     vc = a.components
     figs = all_figures(a)
@@ -52,6 +67,10 @@ def render(a: Analysis) -> str:
                 est=_num(t.estimate), lo=_num(t.low), hi=_num(t.high), se=_num(t.se), df=_num(t.df, ".1f"),
                 nlo=_num(t.naive_low), nhi=_num(t.naive_high), facet=escape(t.sampling_facet),
                 nse=_num(t.naive_se), ratio=_num(t.se_ratio, ".2f")))
+        if a.object_interval is not None:
+            parts.append(f"<p class='muted'>theta-hat is the mean over {escape(vc.object)}s drawn at random, so the "
+                         f"spread between {escape(vc.object)}s counts as its error; one {escape(vc.object)}'s score "
+                         "and its interval are in the table below.</p>")
     if a.ceiling:
         c = a.ceiling
         req = a.judges_needed
@@ -60,6 +79,8 @@ def render(a: Analysis) -> str:
             f"detectable difference MDD95 = {_num(a.projection.mdd95)} at this design. With one {escape(c.facet)} no "
             f"item count gets past E rho^2 = <b>{_num(c.erho2, '.3f')}</b> (the single-{escape(c.facet)} ceiling; "
             f"MDD floor {_num(c.mdd95)}). For E rho^2 = {req.target:g}: {escape(str(req))}.</p>")
+    if a.object_interval is not None:
+        parts.append(_object_scores_html(a))
     if a.pairwise:
         pw = a.pairwise
         def interval(r, name):

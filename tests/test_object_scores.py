@@ -1,0 +1,87 @@
+"""One system's score: the full interval (absolute error sigma2_Delta, Brennan eq. 4.1.9) beside the naive
+one that counts item sampling only; checked in closed form and by coverage in seeded simulations."""
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.components import VarianceComponents
+from evalgauge.errors import DesignError
+from evalgauge.estimate import estimate_components
+from evalgauge.inference import object_interval
+from evalgauge.report import analyze
+from evalgauge.simulate import simulate, sizing_preset
+
+
+def test_object_interval_is_the_absolute_error_in_closed_form():
+    s = sizing_preset()
+    vc = VarianceComponents.from_values(s.components, {"system": 42, "item": 30, "judge": 9}, replicates=3,
+                                        object="system")
+    c, ni, nj, nr = s.components, 30, 9, 3
+    delta = ((c["item"] + c["system:item"]) / ni + (c["judge"] + c["system:judge"]) / nj
+             + (c["item:judge"] + c["system:item:judge"]) / (ni * nj) + c["residual"] / (ni * nj * nr))
+    naive = (c["item"] + c["system:item"]) / ni + (c["item:judge"] + c["system:item:judge"]) / (ni * nj) \
+        + c["residual"] / (ni * nj * nr)
+    oi = object_interval(vc)
+    assert oi.se**2 == pytest.approx(delta, rel=1e-12)
+    assert oi.naive_se**2 == pytest.approx(naive, rel=1e-12)
+    assert oi.sampling_facet == "item"
+    assert math.isinf(oi.df)  # given numbers have no sampling covariance: the normal quantile
+    full, naive_hw = oi.half_widths()
+    assert full == pytest.approx(1.959964 * oi.se, rel=1e-6)
+    assert naive_hw == pytest.approx(1.959964 * oi.naive_se, rel=1e-6)
+    with pytest.raises(DesignError, match="sampled facet"):
+        object_interval(vc, sampling_facet="system")
+
+
+def test_full_interval_covers_a_systems_score_and_the_naive_one_does_not():
+    # every system has the same true score mu (sigma2_s = 0), so a system's mean misses mu by
+    # exactly its absolute error: items and judges shared by all systems, and the interactions
+    spec = sizing_preset(systems=6, items=80, judges=8, replicates=2)
+    spec = replace(spec, components={**spec.components, "system": 0.0})
+    rng = np.random.default_rng(20261130)
+    reps, covered_full, covered_naive = 400, 0, 0
+    for _ in range(reps):
+        frame = simulate(spec, seed=rng)
+        vc = estimate_components(frame, method="anova")
+        full, naive = object_interval(vc).half_widths()
+        miss = abs(frame.loc[frame["system"] == frame["system"].iloc[0], "score"].mean() - spec.mu)
+        covered_full += miss <= full
+        covered_naive += miss <= naive
+    mc_se = math.sqrt(0.95 * 0.05 / reps)
+    # the naive SE is sqrt(0.0113 / 0.0303) = 0.61 of the full one here: it should cover about 77%
+    assert abs(covered_full / reps - 0.95) < 4.5 * mc_se
+    assert covered_naive / reps < 0.95 - 4.5 * mc_se - 0.03
+
+
+def test_analyze_reports_each_systems_score(tmp_path):
+    frame = simulate(sizing_preset(systems=5, items=20, judges=3, replicates=2), seed=5)
+    result = analyze(frame)
+    scores = result.object_scores
+    assert list(scores.columns) == ["system", "mean", "n", "low", "high", "naive_low", "naive_high"]
+    assert scores["mean"].is_monotonic_decreasing
+    means = frame.groupby("system")["score"].mean()
+    assert np.allclose(scores.set_index("system")["mean"], means[scores["system"]])
+    assert (scores["high"] - scores["low"] > scores["naive_high"] - scores["naive_low"]).all()
+    payload = result.to_dict()
+    assert payload["object_scores"]["interval"]["naive_counts"] == "item"
+    assert len(payload["object_scores"]["scores"]) == 5
+    path = tmp_path / "j.csv"
+    frame.to_csv(path, index=False)
+    out = CliRunner().invoke(main, ["analyze", str(path), "--report", str(tmp_path / "r.html")])
+    assert out.exit_code == 0, out.output
+    assert "A system's score: 95% CI" in out.output
+    assert "system scores" in (tmp_path / "r.html").read_text()
+
+
+def test_item_named_question_id_is_what_the_naive_interval_resamples():
+    frame = simulate(sizing_preset(systems=4, items=15, judges=3, replicates=1), seed=2)
+    frame = frame.rename(columns={"item": "question_id"})
+    result = analyze(pd.DataFrame(frame))
+    assert result.theta.sampling_facet == "question_id"
+    assert result.object_interval.sampling_facet == "question_id"
