@@ -85,3 +85,32 @@ def test_item_named_question_id_is_what_the_naive_interval_resamples():
     result = analyze(pd.DataFrame(frame))
     assert result.theta.sampling_facet == "question_id"
     assert result.object_interval.sampling_facet == "question_id"
+
+
+def test_real_llm_judges_on_triviaqa():
+    # Thakur et al. 2024 ("Judging the Judges"): 9 exam-taker models x 400 TriviaQA questions, each answer
+    # judged correct or not by 9 LLM judges (provenance in ../shared/data/README.md, section 1)
+    from conftest import shared_file
+
+    wide = pd.read_csv(shared_file("judging_the_judges_triviaqa", "triviaqa_judgments_v1.csv"))
+    judges = ["Mistral-7B", "Llama-7B", "Llama-13B", "Llama3-8B", "Gemma-2B", "Llama-70B", "Llama3-70B",
+              "GPT-4", "JudgeLM"]
+    frame = wide.melt(id_vars=["exam_model", "question_id"], value_vars=judges, var_name="judge",
+                      value_name="score").rename(columns={"exam_model": "system", "question_id": "item"})
+    result = analyze(frame, drop_missing=True)
+    vc = result.components
+    assert vc.method == "reml" and vc.n_obs == len(frame) - 175  # 135 + 8 x 5 blank judgments (data README)
+    scores = result.object_scores.set_index("system")
+    observed = frame.dropna().groupby("system")["score"].agg(["mean", "count"])
+    assert np.allclose(scores["mean"], observed.loc[scores.index, "mean"])
+    assert (scores["n"] == observed.loc[scores.index, "count"]).all()
+    # the judge terms are real here, so the honest interval must be the wider one, by the judge terms exactly
+    oi = result.object_interval
+    c = {comp.name: comp.variance_truncated for comp in vc.components}
+    judge_part = (c["judge"] + c["system:judge"]) / 9
+    assert oi.se**2 - oi.naive_se**2 == pytest.approx(judge_part, rel=1e-9)
+    assert oi.se_ratio > 1.5
+    # a system's per-judge accuracies spread as the model says: sigma2_j + sigma2_sj + item-level terms / 400
+    per_judge = frame.dropna().groupby(["system", "judge"])["score"].mean().unstack()
+    implied = c["judge"] + c["system:judge"] + (c["item:judge"] + c["residual"]) / 400
+    assert per_judge.var(axis=1, ddof=1).mean() == pytest.approx(implied, rel=0.5)  # 8 df per system: +-50%

@@ -147,7 +147,8 @@ def numeric_scores(judgments: Judgments, column: str) -> np.ndarray:
             f"{judgments.source}: column '{column}' must hold a number on every row, but it has "
             + "; and ".join(parts)
             + ". Fix or remove these rows (an empty completion or a parse failure is a missing "
-            "score, not a zero); evalgauge does not drop rows silently."
+            "score, not a zero); evalgauge does not drop rows silently"
+            + ("." if nonnum.any() else ": --drop-missing (drop_missing=True) drops empty scores and says so.")
         )
     return y
 
