@@ -113,4 +113,5 @@ def test_real_llm_judges_on_triviaqa():
     # a system's per-judge accuracies spread as the model says: sigma2_j + sigma2_sj + item-level terms / 400
     per_judge = frame.dropna().groupby(["system", "judge"])["score"].mean().unstack()
     implied = c["judge"] + c["system:judge"] + (c["item:judge"] + c["residual"]) / 400
-    assert per_judge.var(axis=1, ddof=1).mean() == pytest.approx(implied, rel=0.5)  # 8 df per system: +-50%
+    # in a balanced block this is the ANOVA moment identity; with 0.5% of judgments missing REML is within 2%
+    assert per_judge.var(axis=1, ddof=1).mean() == pytest.approx(implied, rel=0.02)
