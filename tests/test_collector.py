@@ -112,6 +112,16 @@ class Server:
         return (out or "") + (err or "")
 
 
+def collect(config: Path, port: int, *faults: str):
+    """Run the configuration's factorial against a fresh serve-sim; (config, summary)."""
+    server = Server(config, port, *faults)
+    try:
+        cfg = load_config(config)
+        return cfg, run(cfg)
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def env_key(monkeypatch):
     monkeypatch.setenv("SIM_KEY", KEY)
@@ -120,12 +130,7 @@ def env_key(monkeypatch):
 def test_components_recovered_from_collected_data(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=16, systems=5, reps=2)
-    server = Server(config, port)
-    try:
-        cfg = load_config(config)
-        summary = run(cfg)
-    finally:
-        server.stop()
+    cfg, summary = collect(config, port)
     assert summary.completed == count_tasks(cfg) == 16 * 5 * 2 * 3 * 2 and summary.failed == 0
     frame = pd.read_sql_query("SELECT * FROM calls", sqlite3.connect(cfg.database))
     assert frame["score"].notna().all()
@@ -139,13 +144,8 @@ def test_components_recovered_from_collected_data(tmp_path, env_key):
 def test_faults_are_survived_and_diagnosed(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=6, systems=3, reps=3, timeout=0.5)
-    server = Server(config, port, "rate_limit=0.1", "server_error=0.05", "timeout=0.02", "timeout_s=2",
-                    "empty=0.05", "garbage=0.05", "drift_after=150")
-    try:
-        cfg = load_config(config)
-        summary = run(cfg)
-    finally:
-        server.stop()
+    cfg, summary = collect(config, port, "rate_limit=0.1", "server_error=0.05", "timeout=0.02", "timeout_s=2",
+                                   "empty=0.05", "garbage=0.05", "drift_after=150")
     assert summary.failed == 0 and summary.retries > 0
     store = RunStore(cfg.database)
     calls = store.calls()
@@ -161,12 +161,7 @@ def test_faults_are_survived_and_diagnosed(tmp_path, env_key):
 def test_cached_replicates_are_flagged(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=4, systems=2, reps=3, judges=2)
-    server = Server(config, port, "cache=1")
-    try:
-        cfg = load_config(config)
-        run(cfg)
-    finally:
-        server.stop()
+    cfg, _ = collect(config, port, "cache=1")
     store = RunStore(cfg.database)
     diag = diagnose(store.calls())
     store.close()
@@ -231,12 +226,7 @@ def test_api_key_never_leaks(tmp_path, env_key):
 def test_anthropic_protocol(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=3, systems=2, reps=1, judges=1, provider="anthropic")
-    server = Server(config, port)
-    try:
-        cfg = load_config(config)
-        summary = run(cfg)
-    finally:
-        server.stop()
+    cfg, summary = collect(config, port)
     assert summary.completed == count_tasks(cfg) and summary.failed == 0
 
 
@@ -299,12 +289,7 @@ def test_scoring_modes_end_to_end(tmp_path, env_key, mode):
         text = text.replace("{item} / {response}", "{item} / A: {response_a} B: {response_b}")
         text = text.replace("Q: {item} A: {response}", "Q: {item} A: {response_a} B: {response_b}")
         config.write_text(text)
-    server = Server(config, port)
-    try:
-        cfg = load_config(config)
-        summary = run(cfg)
-    finally:
-        server.stop()
+    cfg, summary = collect(config, port)
     assert summary.failed == 0 and summary.completed == count_tasks(cfg)
     frame = pd.read_sql_query("SELECT * FROM calls", sqlite3.connect(cfg.database))
     assert frame["score"].notna().all()
@@ -326,12 +311,7 @@ def test_example_configs_load():
 def test_export_and_shared_limiter(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=3, systems=2, reps=1, judges=2)
-    server = Server(config, port)
-    try:
-        cfg = load_config(config)
-        run(cfg)
-    finally:
-        server.stop()
+    cfg, _ = collect(config, port)
     out = CliRunner().invoke(main, ["export", str(cfg.database), "--format", "parquet"])
     assert out.exit_code == 0
     exported = pd.read_parquet(cfg.database.with_suffix(".parquet"))

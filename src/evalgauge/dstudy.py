@@ -85,12 +85,7 @@ def _check_counts(counts: Mapping[str, float], replicates: float) -> None:
 
 
 def _conditioned(c: Component, vc: VarianceComponents, condition_on: Iterable[str]) -> bool:
-    cond = set(condition_on)
-    for f in list(cond):
-        parent = vc.nesting.get(f)
-        while parent:
-            cond.add(parent)
-            parent = vc.nesting.get(parent)
+    cond = set().union(*(universe_facets(vc, f) for f in condition_on))
     return c.name != RESIDUAL and bool(c.facets) and set(c.facets) <= cond
 
 
@@ -180,7 +175,8 @@ def project(vc: VarianceComponents, counts: Mapping[str, float] | None = None, r
 
 def object_errors(vc: VarianceComponents, obj: str, counts, reps, condition_on=()) -> tuple[float, float, float]:
     """(sigma2_p, sigma2_delta, sigma2_Delta) for object ``obj`` (Brennan 2001 sec. 4.1; sizing eq. 2)."""
-    s2p, terms = absolute_error_terms(vc, obj, counts, reps, condition_on)
+    s2p, divisors = absolute_error_divisors(vc, obj, counts, reps, condition_on)
+    terms = {name: vc[name].variance_truncated / d for name, d in divisors.items()}
     delta = sum(share for name, share in terms.items() if obj in term_facets(vc[name], vc))
     return s2p, max(delta, 0.0), max(sum(terms.values()), 0.0)
 
@@ -195,14 +191,14 @@ def universe_facets(vc: VarianceComponents, obj: str) -> set[str]:
     return universe
 
 
-def absolute_error_terms(vc: VarianceComponents, obj: str, counts, reps,
-                         condition_on=()) -> tuple[float, dict[str, float]]:
-    """sigma2_p and the terms sigma2_k / d_k of one object's absolute error sigma2_Delta (Brennan 2001
-    eq. 4.1.9): every component outside the object's universe score, divided by the levels of its
-    term other than the object (and the object's parents)."""
+def absolute_error_divisors(vc: VarianceComponents, obj: str, counts, reps,
+                            condition_on=()) -> tuple[float, dict[str, float]]:
+    """sigma2_p and the divisor d_k of each term sigma2_k / d_k of one object's absolute error sigma2_Delta
+    (Brennan 2001 eq. 4.1.9): every component outside the object's universe score, divided by the levels
+    of its term other than the object (and the object's parents)."""
     universe = universe_facets(vc, obj)
     s2p = 0.0
-    terms = {}
+    divisors = {}
     for c in vc.components:
         facets = set(term_facets(c, vc))
         if c.name != RESIDUAL and facets and facets <= universe:
@@ -211,8 +207,8 @@ def absolute_error_terms(vc: VarianceComponents, obj: str, counts, reps,
             continue
         if _conditioned(c, vc, condition_on):
             continue
-        terms[c.name] = c.variance_truncated / divisor(c, vc, counts, reps, exclude=universe)
-    return s2p, terms
+        divisors[c.name] = divisor(c, vc, counts, reps, exclude=universe)
+    return s2p, divisors
 
 
 def mdd(projection: Projection, level: float = 0.95, df: float | None = None) -> float:

@@ -165,10 +165,9 @@ def object_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet:
     if facet not in vc.levels or facet == obj:
         raise DesignError(f"naive interval: name the sampled facet (usually the items), not '{facet}'.")
     projection = dstudy.project(vc, object="")
-    _, terms = dstudy.absolute_error_terms(vc, obj, projection.counts, projection.replicates)
-    universe = dstudy.universe_facets(vc, obj)
-    coef = np.array([1.0 / dstudy.divisor(c, vc, projection.counts, projection.replicates, exclude=universe)
-                     if c.name in terms else 0.0 for c in vc.components])
+    _, divisors = dstudy.absolute_error_divisors(vc, obj, projection.counts, projection.replicates)
+    coef = np.array([1.0 / divisors[c.name] if c.name in divisors else 0.0 for c in vc.components])
+    terms = {c.name: c.variance_truncated * k for c, k in zip(vc.components, coef, strict=True) if k}
     se = math.sqrt(max(sum(terms.values()), 0.0))
     naive = sum(v for name, v in terms.items() if facet in dstudy.term_facets(vc[name], vc))
     return ObjectInterval(obj, se, satterthwaite_df(vc, coef), math.sqrt(max(naive, 0.0)), level, facet)
