@@ -88,12 +88,12 @@ def write_config(tmp: Path, port: int, *, mode="numeric", items=12, systems=4, r
 
 
 class Server:
-    def __init__(self, config: Path, port: int, *faults: str):
+    def __init__(self, config: Path, port: int, *faults: str, extra: tuple[str, ...] = (), env=None):
         cmd = [sys.executable, "-m", "evalgauge.cli", "serve-sim", str(config), "--port", str(port),
-               "--components", str(config.parent / "truth.json"), "--seed", "7"]
+               "--components", str(config.parent / "truth.json"), "--seed", "7", *extra]
         for f in faults:
             cmd += ["--fault", f]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         deadline = time.time() + 20
         while time.time() < deadline:
             with socket.socket() as s:
@@ -259,9 +259,8 @@ def test_config_errors(tmp_path, monkeypatch):
         load_config(tmp_path / "m.toml")
     (tmp_path / "p.toml").write_text(text.replace("{{response}}", "{{answer}}").replace("{response}", "{answer}"))
     monkeypatch.delenv("SIM_KEY", raising=False)
-    cfg = load_config(tmp_path / "p.toml")
     with pytest.raises(DataError, match="unknown placeholder"):
-        run(cfg)
+        load_config(tmp_path / "p.toml")
     cfg = load_config(config)
     with pytest.raises(DataError, match="SIM_KEY is not set"):
         run(cfg)

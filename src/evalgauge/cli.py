@@ -7,6 +7,7 @@ what and what to do), 1 a bug in evalgauge (with a traceback to report).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -701,9 +702,16 @@ def import_cmd(fmt, files, out, metric, system, baseline) -> None:
 @click.option("--limit", type=click.IntRange(min=1), help="Stop after this many calls (a pilot of the pilot).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the summary and diagnostics as JSON.")
+@click.option("--dry-run", is_flag=True, help="Check the configuration and print the calls and their worst-case "
+              "cost against the budget; send nothing.")
 @user_errors
-def run_cmd(config, base_url, database, limit, progress, json_out) -> None:
-    """Run (or resume) the factorial of judge calls a CONFIG.toml describes, into a SQLite run database."""
+def run_cmd(config, base_url, database, limit, progress, json_out, dry_run) -> None:
+    """Run (or resume) the factorial of judge calls a CONFIG.toml describes, into a SQLite run database.
+
+    \b
+    Example:
+      evalgauge run examples/sim/run.toml --base-url http://127.0.0.1:8765/v1 --dry-run
+    """
     from .collect.config import load_config
     from .collect.diagnostics import diagnose
     from .collect.runner import run
@@ -711,24 +719,42 @@ def run_cmd(config, base_url, database, limit, progress, json_out) -> None:
     from .collect.tasks import count_tasks
 
     cfg = load_config(config, base_url=base_url, database=database)
+    if dry_run:
+        from .collect.runner import dry_run as plan_run
+
+        plan = plan_run(cfg)
+
+        def show_plan(c):
+            budget = "no budget_usd cap" if plan["budget_usd"] is None else f"budget ${plan['budget_usd']:g}"
+            c.print(f"{cfg.path}: {plan['planned']} judge calls planned, {plan['already_done']} stored, "
+                    f"{plan['to_send']} to send (+{plan['generations_to_send']} generations); worst-case cost "
+                    f"${plan['worst_case_usd']:.4f} on top of ${plan['spent_usd']:.4f} spent; {budget}"
+                    + ("" if plan["fits_budget"] else ": the run will stop at the cap before finishing") + ".")
+            for note in plan["notes"] + list(cfg.notes):
+                c.print(Text("note: ", style="yellow") + Text(note))
+        _emit(plan, json_out, show_plan)
+        return
     total = count_tasks(cfg)
-    bar = None
-    if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    state: dict = {}
 
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                       TextColumn("{task.fields[status]}"), console=Console(stderr=True), transient=False)
-        bar.start()
-        tid = bar.add_task("calls", total=total, status="")
+    def update(summary):
+        # the bar starts at the first report, after the keys are checked, at the stored count
+        if "bar" not in state:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        def update(summary):
-            bar.update(tid, completed=summary.already_done + summary.completed + summary.failed,
-                       status=f"errors {summary.failed}, retries {summary.retries}, ${summary.cost_usd:.4f}")
+            bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=Console(stderr=True),
+                           transient=False)
+            bar.start()
+            state["bar"], state["tid"] = bar, bar.add_task("calls", total=total, status="")
+        state["bar"].update(state["tid"], completed=summary.already_done + summary.completed + summary.failed,
+                            status=f"errors {summary.failed}, retries {summary.retries}, ${summary.cost_usd:.4f}")
+
     try:
-        summary = run(cfg, progress=update if bar else None, limit=limit)
+        summary = run(cfg, progress=update if progress else None, limit=limit)
     finally:
-        if bar:
-            bar.stop()
+        if "bar" in state:
+            state["bar"].stop()
     store = RunStore(cfg.database)
     try:
         diag = diagnose(store.calls())
@@ -752,6 +778,18 @@ def run_cmd(config, base_url, database, limit, progress, json_out) -> None:
         for warning in diag.warnings:
             c.print(Text("warning: ", style="bold yellow") + Text(warning))
     _emit(payload, json_out, show)
+    if not summary.ok:
+        err = _console(stderr=True)
+        for name, reason in summary.fatal.items():
+            err.print(Text("error: ", style="bold red") + Text(f"stopped '{name}': {reason}"))
+        if summary.skipped:
+            err.print(f"{summary.skipped} call(s) of the stopped judge(s) were not sent; fix the cause and run "
+                      "again: the completed calls are kept and not repeated.")
+        if not summary.fatal:
+            err.print(Text("error: ", style="bold red") + Text(
+                "no call completed; see the failures above (the first error is kept in the run database's "
+                "failures table)."))
+        sys.exit(2)
 
 
 @main.command(name="export")
@@ -790,9 +828,11 @@ def export_cmd(database, fmt, out, judgments) -> None:
 @click.option("--port", type=int, default=8765, show_default=True)
 @click.option("--fault", "faults", multiple=True, metavar="NAME=VALUE",
               help="Inject faults: rate_limit, server_error, timeout, empty, garbage (rates), cache=1, "
-                   "drift_after=N, latency_ms, timeout_s, retry_after (repeatable).")
+                   "drift_after=N, latency_ms, timeout_s, retry_after, bad_request, forbidden (repeatable).")
+@click.option("--require-key-env", metavar="NAME",
+              help="Answer 401 unless a request carries the key held in this environment variable.")
 @user_errors
-def serve_sim_cmd(config, components_path, mu, seed, host, port, faults) -> None:
+def serve_sim_cmd(config, components_path, mu, seed, host, port, faults, require_key_env) -> None:
     """Serve an OpenAI-compatible judge panel simulated from variance components (for dry runs and tests)."""
     from .collect.config import load_config
     from .collect.simserver import FAULTS, SimPanel, serve
@@ -815,9 +855,28 @@ def serve_sim_cmd(config, components_path, mu, seed, host, port, faults) -> None
             fault_map[key] = float(value)
         except ValueError:
             raise click.BadParameter(f"'{item}' should read NAME=NUMBER", param_hint="--fault") from None
-    panel = SimPanel(cfg, comps, mu=mu, seed=seed, faults=fault_map)
+    api_key = None
+    if require_key_env:
+        api_key = os.environ.get(require_key_env)
+        if not api_key:
+            raise EvalGaugeError(f"--require-key-env: the environment variable {require_key_env} is not set.")
+    _check_port_free(host, port)
+    panel = SimPanel(cfg, comps, mu=mu, seed=seed, faults=fault_map, api_key=api_key)
     serve(panel, host, port, ready=lambda msg: click.echo(f"serve-sim listening on http://{host}:{port}/v1 "
                                                            f"({len(cfg.judges)} judges); {msg}", err=True))
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A clear message, not a traceback, when the port is taken or not ours to bind."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise EvalGaugeError(f"serve-sim cannot listen on {host}:{port} ({exc.strerror or exc}); another "
+                                 "server may be using the port: pick another with --port.") from None
 
 
 #: a judge panel shaped like the sizing paper's (system share small, sizable system x judge)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import string
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DataError
-from .parsers import MODES
+from .schema import JudgeSpec, validate_raw
 
 
 @dataclass(frozen=True)
@@ -99,95 +100,140 @@ class RunConfig:
 
 
 def load_config(path: str | Path, *, base_url: str | None = None, database: str | Path | None = None) -> RunConfig:
-    """Read and validate a run configuration; ``base_url`` overrides every judge's endpoint."""
+    """Read and validate a run configuration; ``base_url`` overrides every judge's endpoint.
+
+    Every key is checked against the schema in :mod:`.schema` (unknown keys are refused with the
+    closest valid name, every value type-checked), a literal API key anywhere in the file is refused,
+    and each template is checked for the placeholders the scoring mode needs.
+    """
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: no such run configuration.")
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise DataError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); save the configuration as UTF-8.") from None
+    spec = validate_raw(raw, path)
     where = path.parent
-    run = raw.get("run", {})
-    name = str(run.get("name", path.stem))
-    scoring = raw.get("scoring", {})
-    mode = scoring.get("mode", "likert")
-    if mode not in MODES:
-        raise DataError(f"{path}: [scoring] mode must be one of {', '.join(MODES)}, not '{mode}'.")
-    data = raw.get("data", {})
-    if "items" not in data:
+    run, scoring = spec.run, spec.scoring
+    name = run.name or path.stem
+    if spec.data is None or spec.data.items is None:
         raise DataError(f"{path}: [data] needs 'items', a CSV or JSONL file with columns id, text "
                         "(and optionally category, reference).")
-    items = _read_items(where / data["items"])
-    responses, systems = {}, ()
-    generators = tuple(_judge(g, k, path, base_url, "[[systems]]") for k, g in enumerate(raw.get("systems", [])))
-    if "responses" in data and generators:
+    items = _read_items(where / spec.data.items)
+    responses: dict[tuple[str, str], str] = {}
+    systems: tuple[str, ...] = ()
+    generators = tuple(_judge(g, k, path, base_url, "[[systems]]", 512) for k, g in enumerate(spec.systems))
+    if spec.data.responses and generators:
         raise DataError(f"{path}: give either [data] responses (a file) or [[systems]] that generate them, not both.")
-    if "responses" in data:
-        responses, systems = _read_responses(where / data["responses"], {i.id for i in items})
+    if spec.data.responses:
+        responses, systems = _read_responses(where / spec.data.responses, {i.id for i in items})
     elif generators:
         systems = tuple(g.name for g in generators)
-    generation = raw.get("generation", {})
-    baseline = scoring.get("baseline")
-    if mode == "pairwise":
+    if len(set(systems)) != len(systems):
+        raise DataError(f"{path}: [[systems]] names must be unique.")
+    baseline = scoring.baseline
+    if scoring.mode == "pairwise":
         if not baseline or baseline not in systems:
             raise DataError(f"{path}: pairwise scoring needs [scoring] baseline = one of the systems in "
-                            f"{data.get('responses', 'the responses file')} ({', '.join(systems) or 'none found'}).")
+                            f"{spec.data.responses or 'the responses file'} ({', '.join(systems) or 'none found'}).")
         systems = tuple(s for s in systems if s != baseline)
-    variants = tuple(Variant(str(v.get("id", f"v{k + 1}")), _need(v, "template", path, f"[[variants]] #{k + 1}"))
-                     for k, v in enumerate(raw.get("variants", [])))
+    variants = tuple(Variant(v.id or f"v{k + 1}", v.template) for k, v in enumerate(spec.variants))
     if not variants:
         raise DataError(f"{path}: at least one [[variants]] with a template is needed.")
-    judges = [_judge(j, k, path, base_url, "[[judges]]") for k, j in enumerate(raw.get("judges", []))]
+    if len({v.id for v in variants}) != len(variants):
+        raise DataError(f"{path}: [[variants]] ids must be unique.")
+    judges = [_judge(j, k, path, base_url, "[[judges]]", 64) for k, j in enumerate(spec.judges)]
     if not judges:
         raise DataError(f"{path}: at least one [[judges]] is needed.")
     if len({j.name for j in judges}) != len(judges):
         raise DataError(f"{path}: judge names must be unique.")
-    pilot = raw.get("pilot", {})
+    if scoring.scale_min >= scoring.scale_max:
+        raise DataError(f"{path}: [scoring] scale_min ({scoring.scale_min}) must be below scale_max "
+                        f"({scoring.scale_max}).")
     notes = []
-    if pilot:
-        n_items, n_var = int(pilot.get("items", len(items))), int(pilot.get("variants", len(variants)))
+    if spec.pilot is not None:
+        n_items = spec.pilot.items if spec.pilot.items is not None else len(items)
+        n_var = spec.pilot.variants if spec.pilot.variants is not None else len(variants)
         items, variants = items[:n_items], variants[:n_var]
         notes.append(f"pilot: the first {len(items)} items and {len(variants)} variants.")
-    db = Path(database) if database else where / run.get("database", f"{name}.sqlite")
-    return RunConfig(
+    db = Path(database) if database else where / (run.database or f"{name}.sqlite")
+    generation = spec.generation
+    cfg = RunConfig(
         name=name, path=path, database=db, items=items, responses=responses, systems=systems,
-        variants=variants, judges=tuple(judges),
-        temperatures=tuple(float(t) for t in run.get("temperatures", [0.0])),
-        replicates=int(run.get("replicates", 1)), mode=mode,
-        scale_min=int(scoring.get("scale_min", 1)), scale_max=int(scoring.get("scale_max", 5)),
-        choices=str(scoring.get("choices", "ABCD")), baseline=baseline,
-        budget_usd=float(run.get("budget_usd", math.inf)), in_flight=int(run.get("in_flight", 32)),
-        timeout_s=float(run.get("timeout_s", 60.0)), max_retries=int(run.get("max_retries", 6)),
-        seed=int(run.get("seed", 0)), system_prompt=raw.get("system_prompt"), generators=generators,
-        generation_template=str(generation.get("template", "{item}")),
-        generation_temperature=float(generation.get("temperature", 0.0)), notes=tuple(notes),
+        variants=variants, judges=tuple(judges), temperatures=tuple(run.temperatures), replicates=run.replicates,
+        mode=scoring.mode, scale_min=scoring.scale_min, scale_max=scoring.scale_max, choices=scoring.choices,
+        baseline=baseline, budget_usd=run.budget_usd if run.budget_usd is not None else math.inf,
+        in_flight=run.in_flight, timeout_s=run.timeout_s, max_retries=run.max_retries, seed=run.seed,
+        system_prompt=spec.system_prompt, generators=generators,
+        generation_template=generation.template, generation_temperature=generation.temperature, notes=tuple(notes),
     )
+    check_templates(cfg)
+    return cfg
 
 
-def _judge(j: dict, k: int, path: Path, base_url: str | None, table: str) -> Judge:
-    """A judge (or a generating system) from its TOML table; never a key."""
-    where = f"{table} #{k + 1}"
-    judge = Judge(
-        name=str(j.get("name", j.get("model", f"judge{k + 1}"))), model=_need(j, "model", path, where),
-        provider=j.get("provider", "openai"), base_url=base_url or j.get("base_url"),
-        api_key_env=j.get("api_key_env"), price_input_per_mtok=float(j.get("price_input_per_mtok", 0.0)),
-        price_output_per_mtok=float(j.get("price_output_per_mtok", 0.0)),
-        max_tokens=int(j.get("max_tokens", 64 if table == "[[judges]]" else 512)), rpm=j.get("rpm"),
-        tpm=j.get("tpm"))
-    if judge.provider not in ("openai", "anthropic"):
-        raise DataError(f"{path}: {where}: provider must be 'openai' (any OpenAI-compatible endpoint) or "
-                        f"'anthropic', not '{judge.provider}'.")
-    if "api_key" in j:
-        raise DataError(f"{path}: {where} holds an api_key: keys never go in the config. Put the key in an "
-                        "environment variable and name it with api_key_env.")
-    return judge
+def _judge(j: JudgeSpec, k: int, path: Path, base_url: str | None, table: str, default_max_tokens: int) -> Judge:
+    """A judge (or a generating system) from its validated TOML table; never a key."""
+    return Judge(
+        name=j.name or j.model or f"judge{k + 1}", model=j.model, provider=j.provider,
+        base_url=base_url or j.base_url, api_key_env=j.api_key_env,
+        price_input_per_mtok=j.price_input_per_mtok, price_output_per_mtok=j.price_output_per_mtok,
+        max_tokens=j.max_tokens if j.max_tokens is not None else default_max_tokens, rpm=j.rpm, tpm=j.tpm)
 
 
-def _need(table: dict, key: str, path: Path, where: str) -> str:
-    if key not in table:
-        raise DataError(f"{path}: {where} needs '{key}'.")
-    return str(table[key])
+PLACEHOLDERS = {"item", "item_id", "category", "reference", "response", "system", "response_a", "response_b"}
+RESPONSE_FIELDS = {"response", "response_a", "response_b", "system"}
+
+
+def template_fields(template: str, what: str) -> set[str]:
+    """The placeholders of a template, or a message naming ``what`` when it is not a valid format string."""
+    try:
+        fields = {f for _, f, spec, _ in string.Formatter().parse(template) if f is not None}
+        template.format_map({f: "" for f in fields if f})
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+        raise DataError(f"{what}: the template is not valid ({exc}); write a literal brace as '{{{{' or '}}}}'.") \
+            from None
+    if "" in fields:
+        raise DataError(f"{what}: the template has an empty '{{}}'; name a placeholder, e.g. {{item}}, or write a "
+                        "literal brace as '{{{{' or '}}}}'.")
+    return fields
+
+
+def check_templates(cfg: RunConfig) -> None:
+    """Every template names known placeholders and shows what the scoring mode needs, before any call.
+
+    A template without ``{item}`` scores every item from the same prompt, and one without the response
+    (``{response}``, or ``{response_a}``/``{response_b}`` for pairwise) scores every system from the same
+    prompt: either makes the facet's variance unmeasurable, so both are refused.
+    """
+    known = ", ".join("{" + p + "}" for p in sorted(PLACEHOLDERS))
+    for v in cfg.variants:
+        what = f"{cfg.path}: variant '{v.id}'"
+        fields = template_fields(v.template, what)
+        unknown = fields - PLACEHOLDERS
+        if unknown:
+            raise DataError(f"{what} uses unknown placeholder(s) "
+                            f"{', '.join('{' + u + '}' for u in sorted(unknown))}; known: {known}.")
+        if "item" not in fields:
+            raise DataError(f"{what} does not show the item ({{item}}): every item would get the same prompt. "
+                            "Add {item} to the template.")
+        if fields & RESPONSE_FIELDS and not cfg.systems:
+            raise DataError(f"{what} shows a response, so [data] needs a responses file (or [[systems]]).")
+        if cfg.pairwise:
+            if not {"response_a", "response_b"} <= fields:
+                raise DataError(f"{what}: a pairwise template must show {{response_a}} and {{response_b}}.")
+        elif cfg.systems and "response" not in fields:
+            raise DataError(f"{what} does not show the response ({{response}}) although systems are given: every "
+                            "system would get the same prompt and system variance could not be measured. Add "
+                            "{response} to the template.")
+    if cfg.generators:
+        fields = template_fields(cfg.generation_template, f"{cfg.path}: [generation] template")
+        bad = fields - {"item", "item_id", "category", "reference"}
+        if bad or "item" not in fields:
+            raise DataError(f"{cfg.path}: [generation] template must show {{item}} and may use {{item_id}}, "
+                            "{category}, {reference} only.")
 
 
 def _read_table(path: Path) -> pd.DataFrame:

@@ -64,9 +64,43 @@ class RunSummary:
     stopped_by_budget: bool = False
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: judges (or generating systems) stopped by an error no retry can fix, with the reason
+    fatal: dict[str, str] = field(default_factory=dict)
+    #: calls left for a stopped judge: not sent, tried again on resume
+    skipped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """False when a judge was stopped, or calls were due and none completed."""
+        due = self.planned - self.already_done
+        return not self.fatal and not (due > 0 and self.completed == 0 and not self.stopped_by_budget)
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {**self.__dict__, "ok": self.ok}
+
+
+#: Chat templates add a few tokens per message (OpenAI: 3-4; Llama 3: 5); this bounds them with room to spare.
+MESSAGE_OVERHEAD_TOKENS = 32
+
+
+def worst_case_input_tokens(prompt: str, system_prompt: str | None = None) -> int:
+    """An input-token count no tokenizer the providers use can exceed, without a tokenizer.
+
+    Byte-level BPE (OpenAI, Anthropic, Llama 3, Qwen) and SentencePiece with byte fallback emit at
+    most one token per UTF-8 byte of text, so the UTF-8 length of every message (the system prompt
+    included) plus each message's template tokens is an upper bound for any script: Latin text takes
+    about 4 bytes a token, CJK 1.5-3, emoji 1-4, so this never undercounts and overcounts by at most
+    about 4x.
+    """
+    n = len(prompt.encode("utf-8")) + 2 * MESSAGE_OVERHEAD_TOKENS
+    if system_prompt:
+        n += len(system_prompt.encode("utf-8")) + MESSAGE_OVERHEAD_TOKENS
+    return n
+
+
+def worst_case_cost(judge: Judge, prompt: str, system_prompt: str | None = None) -> float:
+    """The most a call can cost: the worst-case input and every one of ``max_tokens`` out."""
+    return judge.price(worst_case_input_tokens(prompt, system_prompt), judge.max_tokens)
 
 
 def _redact(text: str, secrets: list[str]) -> str:
@@ -76,78 +110,150 @@ def _redact(text: str, secrets: list[str]) -> str:
     return text
 
 
+class JudgeGate:
+    """Per judge: until it has answered once, one call at a time goes to it, so a wrong key or a dead
+    endpoint costs one call (and its retries), not ``in_flight`` of them; an error no retry can fix
+    stops the judge (``dead`` holds the reason)."""
+
+    def __init__(self) -> None:
+        self.ok = False
+        self.dead: str | None = None
+        self.lock = asyncio.Lock()
+
+
+async def _gated(gate: JudgeGate, call):
+    """Run ``call()`` (returning (result, error, attempts, fatal)) through the judge's gate; None if stopped."""
+    if gate.dead:
+        return None
+    if gate.ok:
+        result = await call()
+    else:
+        async with gate.lock:
+            if gate.dead:
+                return None
+            result = await call()
+    _, error, _, fatal = result
+    if fatal:
+        gate.dead = gate.dead or error
+    elif error is None:
+        gate.ok = True
+    return result
+
+
 async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int | None = None) -> RunSummary:
-    """Run (or resume) the factorial into ``cfg.database``. ``limit`` stops after that many calls."""
+    """Run (or resume) the factorial into ``cfg.database``. ``limit`` stops after sending that many calls.
+
+    ``progress(summary)`` is called once before the first call (with the stored count) and after each call.
+    """
     check_templates(cfg)
-    store = RunStore(cfg.database)
-    fingerprint = store.get_meta("fingerprint")
-    if fingerprint and fingerprint != cfg.fingerprint():
+    store = RunStore(cfg.database, writer=True)
+    try:
+        fingerprint = store.get_meta("fingerprint")
+        if fingerprint and fingerprint != cfg.fingerprint():
+            raise DataError(f"{cfg.database}: this run database was made by a different configuration (items, "
+                            "variants, judges, temperatures or scoring changed). Use a new database path "
+                            "(--database) to run the new configuration.")
+        # keys are checked (and providers made) before anything is written or shown
+        providers = providers or {j.name: make_provider(j, cfg.timeout_s) for j in cfg.judges}
+        gen_providers = {g.name: make_provider(g, cfg.timeout_s) for g in cfg.generators} if cfg.generators else {}
+    except BaseException:
         store.close()
-        raise DataError(f"{cfg.database}: this run database was made by a different configuration (items, "
-                        "variants, judges, temperatures or scoring changed). Use a new database path "
-                        "(--database) to run the new configuration.")
+        raise
     store.set_meta("fingerprint", cfg.fingerprint())
     store.set_meta("config", str(cfg.path))
     store.set_meta("mode", cfg.mode)
+    lost, lost_usd = store.reclaim_inflight()
     done = store.done_keys()
-    planned = count_tasks(cfg)
-    summary = RunSummary(planned=planned, already_done=len(done), cost_usd=store.cost())
+    summary = RunSummary(planned=count_tasks(cfg), already_done=len(done), cost_usd=store.cost())
+    if lost:
+        summary.notes.append(f"{lost} call(s) were in flight when an earlier run stopped; their worst-case cost "
+                             f"(${lost_usd:.4f}) counts as spent, and they are sent again.")
+    if progress is not None:
+        progress(summary)
     secrets = _secrets(cfg)
-    if cfg.generators:
-        try:
-            await _generate(cfg, store, summary, secrets)
-        except BaseException:
-            store.close()
-            raise
-        cfg = replace(cfg, responses=store.responses())
-        if summary.stopped_by_budget:
-            store.close()
-            summary.notes.append(f"stopped at the budget cap of ${cfg.budget_usd:g} while generating responses.")
-            return summary
+    try:
+        if cfg.generators:
+            await _generate(cfg, store, summary, secrets, gen_providers)
+            cfg = replace(cfg, responses=store.responses())
+            if summary.stopped_by_budget or summary.fatal:
+                if summary.stopped_by_budget:
+                    summary.notes.append(f"stopped at the budget cap of ${cfg.budget_usd:g} while generating "
+                                         "responses.")
+                for p in providers.values():
+                    await p.close()
+                return summary
+        await _judge_all(cfg, store, summary, secrets, providers, done, limit, progress)
+    finally:
+        store.close()
+    if summary.stopped_by_budget:
+        summary.notes.append(f"stopped at the budget cap of ${cfg.budget_usd:g}; run again with a larger "
+                             "budget_usd to finish (completed calls are kept).")
+    return summary
+
+
+async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secrets: list[str], providers: dict,
+                     done: set[str], limit: int | None, progress) -> None:
+    """Phase two: every judge call of the factorial not yet stored, within the budget and the limit."""
     judges = {j.name: j for j in cfg.judges}
-    providers = providers or {j.name: make_provider(j, cfg.timeout_s) for j in cfg.judges}
+    gates = {j.name: JudgeGate() for j in cfg.judges}
     limiters = _limiters(cfg.judges)
     tasks = build_tasks(cfg, skip=done)
     queue_lock = asyncio.Lock()
     start = time.monotonic()
     stop = asyncio.Event()
-    reserved = {"usd": 0.0}  # worst-case cost of the calls in flight, held against the budget
+    sent = [0]
+    reserved = [0.0]  # worst-case cost of the calls in flight, held against the budget
 
     async def next_task() -> Task | None:
         async with queue_lock:
-            if stop.is_set():
-                return None
-            if limit is not None and summary.completed + summary.failed >= limit:
-                return None
-            return next(tasks, None)
+            while not stop.is_set() and (limit is None or sent[0] < limit):
+                task = next(tasks, None)
+                if task is None:
+                    return None
+                if gates[task.judge].dead:
+                    summary.skipped += 1
+                    continue
+                sent[0] += 1
+                return task
+            return None
 
     async def worker() -> None:
-        while True:
-            task = await next_task()
-            if task is None:
-                return
+        while (task := await next_task()) is not None:
             judge = judges[task.judge]
             # The hard cap: a call starts only if what is spent, what the calls in flight could still cost
-            # and this call's worst case (a token per two characters, max_tokens out) fit in the budget.
-            worst = judge.price(len(task.prompt) // 2 + 16, judge.max_tokens)
-            if summary.cost_usd + reserved["usd"] + worst > cfg.budget_usd:
+            # and this call's worst case fit in the budget.
+            worst = worst_case_cost(judge, task.prompt, cfg.system_prompt)
+            if summary.cost_usd + reserved[0] + worst > cfg.budget_usd:
                 summary.stopped_by_budget = True
                 stop.set()
                 return
-            reserved["usd"] += worst
+            reserved[0] += worst
+            reservation = store.reserve(task.key, worst) if worst > 0 else None
             try:
-                record, error, attempts = await _call(cfg, judge, providers[task.judge], limiters[task.judge],
-                                                      task, secrets)
-            finally:
-                reserved["usd"] -= worst
+                result = await _gated(gates[task.judge], lambda task=task, judge=judge: _call(
+                    cfg, judge, providers[task.judge], limiters[task.judge], task, secrets))
+            except BaseException:
+                reserved[0] -= worst
+                raise
+            reserved[0] -= worst
+            if result is None:  # the judge was stopped while this call waited
+                summary.skipped += 1
+                if reservation is not None:
+                    store.release(reservation)
+                continue
+            record, error, attempts, fatal = result
             summary.retries += attempts - 1
             if record is not None:
-                store.record(record)
+                store.record(record, reservation)
                 summary.completed += 1
                 summary.cost_usd += record.cost_usd
             else:
+                if reservation is not None:
+                    store.release(reservation)
                 store.record_failure(task.key, attempts, error)
                 summary.failed += 1
+                if fatal:
+                    summary.fatal.setdefault(task.judge, error)
             if progress is not None:
                 progress(summary)
 
@@ -157,11 +263,8 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
         for p in providers.values():
             await p.close()
         summary.seconds = time.monotonic() - start
-        store.close()
-    if summary.stopped_by_budget:
-        summary.notes.append(f"stopped at the budget cap of ${cfg.budget_usd:g}; run again with a larger "
-                             "budget_usd to finish (completed calls are kept).")
-    return summary
+    if limit is not None and sent[0] >= limit:
+        summary.notes.append(f"stopped after {limit} call(s) (--limit); run again to go on.")
 
 
 def _limiters(judges) -> dict[str, RateLimiter]:
@@ -189,9 +292,11 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
                    temperature: float, secrets: list[str]):
     """One request with retries: exponential backoff with full jitter, at least the server's Retry-After.
 
-    Returns (completion or None, started, latency, attempts, error)."""
+    Returns (completion or None, started, latency, attempts, error, fatal). ``fatal``: an error that every
+    call to this judge would meet (HTTP 400/401/403/404, or no connection after every retry)."""
     attempts = 0
     last_error = ""
+    connection_only = True
     while attempts <= cfg.max_retries:
         attempts += 1
         await limiter.acquire(len(prompt) // 4 + judge.max_tokens)
@@ -201,6 +306,9 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
             completion = await provider.complete(prompt, system_prompt, temperature)
         except ProviderError as exc:
             last_error = _redact(str(exc), secrets)
+            connection_only = connection_only and exc.connection
+            if exc.fatal:
+                return None, 0.0, 0.0, attempts, last_error, True
             if not exc.retryable:
                 break
             backoff = random.uniform(0, min(30.0, 0.25 * 2 ** (attempts - 1)))
@@ -210,17 +318,20 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
             raise
         except Exception as exc:  # an unexpected client error: record it, keep the run going
             last_error = _redact(f"{type(exc).__name__}: {exc}", secrets)
+            connection_only = False
             break
-        return completion, started, time.monotonic() - t0, attempts, None
-    return None, 0.0, 0.0, attempts, last_error or "failed"
+        return completion, started, time.monotonic() - t0, attempts, None, False
+    if connection_only and last_error:
+        last_error += f" after {attempts} attempt(s); is the server running and the base_url right?"
+    return None, 0.0, 0.0, attempts, last_error or "failed", connection_only and bool(last_error)
 
 
 async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, task: Task, secrets: list[str]):
-    """One judge call, parsed and priced, as a record for the store (or the error after retries)."""
-    completion, started, latency, attempts, error = await _attempt(
+    """One judge call, parsed and priced: (record or None, error, attempts, fatal)."""
+    completion, started, latency, attempts, error, fatal = await _attempt(
         cfg, judge, provider, limiter, task.prompt, cfg.system_prompt, task.temperature, secrets)
     if completion is None:
-        return None, error, attempts
+        return None, error, attempts, fatal
     score, parse_error = parse_score(completion.text, cfg.mode, scale_max=cfg.scale_max, scale_min=cfg.scale_min,
                                      choices=cfg.choices)
     if score is not None and cfg.pairwise and task.position == "BA":
@@ -236,52 +347,105 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
         started_at=started, finished_at=time.time(), latency_s=latency,
         input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
         cost_usd=judge.price(completion.input_tokens, completion.output_tokens))
-    return record, None, attempts
+    return record, None, attempts, False
 
 
-async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secrets: list[str]) -> None:
+async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secrets: list[str],
+                    providers: dict) -> None:
     """Phase one with [[systems]]: each system answers each item once (resumable, within the budget)."""
     done = store.done_generations()
     todo = [(item, g) for item in cfg.items for g in cfg.generators if f"{item.id}|{g.name}" not in done]
-    if not todo:
-        return
-    providers = {g.name: make_provider(g, cfg.timeout_s) for g in cfg.generators}
     limiters = _limiters(cfg.generators)
+    gates = {g.name: JudgeGate() for g in cfg.generators}
     it = iter(todo)
-    reserved = {"usd": 0.0}
+    reserved = [0.0]
+
+    async def one(item, gen):
+        prompt = generation_prompt(cfg, item)
+        worst = worst_case_cost(gen, prompt)
+        if summary.cost_usd + reserved[0] + worst > cfg.budget_usd:
+            summary.stopped_by_budget = True
+            return False
+        key = f"{item.id}|{gen.name}"
+        reserved[0] += worst
+        reservation = store.reserve(f"generate|{key}", worst) if worst > 0 else None
+
+        async def call():
+            completion, started, latency, attempts, error, fatal = await _attempt(
+                cfg, gen, providers[gen.name], limiters[gen.name], prompt, None, cfg.generation_temperature,
+                secrets)
+            return (completion, started, latency, prompt), error, attempts, fatal
+
+        try:
+            result = await _gated(gates[gen.name], call)
+        finally:
+            reserved[0] -= worst
+        if result is None or result[0][0] is None:
+            if reservation is not None:
+                store.release(reservation)
+            if result is None:
+                summary.skipped += 1
+                return True
+            _, error, attempts, fatal = result
+            summary.retries += attempts - 1
+            store.record_failure(f"generate|{key}", attempts, error)
+            summary.failed += 1
+            if fatal:
+                summary.fatal.setdefault(gen.name, error)
+            return True
+        (completion, started, latency, _), _, attempts, _ = result
+        summary.retries += attempts - 1
+        cost = gen.price(completion.input_tokens, completion.output_tokens)
+        store.record_response((key, item.id, gen.name, prompt_hash(prompt), completion.text, completion.model,
+                               completion.response_id, started, time.time(), latency, completion.input_tokens,
+                               completion.output_tokens, cost), reservation)
+        summary.cost_usd += cost
+        summary.generated += 1
+        return True
 
     async def worker():
         for item, gen in it:
-            prompt = generation_prompt(cfg, item)
-            worst = gen.price(len(prompt) // 2 + 16, gen.max_tokens)
-            if summary.cost_usd + reserved["usd"] + worst > cfg.budget_usd:
-                summary.stopped_by_budget = True
+            if not await one(item, gen):
                 return
-            reserved["usd"] += worst
-            try:
-                completion, started, latency, attempts, error = await _attempt(
-                    cfg, gen, providers[gen.name], limiters[gen.name], prompt, None, cfg.generation_temperature,
-                    secrets)
-            finally:
-                reserved["usd"] -= worst
-            summary.retries += attempts - 1
-            key = f"{item.id}|{gen.name}"
-            if completion is None:
-                store.record_failure(f"generate|{key}", attempts, error)
-                summary.failed += 1
-                continue
-            cost = gen.price(completion.input_tokens, completion.output_tokens)
-            store.record_response((key, item.id, gen.name, prompt_hash(prompt), completion.text, completion.model,
-                                   completion.response_id, started, time.time(), latency, completion.input_tokens,
-                                   completion.output_tokens, cost))
-            summary.cost_usd += cost
-            summary.generated += 1
 
     try:
         await asyncio.gather(*(worker() for _ in range(max(1, cfg.in_flight))))
     finally:
         for p in providers.values():
             await p.close()
+
+
+def dry_run(cfg: RunConfig) -> dict:
+    """What ``run`` would do now, without a call: calls planned, stored, to send, and their worst-case cost.
+
+    The database is read if it exists and never created. With [[systems]] the responses are not known
+    yet, so the judge calls are priced on the prompts without them (the note says so).
+    """
+    done: set[str] = set()
+    spent = 0.0
+    generations: set[str] = set()
+    if cfg.database.exists():
+        store = RunStore(cfg.database)
+        try:
+            done, spent, generations = store.done_keys(), store.cost(), store.done_generations()
+        finally:
+            store.close()
+    judges = {j.name: j for j in cfg.judges}
+    to_send, worst = 0, 0.0
+    for task in build_tasks(cfg, skip=done):
+        to_send += 1
+        worst += worst_case_cost(judges[task.judge], task.prompt, cfg.system_prompt)
+    gen_todo = [(i, g) for i in cfg.items for g in cfg.generators if f"{i.id}|{g.name}" not in generations]
+    gen_worst = sum(worst_case_cost(g, generation_prompt(cfg, i)) for i, g in gen_todo)
+    notes = []
+    if cfg.generators:
+        notes.append("judge calls are priced without the responses the systems will generate (not known yet).")
+    budget = None if cfg.budget_usd == float("inf") else cfg.budget_usd
+    fits = budget is None or spent + worst + gen_worst <= budget
+    return {"config": str(cfg.path), "database": str(cfg.database), "planned": count_tasks(cfg),
+            "already_done": len(done), "to_send": to_send, "generations_to_send": len(gen_todo),
+            "spent_usd": spent, "worst_case_usd": worst + gen_worst, "budget_usd": budget,
+            "fits_budget": fits, "notes": notes}
 
 
 def run(cfg: RunConfig, **kw) -> RunSummary:

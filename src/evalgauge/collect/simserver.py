@@ -16,7 +16,10 @@ Faults (rates per call): ``rate_limit`` (429 with Retry-After), ``server_error``
 (500), ``timeout`` (no answer within ``timeout_s``), ``empty`` (an empty
 completion), ``garbage`` (unparseable text), ``cache`` (1: identical replies and
 response ids for identical requests, like a caching gateway), ``drift_after``
-(after that many calls the echoed model identifier changes snapshot).
+(after that many calls the echoed model identifier changes snapshot), ``bad_request``
+(400) and ``forbidden`` (403). Like a real provider it answers 404 for a model the
+configuration does not name, and, given ``api_key`` (``--require-key-env``), 401 to a
+request without that key. Usage counts every message, the system prompt included.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from .config import RunConfig
 from .tasks import render
 
 FAULTS = ("rate_limit", "server_error", "timeout", "empty", "garbage", "cache", "drift_after", "timeout_s",
-          "latency_ms", "retry_after")
+          "latency_ms", "retry_after", "bad_request", "forbidden")
 
 
 @dataclass
@@ -45,6 +48,8 @@ class SimPanel:
     mu: float = 3.0
     seed: int = 0
     faults: dict[str, float] = field(default_factory=dict)
+    #: the key a request must carry (None: any or none, as a local server)
+    api_key: str | None = None
 
     def __post_init__(self) -> None:
         self._lookup: dict[str, tuple] = {}
@@ -70,6 +75,7 @@ class SimPanel:
                         prompt = render(self.cfg, item, system, variant, position)
                         self._lookup[prompt] = (item, system, variant, position)
         self._judge_of = {j.model: j.name for j in self.cfg.judges}
+        self.models = set(self._judge_of) | {g.model for g in self.cfg.generators}
         self._effects: dict[tuple, float] = {}
         self._cache: dict[str, tuple[str, str]] = {}
         self.calls = 0
@@ -122,6 +128,12 @@ class SimPanel:
         """(HTTP status, headers, body fields: text, model, id) for one request; faults drawn here."""
         self.calls += 1
         f, r = self.faults, self._rng.random
+        if model not in self.models:
+            return 404, {}, {"error": f"The model '{model[:60]}' does not exist.", "code": "model_not_found"}
+        if r() < f.get("bad_request", 0.0):
+            return 400, {}, {"error": "Invalid request."}
+        if r() < f.get("forbidden", 0.0):
+            return 403, {}, {"error": "You do not have access to this model."}
         if r() < f.get("rate_limit", 0.0):
             return 429, {"Retry-After": str(f.get("retry_after", 0.05))}, {"error": "rate limited"}
         if r() < f.get("server_error", 0.0):
@@ -154,6 +166,12 @@ class SimPanel:
         return 200, {}, {"text": text, "model": echoed, "id": rid}
 
 
+def _text(content) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
 def make_app(panel: SimPanel):
     """The aiohttp application: POST /v1/chat/completions (OpenAI) and /v1/messages (Anthropic)."""
     from aiohttp import web
@@ -163,10 +181,16 @@ def make_app(panel: SimPanel):
             body = await request.json()
         except Exception:
             return web.json_response({"error": {"message": "invalid JSON"}}, status=400)
+        if panel.api_key is not None:
+            sent = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
+            if sent != panel.api_key:
+                return web.json_response({"error": {"message": "Incorrect API key provided.",
+                                                    "type": "invalid_request_error"}}, status=401)
         messages = body.get("messages") or []
-        prompt = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
-        if isinstance(prompt, list):
-            prompt = "".join(part.get("text", "") for part in prompt if isinstance(part, dict))
+        texts = [_text(m.get("content")) for m in messages if isinstance(m, dict)]
+        if isinstance(body.get("system"), str | list):  # Anthropic's system prompt is a top-level field
+            texts.append(_text(body["system"]))
+        prompt = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
         model = str(body.get("model", ""))
         temperature = float(body.get("temperature", 1.0))
         delay = panel.faults.get("latency_ms", 0.0)
@@ -179,7 +203,8 @@ def make_app(panel: SimPanel):
         if status != 200:
             return web.json_response({"error": {"message": out.get("error", ""), "type": "sim"}}, status=status,
                                      headers=headers)
-        p_tok = max(1, len(prompt) // 4)
+        # a pessimistic tokenizer: a token per 3 UTF-8 bytes of every message, 4 tokens of template each
+        p_tok = sum(-(-len(t.encode("utf-8")) // 3) + 4 for t in texts)
         c_tok = max(1, len(out["text"]) // 4) if out["text"] else 0
         if protocol == "anthropic":
             return web.json_response({

@@ -4,10 +4,18 @@ A call is written, in its own transaction, the moment it completes, so a crash,
 Ctrl-C or kill -9 loses no completed call; the unique key means a resumed run
 never records a call twice. Failed attempts (after retries) go to a separate
 table and are tried again on resume. No API key is ever stored.
+
+The budget holds across crashes: before a priced call is sent, its worst-case cost is
+committed to ``inflight``; the call's record replaces it in one transaction. Rows
+left in ``inflight`` by a run that was killed were calls the provider may have
+billed, so the next run moves them to ``unaccounted`` and counts them as spent.
+Only one process writes a run database at a time (a lock file beside it).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import time
 from dataclasses import astuple, dataclass, fields
@@ -30,6 +38,8 @@ CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY, item TEXT, system TEXT, prompt_hash TEXT, response TEXT, model TEXT, response_id TEXT,
     started_at REAL, finished_at REAL, latency_s REAL, input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL
 );
+CREATE TABLE IF NOT EXISTS inflight (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT, usd REAL, at REAL);
+CREATE TABLE IF NOT EXISTS unaccounted (key TEXT, usd REAL, at REAL);
 """
 
 FACETS = ("item", "category", "system", "variant", "temperature", "judge", "replicate", "position")
@@ -64,9 +74,10 @@ class CallRecord:
 class RunStore:
     """The run database."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, writer: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = self._acquire_lock() if writer else None
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -78,8 +89,22 @@ class RunStore:
         marks = ", ".join("?" for _ in fields(CallRecord))
         self._insert = f"INSERT OR IGNORE INTO calls ({cols}) VALUES ({marks})"
 
+    def _acquire_lock(self) -> int:
+        """An exclusive lock for the run's writer (released by the OS even after kill -9)."""
+        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataError(f"{self.path}: another `evalgauge run` is writing to this run database; wait for it "
+                            "to finish (or stop it) before resuming.") from None
+        return fd
+
     def close(self) -> None:
         self.db.close()
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     # -- metadata ------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
@@ -93,23 +118,61 @@ class RunStore:
     def done_keys(self) -> set[str]:
         return {k for (k,) in self.db.execute("SELECT key FROM calls")}
 
-    def record(self, call: CallRecord) -> bool:
-        """Write one completed call (its own transaction). False if its key was already there."""
-        cur = self.db.execute(self._insert, astuple(call))
+    def record(self, call: CallRecord, reservation: int | None = None) -> bool:
+        """Write one completed call and drop its reservation, in one transaction. False if already there."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            cur = self.db.execute(self._insert, astuple(call))
+            if reservation is not None:
+                self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
         return cur.rowcount == 1
+
+    # -- the budget across crashes ---------------------------------------------
+    def reserve(self, key: str, usd: float) -> int:
+        """Commit a call's worst-case cost before it is sent; the id to release or record it with."""
+        cur = self.db.execute("INSERT INTO inflight (key, usd, at) VALUES (?, ?, ?)", (key, usd, time.time()))
+        return int(cur.lastrowid)
+
+    def release(self, reservation: int) -> None:
+        """The call failed without a completion: it was not billed as a completion."""
+        self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
+
+    def reclaim_inflight(self) -> tuple[int, float]:
+        """Calls in flight when an earlier run stopped: count their worst case as spent, once."""
+        self.db.execute("BEGIN IMMEDIATE")
+        n, usd = self.db.execute("SELECT COUNT(*), COALESCE(SUM(usd), 0) FROM inflight").fetchone()
+        self.db.execute("INSERT INTO unaccounted (key, usd, at) SELECT key, usd, at FROM inflight")
+        self.db.execute("DELETE FROM inflight")
+        self.db.execute("COMMIT")
+        return int(n), float(usd)
 
     def record_failure(self, key: str, attempts: int, error: str) -> None:
         self.db.execute("INSERT INTO failures (key, attempts, error, at) VALUES (?, ?, ?, ?)",
                         (key, attempts, error, time.time()))
 
     def cost(self) -> float:
-        """Money spent so far: judge calls and generated responses."""
-        calls = self.db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()[0]
-        gen = self.db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM responses").fetchone()[0]
-        return float(calls) + float(gen)
+        """Money spent so far: judge calls, generated responses, and the worst case of calls lost in flight."""
+        total = 0.0
+        for table in ("calls", "responses"):
+            total += float(self.db.execute(f"SELECT COALESCE(SUM(cost_usd), 0) FROM {table}").fetchone()[0])
+        total += float(self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM unaccounted").fetchone()[0])
+        total += float(self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM inflight").fetchone()[0])
+        return total
 
-    def record_response(self, row: tuple) -> bool:
-        cur = self.db.execute("INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+    def record_response(self, row: tuple, reservation: int | None = None) -> bool:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            cur = self.db.execute("INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+            if reservation is not None:
+                self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
         return cur.rowcount == 1
 
     def responses(self) -> dict[tuple[str, str], str]:

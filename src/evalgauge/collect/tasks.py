@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import DataError
-from .config import Item, RunConfig, Variant
-
-PLACEHOLDERS = {"item", "item_id", "category", "reference", "response", "system", "response_a", "response_b"}
+from .config import Item, RunConfig, Variant, check_templates
 
 
 @dataclass(frozen=True)
@@ -32,21 +28,6 @@ class Task:
 
 def prompt_hash(prompt: str) -> str:
     return hashlib.sha256(prompt.encode()).hexdigest()[:24]
-
-
-def check_templates(cfg: RunConfig) -> None:
-    """Every placeholder is known and has what it needs, before any call is made."""
-    for v in cfg.variants:
-        fields = {f for _, f, _, _ in string.Formatter().parse(v.template) if f}
-        unknown = fields - PLACEHOLDERS
-        if unknown:
-            raise DataError(f"{cfg.path}: variant '{v.id}' uses unknown placeholder(s) "
-                            f"{', '.join('{' + u + '}' for u in sorted(unknown))}; known: "
-                            f"{', '.join('{' + p + '}' for p in sorted(PLACEHOLDERS))}.")
-        if fields & {"response", "response_a", "response_b", "system"} and not cfg.systems:
-            raise DataError(f"{cfg.path}: variant '{v.id}' shows a response, so [data] needs a responses file.")
-        if cfg.pairwise and not {"response_a", "response_b"} <= fields:
-            raise DataError(f"{cfg.path}: pairwise variant '{v.id}' must show {{response_a}} and {{response_b}}.")
 
 
 def render(cfg: RunConfig, item: Item, system: str | None, variant: Variant, position: str | None) -> str:
