@@ -28,6 +28,7 @@ from .errors import EvalGaugeError
 from .estimate import METHODS, estimate_components
 from .estimate.glmm import glmm_check
 from .estimate.strata import estimate_by_stratum
+from .outputs import atomic_write_text, atomic_write_with, check_outputs, dumps
 from .simulate import PRESETS, simulate
 
 
@@ -49,8 +50,33 @@ def user_errors(func: Callable) -> Callable:
         except EvalGaugeError as exc:
             _console(stderr=True).print(Text("error: ", style="bold red") + Text(str(exc)))
             sys.exit(2)
+        except OSError as exc:  # a file the user named cannot be read or written (permissions, disk full)
+            if exc.filename is None:
+                raise
+            _console(stderr=True).print(Text("error: ", style="bold red") + Text(
+                f"{exc.filename}: {exc.strerror or exc}; check the path and its permissions."))
+            sys.exit(2)
 
     return wrapper
+
+
+def writes(inputs: tuple[str, ...] = (), **outputs: str) -> Callable:
+    """Before the command runs: no output (keyword: its option name) may be an input, and its folder
+    must exist (see :func:`evalgauge.outputs.check_outputs`)."""
+
+    def deco(func: Callable) -> Callable:
+        @wraps(func)
+        def wrapper(*args, **kwargs):
+            ins: list = []
+            for name in inputs:
+                value = kwargs.get(name)
+                ins.extend(value if isinstance(value, tuple | list) else [value])
+            check_outputs(ins, {option: kwargs.get(name) for name, option in outputs.items()})
+            return func(*args, **kwargs)
+
+        return wrapper
+
+    return deco
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -107,6 +133,7 @@ def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, ma
               help="Fit only these levels of a facet, e.g. a judge universe --keep judge=gpt,claude (repeatable).")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
 @user_errors
+@writes(("data",), json_out="--json")
 def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula,
                drop_missing, n_boot, level, seed, by, glmm, keep, json_out) -> None:
     """Estimate the variance components of DATA (CSV, TSV, Parquet or JSONL)."""
@@ -191,6 +218,7 @@ def _preset_command(name: str):
     @click.option("--set", "sets", multiple=True, metavar="NAME=N",
                   help="Change a count, e.g. --set items=100 (repeatable).")
     @user_errors
+    @writes(out="--out")
     def command(out, seed, sets) -> None:
         kwargs = {}
         for s in sets:
@@ -233,6 +261,7 @@ def _int_list(text: str, what: str) -> list[int]:
 @click.option("--scheduler", metavar="ADDRESS", help="Dask distributed scheduler to run the replicates on.")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the results as JSON ('-' for stdout only).")
 @user_errors
+@writes(json_out="--json")
 def coverage_cmd(preset, scenarios, n_items, reps, seed, scheduler, json_out) -> None:
     """CI coverage of the naive and fuller models across N (TEE E.4, Fig. 1)."""
     from .montecarlo import coverage_study
@@ -276,6 +305,7 @@ def _float_list(text: str | None, what: str) -> list[float] | None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the results as JSON ('-' for stdout only).")
 @user_errors
+@writes(json_out="--json")
 def scoring_cmd(kappa, anchor, slope, gamma, points, prevalence, items, judges, calls_per_item, reps, seed,
                 json_out) -> None:
     """Likert vs binary vs pairwise: ranking recovery (Kendall tau) under judge pathologies (TEE E.3)."""
@@ -316,6 +346,7 @@ def scoring_cmd(kappa, anchor, slope, gamma, points, prevalence, items, judges, 
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
 @user_errors
+@writes(("data",), json_out="--json")
 def screen(data, system, item, score, threshold, keep, splits, seed, json_out) -> None:
     """Item discrimination screening from a pilot (sizing sec. 4, App. F): which items separate systems."""
     from .data import numeric_scores
@@ -360,6 +391,7 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out) -
 @click.option("--scheduler", metavar="ADDRESS", help="Dask distributed scheduler to run the replicates on.")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
 @user_errors
+@writes(json_out="--json")
 def bias_cmd(scenario, reps, items, seed, scheduler, json_out) -> None:
     """D-study projection bias from pilots to a larger design (TEE E.2, Table 7)."""
     from .montecarlo import projection_bias
@@ -375,32 +407,22 @@ def bias_cmd(scenario, reps, items, seed, scheduler, json_out) -> None:
 def _write_frame(frame: pd.DataFrame, path: Path) -> None:
     """A judgments table in the format its suffix names (CSV by default)."""
     if path.suffix == ".parquet":
-        frame.to_parquet(path, index=False)
+        atomic_write_with(path, lambda tmp: frame.to_parquet(tmp, index=False))
     elif path.suffix == ".jsonl":
-        frame.to_json(path, orient="records", lines=True)
+        atomic_write_with(path, lambda tmp: frame.to_json(tmp, orient="records", lines=True))
     else:
-        frame.to_csv(path, index=False)
+        atomic_write_with(path, lambda tmp: frame.to_csv(tmp, index=False))
 
 
 def _emit(payload: dict, json_out: str | None, printer) -> None:
-    text = json.dumps(payload, indent=2, allow_nan=False, default=_json_default)
+    text = dumps(payload)  # the one sanitiser: no NaN reaches any JSON
     if json_out == "-":
         click.echo(text)
         return
     printer(_console())
     if json_out:
-        Path(json_out).write_text(text + "\n")
+        atomic_write_text(json_out, text + "\n")
         _console().print(f"JSON written to {json_out}")
-
-
-def _json_default(value):
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return None if not np.isfinite(value) else float(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 @main.command()
@@ -420,6 +442,7 @@ def _json_default(value):
 @click.option("--separation", type=float, help="True difference between two objects: P(rank inversion) per design.")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the plan as JSON ('-' for stdout only).")
 @user_errors
+@writes(("components_json",), json_out="--json")
 def plan(components_json, object_, grid, target_erho2, target_mdd, target_se, budget, prices, best_of, base_rate,
          ceiling_facet, separation, json_out) -> None:
     """The D-study calculator: SE, E rho^2, Phi, MDD, ceiling, requirements and budget for proposed designs."""
@@ -505,6 +528,7 @@ def _print_plan(out: dict, console: Console) -> None:
               help="Write one self-contained HTML report here.")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write everything as JSON ('-' for stdout only).")
 @user_errors
+@writes(("data",), report_path="--report", json_out="--json")
 def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
             target_erho2, report_path, json_out) -> None:
     """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change."""
@@ -590,6 +614,7 @@ def _check_supported(data: str) -> None:
               help="Write the win-indicator components here, for `evalgauge plan` (MDD at any items and judges).")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write everything as JSON ('-' for stdout only).")
 @user_errors
+@writes(("data",), components_json="--components-json", json_out="--json")
 def pairwise(data, reference, baseline, position, n_boot, seed, human, components_json, json_out) -> None:
     """Pairwise judgments (model_a, model_b, winner; optional item, judge, variant, order): Bradley-Terry,
     Elo, position bias, and the variance components of the win indicators."""
@@ -636,7 +661,7 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
             payload["ceiling"] = ceil.erho2
             payload["mdd_floor_win_rate_points"] = 100 * ceil.mdd95
         if components_json:
-            Path(components_json).write_text(comps.to_json() + "\n")
+            atomic_write_text(components_json, comps.to_json() + "\n")
     if human:
         from .pairwise import human_agreement
 
@@ -684,6 +709,7 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
 @click.option("--system", help="lm-eval: the evaluated model's name (default: the folder's name).")
 @click.option("--baseline", help="arena-hard: the baseline model (default gpt-4-0314).")
 @user_errors
+@writes(("files",), out="--out")
 def import_cmd(fmt, files, out, metric, system, baseline) -> None:
     """Convert judgment files of other tools (Inspect, lm-eval, arena-hard, AlpacaEval, MT-bench) to a table."""
     from .importers import import_files
@@ -705,6 +731,7 @@ def import_cmd(fmt, files, out, metric, system, baseline) -> None:
 @click.option("--dry-run", is_flag=True, help="Check the configuration and print the calls and their worst-case "
               "cost against the budget; send nothing.")
 @user_errors
+@writes(("config", "database"), json_out="--json")
 def run_cmd(config, base_url, database, limit, progress, json_out, dry_run) -> None:
     """Run (or resume) the factorial of judge calls a CONFIG.toml describes, into a SQLite run database.
 
@@ -719,6 +746,7 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run) -> N
     from .collect.tasks import count_tasks
 
     cfg = load_config(config, base_url=base_url, database=database)
+    check_outputs([config, cfg.database], {"--json": json_out})
     if dry_run:
         from .collect.runner import dry_run as plan_run
 
@@ -805,6 +833,8 @@ def export_cmd(database, fmt, out, judgments) -> None:
     path = Path(database)
     if not path.exists():
         raise EvalGaugeError(f"{path}: no such run database.")
+    target = Path(out) if out else path.with_suffix(f".{fmt}")
+    check_outputs([path], {"--out": target})
     if judgments:
         frame = judgments_from_run(path)
     else:
@@ -813,8 +843,8 @@ def export_cmd(database, fmt, out, judgments) -> None:
             frame = store.calls()
         finally:
             store.close()
-    target = Path(out) if out else path.with_suffix(f".{fmt}")
-    frame.to_parquet(target, index=False) if fmt == "parquet" else frame.to_csv(target, index=False)
+    atomic_write_with(target, lambda tmp: frame.to_parquet(tmp, index=False) if fmt == "parquet"
+                      else frame.to_csv(tmp, index=False))
     _console().print(f"{len(frame)} rows written to {target}")
 
 

@@ -136,5 +136,7 @@ def render(a: Analysis) -> str:
 
 def write_report(a: Analysis, path: str | Path) -> Path:
     path = Path(path)
-    path.write_text(render(a), encoding="utf-8")
+    from ..outputs import atomic_write_text
+
+    atomic_write_text(path, render(a))
     return path
