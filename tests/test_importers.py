@@ -54,7 +54,7 @@ def test_arena_hard_both_games(tmp_path):
     path.write_text("\n".join(json.dumps({"question_id": f"q{i}", "model": "claude", "judge": "gpt-4-1106",
                                           "games": [{"score": "B>A"}, {"score": "A>>B" if i else None}]})
                               for i in range(3)))
-    frame = import_arena_hard([path])
+    frame = import_arena_hard([path], baseline="gpt-4-0314")
     assert len(frame) == 5  # one game unparsed
     first = frame[frame["order"] == "AB"]
     assert (first["model_a"] == "gpt-4-0314").all() and (first["winner"] == "model_b").all()
@@ -76,7 +76,7 @@ def test_mt_bench_single_and_pairwise(tmp_path):
                                             "score": s, "turn": 1})
                                 for i, (m, s) in enumerate([("vicuna", 7), ("llama", -1), ("vicuna", 9)])))
     frame = import_mt_bench([single])
-    assert frame["score"].isna().sum() == 1 and frame["variant"].unique().tolist() == ["single-v1"]
+    assert frame["score"].isna().sum() == 1 and frame["template"].unique().tolist() == ["single-v1"]
     pair = tmp_path / "gpt-4_pair.jsonl"
     pair.write_text(json.dumps({"question_id": 81, "model_1": "vicuna", "model_2": "llama",
                                 "g1_winner": "model_1", "g2_winner": "model_1", "judge": ["gpt-4", "pair-v2"],

@@ -58,8 +58,13 @@ def test_unknown_score_column(crossed):
 
 def test_facet_with_one_level(crossed):
     df = crossed[crossed["judge"] == "j1"]
+    # an inferred design leaves the one-level facet out and says so
+    result = eg.estimate_components(df)
+    assert "judge" not in result.levels
+    assert any("facet 'judge' has one level ('j1') and was left out" in n for n in result.notes)
+    # a facet the user names is kept, and refused
     with pytest.raises(DesignError) as err:
-        eg.estimate_anova(df)
+        eg.estimate_anova(df, facets="system,item,judge")
     msg = str(err.value)
     assert "facet 'judge' has one level ('j1')" in msg and "Drop it from --facets" in msg
 
@@ -157,7 +162,7 @@ def test_unknown_term(crossed):
     ("scores.xlsx", "x", "unsupported file type '.xlsx'"),
     ("missing.csv", None, "no such file"),
     ("empty.csv", "system,item,judge,score\n", "has no data rows"),
-    ("broken.jsonl", '{"a": 1}\n{"a": \n', "could not be read as JSONL"),
+    ("broken.jsonl", '{"a": 1}\n{"a": \n', "line 2, character 8 is not valid JSON"),
 ])
 def test_unreadable_files(tmp_path, name, content, expect):
     path = tmp_path / name

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from . import __version__
 from .components import VarianceComponents
-from .data import keep_levels, read_judgments
+from .data import Judgments, keep_levels, read_judgments
 from .design import code_data, infer_design
 from .errors import EvalGaugeError
 from .estimate import METHODS, estimate_components
@@ -107,6 +107,41 @@ def design_options(func: Callable) -> Callable:
     return func
 
 
+ROLE_OPTIONS = ("system", "item", "judge", "variant")
+
+
+def read_options(func: Callable) -> Callable:
+    """How to read the file: its encoding and delimiter, and which columns play which role."""
+    options = [
+        click.option("--encoding", help="Text encoding of a CSV/TSV/JSONL file (default utf-8; e.g. latin-1)."),
+        click.option("--sep", help="Delimiter of a CSV/TSV file (default: sniffed from the header: , ; tab |)."),
+        click.option("--system", "col_system", metavar="COL", help="The column holding the system (e.g. exam_model)."),
+        click.option("--item", "col_item", metavar="COL", help="The column holding the item (e.g. question_id)."),
+        click.option("--judge", "col_judge", metavar="COL", help="The column holding the judge (e.g. annotator)."),
+        click.option("--variant", "col_variant", metavar="COL", help="The column holding the prompt variant "
+                     "(e.g. prompt_type)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _load(data: str, encoding=None, sep=None, col_system=None, col_item=None, col_judge=None, col_variant=None,
+          keep: tuple[str, ...] = ()):
+    """Read DATA once, at the edge: a Judgments table (a run database stays a path: its diagnostics are read
+    from it too); the role options rename columns, --keep selects levels."""
+    roles = {r: c for r, c in zip(ROLE_OPTIONS, (col_system, col_item, col_judge, col_variant), strict=True) if c}
+    if Path(data).suffix.lower() in (".sqlite", ".db") and not roles and not keep:
+        return data
+    judgments = read_judgments(data, encoding=encoding, sep=sep, columns=roles or None)
+    for item in keep:
+        column, _, levels = item.partition("=")
+        if not levels:
+            raise click.BadParameter(f"'{item}' should read FACET=level1,level2", param_hint="--keep")
+        judgments = keep_levels(judgments, column.strip(), [lv.strip() for lv in levels.split(",") if lv.strip()])
+    return judgments
+
+
 def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, max_order):
     return infer_design(data, score=score, facets=facets, nest=nest, replicate=replicate, fixed=fixed,
                         object=object_, terms=terms, max_order=max_order)
@@ -132,20 +167,20 @@ def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, ma
 @click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2",
               help="Fit only these levels of a facet, e.g. a judge universe --keep judge=gpt,claude (repeatable).")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
+@read_options
 @user_errors
 @writes(("data",), json_out="--json")
 def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula,
-               drop_missing, n_boot, level, seed, by, glmm, keep, json_out) -> None:
-    """Estimate the variance components of DATA (CSV, TSV, Parquet or JSONL)."""
+               drop_missing, n_boot, level, seed, by, glmm, keep, json_out, **read) -> None:
+    """Estimate the variance components of DATA (CSV, TSV, Parquet, JSONL or a run database).
+
+    \b
+    Examples:
+      evalgauge components judgments.csv --terms system,item,judge,system:item
+      evalgauge components triviaqa.csv --system exam_model --item question_id --judge judge_model
+    """
     boot = {"n_boot": n_boot, "level": level, "seed": seed}
-    if keep:
-        judgments = read_judgments(data)
-        for item in keep:
-            column, _, levels = item.partition("=")
-            if not levels:
-                raise click.BadParameter(f"'{item}' should read FACET=level1,level2", param_hint="--keep")
-            judgments = keep_levels(judgments, column.strip(), [lv.strip() for lv in levels.split(",") if lv.strip()])
-        data = judgments
+    data = _load(data, keep=keep, **read)
     if glmm:
         design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
         check = glmm_check(data, design, formula=formula, method=method)
@@ -182,8 +217,9 @@ def components_payload(result: VarianceComponents) -> dict:
     shares = dstudy.project(result, object="").shares()
     for comp in payload["components"]:
         comp["share_var_theta"] = shares.get(comp["component"])
-    if result.draws is not None and result.object:
-        table = bootstrap_derived(result)
+    judge = next((f for f in ("judge", "annotator", "rater") if f in result.levels and f != result.object), None)
+    if result.draws is not None and result.object and judge:  # the derived rows include the one-judge ceiling
+        table = bootstrap_derived(result, facet=judge)
         payload["derived"] = [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()}
                               for r in table.to_dict(orient="records")]
     return payload
@@ -192,13 +228,28 @@ def components_payload(result: VarianceComponents) -> dict:
 @main.command()
 @click.argument("data", type=click.Path(dir_okay=False, path_type=str))
 @design_options
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")
+@read_options
 @user_errors
-def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_order) -> None:
-    """Report whether DATA is a complete balanced block, and which cells are missing."""
+def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_order, drop_missing, **read) -> None:
+    """Report whether DATA is a complete balanced block, and which cells are missing.
+
+    \b
+    Example:
+      evalgauge balance judgments.csv --drop-missing     # exit 0: balanced; 3: not
+    """
+    source = data
+    data = _load(data, **read)
     design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    if drop_missing:
+        judgments = read_judgments(data)
+        missing = judgments.frame[design.score].isna().to_numpy()
+        if missing.any():
+            data = Judgments(judgments.frame.loc[~missing].reset_index(drop=True), judgments.source)
+            _console().print(f"note: {int(missing.sum())} row(s) with an empty score dropped (--drop-missing).")
     report = code_data(data, design).balance()
     console = _console()
-    console.print(f"{data}: {report.n_obs} observations; facets "
+    console.print(f"{source}: {report.n_obs} observations; facets "
                   + ", ".join(f"{f.name} ({f.role}{', in ' + f.parent if f.parent else ''})" for f in design.facets))
     console.print(report.summary())
     sys.exit(0 if report.balanced else 3)
@@ -523,25 +574,53 @@ def _print_plan(out: dict, console: Console) -> None:
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
 @click.option("--formula", help="An lme4-style model (REML).")
 @click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty (run databases: always).")
-@click.option("--target-erho2", type=float, default=0.8, show_default=True, help="Target for judges needed.")
+@click.option("--target-erho2", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.8,
+              show_default=True, help="Target E rho^2 for the judges-needed line (between 0 and 1).")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Parametric-bootstrap resamples for intervals of every component (0: none).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Interval level of the bootstrap.")
+@click.option("--seed", type=int, default=None, help="Seed for the bootstrap.")
+@click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2",
+              help="Analyse only these levels of a facet, e.g. --keep judge=gpt,claude (repeatable).")
+@click.option("--by", "by", metavar="FACET", help="Also fit within each level of FACET (TEE C.7).")
+@click.option("--glmm", is_flag=True, help="Binary scores: also fit the logit GLMM and compare (TEE section G).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=str),
               help="Write one self-contained HTML report here.")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write everything as JSON ('-' for stdout only).")
+@read_options
 @user_errors
 @writes(("data",), report_path="--report", json_out="--json")
 def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
-            target_erho2, report_path, json_out) -> None:
-    """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change."""
+            target_erho2, n_boot, level, seed, keep, by, glmm, report_path, json_out, **read) -> None:
+    """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change.
+
+    \b
+    Examples:
+      evalgauge analyze judgments.csv --report report.html
+      evalgauge analyze run.sqlite --json analysis.json
+      evalgauge analyze wide_made_long.csv --system exam_model --item question_id --drop-missing
+    """
     from .report import analyze as run_analysis
     from .report.html import write_report
 
     _check_supported(data)
+    data = _load(data, keep=keep, **read)
     pairwise_rows = {"model_a", "model_b", "winner"} <= set(read_judgments(data).frame.columns)
     design = None if formula or pairwise_rows else _design(data, score, facets, nest, replicate, fixed, object_,
                                                            terms, max_order)
     result = run_analysis(data, design, method=method, formula=formula, drop_missing=drop_missing or None,
-                          target_erho2=target_erho2)
+                          target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed)
     payload = result.to_dict()
+    extra = []
+    if by and not pairwise_rows:
+        strata = estimate_by_stratum(data, by, design, formula=formula, method=method, drop_missing=drop_missing)
+        payload["by_stratum"] = strata.to_dict()
+        extra.append(lambda c: print_strata(strata, c))
+    if glmm and not pairwise_rows:
+        check = glmm_check(data, design, formula=formula, method=method)
+        payload["glmm"] = check.to_dict()
+        extra.append(lambda c: print_glmm(check, c))
 
     def show(c):
         print_components(result.components, c)
@@ -566,6 +645,8 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         c.print(f"Reporting checklist (TEE Table 15): {len(result.checklist) - len(missing)} of "
                 f"{len(result.checklist)} met" + (f"; missing: {', '.join(i['item'] for i in missing)}."
                                                    if missing else "."))
+        for section in extra:
+            section(c)
         if report_path:
             c.print(f"Report written to {Path(report_path).resolve()}")
 
@@ -618,29 +699,71 @@ def _check_supported(data: str) -> None:
 def pairwise(data, reference, baseline, position, n_boot, seed, human, components_json, json_out) -> None:
     """Pairwise judgments (model_a, model_b, winner; optional item, judge, variant, order): Bradley-Terry,
     Elo, position bias, and the variance components of the win indicators."""
-    from .pairwise import bootstrap_bt, fit_bt, position_bias, read_battles, system_win_rows
+    from .pairwise import (
+        bootstrap_bt,
+        comparison_groups,
+        fit_bt,
+        position_bias,
+        read_battles,
+        separated_systems,
+        slot_is_presentation_order,
+        system_win_rows,
+    )
 
     battles = read_battles(data)
-    both_slots = all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems)))
-    fit = fit_bt(battles, reference=reference, position=position and both_slots)
+    for name, option in ((baseline, "--baseline"), (reference, "--reference")):
+        if name is not None and name not in battles.systems:
+            raise click.BadParameter(f"'{name}' is not among the systems ({', '.join(battles.systems)}).",
+                                     param_hint=option)
+    if human and human not in battles.frame:
+        raise EvalGaugeError(f"{data}: no column '{human}' for the human votes (--human).")
+    groups = comparison_groups(battles)
+    if len(groups) > 1:
+        parts = "; ".join("{" + ", ".join(g[:6]) + (", ..." if len(g) > 6 else "") + "}" for g in groups)
+        raise EvalGaugeError(f"{data}: the systems fall into {len(groups)} groups never compared with each other "
+                             f"({parts}): strengths across groups are not comparable. Add comparisons between "
+                             "the groups, or analyse each group on its own.")
+    notes: list[str] = []
+    weights = None
+    if "weight" in battles.frame:
+        weights = pd.to_numeric(battles.frame["weight"], errors="coerce").to_numpy(dtype=float)
+        if not np.all(np.isfinite(weights) & (weights >= 0)):
+            raise EvalGaugeError(f"{data}: column 'weight' must hold non-negative numbers on every row.")
+        notes.append("each row counts 'weight' times (arena-hard: a >> verdict is 3 battles).")
+    both_slots, slot_note = slot_is_presentation_order(battles)
+    if slot_note:
+        notes.append(slot_note)
+    separated = separated_systems(battles, weights)
+    ridge = 0.0
+    if separated:
+        ridge = 0.1
+        notes.append(f"{', '.join(separated[:6])}{' ...' if len(separated) > 6 else ''} won or lost every game "
+                     "against the rest, so their maximum-likelihood strengths are infinite; the estimates are "
+                     "penalised (a normal prior on log strengths, ridge 0.1) and bounded, and their intervals are "
+                     "wide by design. More games would identify them.")
+    fit = fit_bt(battles, reference=reference, position=position and both_slots, weights=weights, ridge=ridge)
     table = fit.table()
     payload: dict = {"systems": len(battles.systems), "judgments": battles.n, "reference": fit.reference,
                      "ties": fit.log_nu is not None,
                      "nu": None if fit.log_nu is None else float(np.exp(fit.log_nu)),
-                     "position_advantage_log_odds": fit.log_h}
+                     "position_advantage_log_odds": fit.log_h, "notes": notes}
+    if weights is not None:
+        payload["weighted_win_share"] = _weighted_win_share(battles, weights)
     if n_boot:
         order = [fit.systems.index(s) for s in table["system"]]
         for method in ("naive", "tee"):
             boot = bootstrap_bt(battles, fit, method=method, n_boot=n_boot, seed=seed,
-                                position=fit.log_h is not None)
+                                position=fit.log_h is not None, base_weights=weights, ridge=ridge)
             table[f"{method}_low"] = boot.low[order]
             table[f"{method}_high"] = boot.high[order]
     payload["bradley_terry"] = table.to_dict(orient="records")
-    if both_slots:
+    if both_slots and all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems))):
         bias = position_bias(battles)
         payload["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread,
                                     "max": bias.maximum, "per_system": bias.per_system}
     comps = None
+    if baseline is None and len(battles.systems) == 2:
+        baseline = fit.reference  # two systems: one's win indicator mirrors the other's
     rows = system_win_rows(battles, baseline)
     facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
     if "item" in facets and "system" in facets:
@@ -650,7 +773,12 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
         rows = rows.assign(replicate=rows.groupby(facets).cumcount() + 1)
         design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
                               for f in facets), replicate="replicate")
-        comps = estimate_components(rows, design)
+        try:
+            comps = estimate_components(rows, design)
+        except EvalGaugeError as exc:
+            notes.append(f"the win-indicator components could not be estimated: {exc}")
+            comps = None
+    if comps is not None:
         payload["components"] = comps.to_dict()
         judge = "judge" if "judge" in facets else None
         proj = dstudy.project(comps)
@@ -680,6 +808,12 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
         for r in table.to_dict(orient="records"):
             t.add_row(*[str(r[k]) if k == "system" else _num(r[k], ".4g") for k in cols])
         c.print(t)
+        for note in notes:
+            c.print(Text("note: ", style="yellow") + Text(note))
+        if "weighted_win_share" in payload:
+            shares = ", ".join(f"{r['system']} {100 * r['win_share']:.2f}% ({r['battles']:g} battles)"
+                               for r in payload["weighted_win_share"])
+            c.print(f"Weighted win share against the opponents (ties half; arena-hard's own score): {shares}.")
         if fit.log_h is not None:
             c.print(f"First-slot advantage (position term): log odds {fit.log_h:+.3f}.")
         if "position_bias" in payload:
@@ -699,26 +833,88 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     _emit(payload, json_out, show)
 
 
+def _weighted_win_share(battles, weights: np.ndarray) -> list[dict]:
+    """Each system's share of weighted battles won (ties half): arena-hard's own score against its baseline."""
+    rows = []
+    y = battles.outcome
+    for k, name in enumerate(battles.systems):
+        in_a, in_b = battles.a == k, battles.b == k
+        won = float(weights[in_a] @ y[in_a] + weights[in_b] @ (1.0 - y[in_b]))
+        total = float(weights[in_a].sum() + weights[in_b].sum())
+        rows.append({"system": name, "win_share": won / total if total else None, "battles": total})
+    return rows
+
+
 @main.command(name="import")
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(["inspect", "lm-eval", "arena-hard", "alpaca-eval",
-                                                            "mt-bench"]))
+                                                            "mt-bench", "wide"]))
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=str))
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The judgments table to write (.csv, .parquet or .jsonl).")
 @click.option("--metric", help="lm-eval: the per-sample metric to use as the score (default acc).")
-@click.option("--system", help="lm-eval: the evaluated model's name (default: the folder's name).")
-@click.option("--baseline", help="arena-hard: the baseline model (default gpt-4-0314).")
+@click.option("--system", help="lm-eval: the evaluated model's name (default: from the results json or folder).")
+@click.option("--baseline", help="arena-hard: the baseline model, when the records do not name it (v0.1: "
+              "gpt-4-0314).")
+@click.option("--unweighted", is_flag=True, help="arena-hard: count a >> verdict once (default: 3 battles, as "
+              "arena-hard's own score).")
+@click.option("--id", "ids", multiple=True, metavar="FACET=COLUMN",
+              help="wide: a facet and the column holding it, e.g. --id system=exam_model --id item=question_id.")
+@click.option("--columns", metavar="FACET=COL1,COL2|GLOB",
+              help="wide: the score columns, each a level of FACET, e.g. --columns judge=gpt4,llama3 or judge='j_*'.")
 @user_errors
 @writes(("files",), out="--out")
-def import_cmd(fmt, files, out, metric, system, baseline) -> None:
-    """Convert judgment files of other tools (Inspect, lm-eval, arena-hard, AlpacaEval, MT-bench) to a table."""
+def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, columns) -> None:
+    """Convert judgment files of other tools (Inspect, lm-eval, arena-hard, AlpacaEval, MT-bench, wide tables).
+
+    \b
+    Examples:
+      evalgauge import alpaca-eval results/*/alpaca_eval_gpt4/annotations.json -o ae.csv
+      evalgauge import arena-hard model_judgment/gpt-4-1106-preview/*.jsonl --baseline gpt-4-0314 -o arena.csv
+      evalgauge import wide triviaqa.csv --id system=exam_model --id item=question_id --columns 'judge=*_judge' -o t.csv
+    """
     from .importers import import_files
 
-    frame = import_files(fmt, list(files), metric=metric, system=system, baseline=baseline)
+    id_map = {}
+    for item in ids:
+        name, _, col = item.partition("=")
+        if not col:
+            raise click.BadParameter(f"'{item}' should read FACET=COLUMN", param_hint="--id")
+        id_map[name.strip()] = col.strip()
+    cols = None
+    if columns:
+        name, _, spec = columns.partition("=")
+        if not spec:
+            raise click.BadParameter(f"'{columns}' should read FACET=COL1,COL2", param_hint="--columns")
+        cols = (name.strip(), [c.strip() for c in spec.split(",") if c.strip()])
+    frame = import_files(fmt, list(files), metric=metric, system=system, baseline=baseline, unweighted=unweighted,
+                         ids=id_map, columns=cols)
+    notes = frame.attrs.get("notes", [])
     _write_frame(frame, Path(out))
+    c = _console()
     kind = "pairwise rows" if "winner" in frame else "judgments"
-    nxt = "evalgauge pairwise" if "winner" in frame else "evalgauge analyze"
-    _console().print(f"{len(frame)} {kind} written to {out}; next: {nxt} {out}")
+    c.print(f"{len(frame)} {kind} written to {out}.")
+    for note in notes:
+        c.print(Text("note: ", style="yellow") + Text(note))
+    c.print(f"next: {_next_command(frame, out)}")
+
+
+def _next_command(frame: pd.DataFrame, out: str) -> str:
+    """A command that works on what was imported, or what the file can and cannot tell."""
+    if "winner" in frame:
+        return f"evalgauge pairwise {out}"
+    facets = [c for c in ("system", "task", "item", "judge", "variant") if c in frame]
+    varying = [c for c in facets if frame[c].nunique() > 1]
+    reps = "replicate" in frame and frame["replicate"].nunique() > 1
+    if len(varying) >= 2 or (varying and reps):
+        one = [c for c in facets if c not in varying]
+        return f"evalgauge analyze {out}" + (f"  (one level of {', '.join(one)}: left out, with a note)"
+                                              if one else "")
+    y = pd.to_numeric(frame["score"], errors="coerce").dropna()
+    se = y.std(ddof=1) / np.sqrt(len(y)) if len(y) > 1 else float("nan")
+    return (f"nothing to decompose: only {', '.join(varying) or 'nothing'} varies (one system, one judge, one "
+            f"run), so the file gives a mean {y.mean():.4g} with an item-sampling SE {se:.4g} (n = {len(y)}) and "
+            "no judge, prompt or run-to-run variance. Import a second judge or more runs (epochs, replicates), "
+            "or collect them with `evalgauge run`, then `evalgauge analyze`.")
 
 
 @main.command(name="run")

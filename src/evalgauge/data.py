@@ -8,6 +8,8 @@ file in a spreadsheet or with ``sed -n``.
 
 from __future__ import annotations
 
+import codecs
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,8 @@ SUPPORTED_SUFFIXES = {
 
 #: How many offending rows a message lists before it says "and N more".
 MAX_ROWS_LISTED = 5
+#: Scores beyond this overflow sums of squares (1e154^2 is near the float64 limit).
+MAX_ABS_SCORE = 1e100
 
 
 @dataclass(frozen=True)
@@ -44,25 +48,73 @@ class Judgments:
         return len(self.frame)
 
 
-def read_judgments(data: Any, *, source: str | None = None) -> Judgments:
+def read_judgments(data: Any, *, source: str | None = None, encoding: str | None = None,
+                   sep: str | None = None, columns: dict[str, str] | None = None) -> Judgments:
     """Read judgments from a path or a data frame.
 
     Accepts a ``pandas.DataFrame``, any frame with ``to_pandas()`` (polars,
     pyarrow tables), or a path to a ``.csv``, ``.tsv``, ``.parquet`` or
     ``.jsonl`` file. Raises :class:`DataError` naming the file when it cannot
-    be read.
+    be read. ``encoding`` (default UTF-8) and ``sep`` (default: sniffed among
+    comma, semicolon, tab and bar) are for text files; ``columns`` maps a role to
+    the file's column (``{"system": "exam_model"}``), renaming it. Control
+    characters in text columns (terminal escape sequences) are shown escaped.
     """
     if isinstance(data, Judgments):
-        return data
-    if isinstance(data, pd.DataFrame):
-        return Judgments(data.reset_index(drop=True), source or "the data frame")
-    if hasattr(data, "to_pandas") and not isinstance(data, (str, Path)):
-        return Judgments(data.to_pandas().reset_index(drop=True), source or "the data frame")
-    path = Path(data)
-    return Judgments(_read_file(path), source or str(path))
+        judgments = data
+    elif isinstance(data, pd.DataFrame):
+        judgments = Judgments(data.reset_index(drop=True), source or "the data frame")
+    elif hasattr(data, "to_pandas") and not isinstance(data, (str, Path)):
+        judgments = Judgments(data.to_pandas().reset_index(drop=True), source or "the data frame")
+    else:
+        path = Path(data)
+        judgments = Judgments(_escape_controls(_read_file(path, encoding, sep)), source or str(path))
+    return rename_columns(judgments, columns) if columns else judgments
 
 
-def _read_file(path: Path) -> pd.DataFrame:
+def rename_columns(judgments: Judgments, columns: dict[str, str]) -> Judgments:
+    """``{role: column}``: the file's column takes the role's name (``--system exam_model``)."""
+    frame = judgments.frame
+    mapping = {}
+    for role, column in columns.items():
+        if column == role:
+            continue
+        if column not in frame.columns:
+            raise DataError(f"{judgments.source}: no column '{column}' (for the {role}). The columns are: "
+                            f"{', '.join(map(str, frame.columns))}.")
+        if role in frame.columns and role not in columns.values():
+            raise DataError(f"{judgments.source}: the file already has a column '{role}'; it cannot also take "
+                            f"'{column}' as the {role}. Rename one of them.")
+        mapping[column] = role
+    if not mapping:
+        return judgments
+    return Judgments(frame.rename(columns=mapping), judgments.source)
+
+
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+
+
+def _escape_controls(frame: pd.DataFrame) -> pd.DataFrame:
+    """Judge output and labels are untrusted: a terminal escape sequence in a label must not reach the
+    terminal, so control characters become visible escapes (\\x1b) in every text column and header."""
+    import re
+
+    pattern = re.compile(_CONTROL)
+
+    def esc(text: str) -> str:
+        return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+    frame.columns = [esc(str(c)) for c in frame.columns]
+    for col in frame.columns:
+        values = frame[col]
+        if values.dtype == object or pd.api.types.is_string_dtype(values):
+            has = values.astype("string").str.contains(_CONTROL, regex=True, na=False)
+            if has.any():
+                frame[col] = values.where(~has, values[has].astype(str).map(esc))
+    return frame
+
+
+def _read_file(path: Path, encoding: str | None = None, sep: str | None = None) -> pd.DataFrame:
     if not path.exists():
         raise DataError(f"{path}: no such file. Check the path (relative paths start at {Path.cwd()}).")
     if path.is_dir():
@@ -78,15 +130,17 @@ def _read_file(path: Path) -> pd.DataFrame:
         from .collect.store import judgments_from_run
 
         return judgments_from_run(path)
+    if kind in ("csv", "tsv", "jsonl"):
+        _check_encoding(path, encoding)
     try:
         if kind in ("csv", "tsv"):
             # Facet labels stay text: '01' and '1' are different items.
-            frame = pd.read_csv(path, sep="\t" if kind == "tsv" else ",", dtype=str,
-                                keep_default_na=True, skipinitialspace=True)
+            frame = pd.read_csv(path, sep=sep or _sniff_sep(path, kind, encoding), dtype=str,
+                                keep_default_na=True, skipinitialspace=True, encoding=encoding or "utf-8")
         elif kind == "parquet":
             frame = pd.read_parquet(path)
         else:
-            frame = pd.read_json(path, lines=True, dtype=False)
+            frame = _read_jsonl(path, encoding)
     except (pd.errors.ParserError, ValueError, OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: could not be read as {kind.upper()}: {_first_line(exc)}") from None
     except ImportError as exc:  # pragma: no cover - pyarrow is a dependency
@@ -95,6 +149,55 @@ def _read_file(path: Path) -> pd.DataFrame:
         raise DataError(f"{path}: has no data rows. A judgments file has a header and one row per score.")
     frame.columns = [str(c).strip() for c in frame.columns]
     return frame
+
+
+def _check_encoding(path: Path, encoding: str | None) -> None:
+    """A text file that is not in its encoding: the line and column of the first bad byte, and the fix."""
+    enc = encoding or "utf-8"
+    try:
+        codecs.lookup(enc)
+    except LookupError:
+        raise DataError(f"--encoding {enc}: not an encoding Python knows (e.g. utf-8, latin-1, cp1252).") from None
+    data = path.read_bytes()
+    try:
+        data.decode(enc)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DataError(f"{path}: line {line}, column {col}: byte 0x{data[exc.start]:02x} is not valid {enc}. The "
+                        "file is in another encoding: re-save it as UTF-8, or name its encoding with --encoding "
+                        "(latin-1 and cp1252 are common for spreadsheets).") from None
+
+
+def _sniff_sep(path: Path, kind: str, encoding: str | None) -> str:
+    """The delimiter of a delimited file, from its header: comma, semicolon (European spreadsheets), tab or bar."""
+    default = "\t" if kind == "tsv" else ","
+    with path.open(encoding=encoding or "utf-8", errors="replace") as fh:
+        header = fh.readline()
+    counts = {d: header.count(d) for d in (",", ";", "\t", "|")}
+    if counts[default] > 0:
+        return default
+    best = max(counts, key=counts.get)
+    return best if counts[best] > 0 else default
+
+
+def _read_jsonl(path: Path, encoding: str | None) -> pd.DataFrame:
+    """JSON Lines, with the line number of a line that is not a JSON object."""
+    records = []
+    with path.open(encoding=encoding or "utf-8") as fh:
+        for k, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}: line {k}, character {exc.pos + 1} is not valid JSON ({exc.msg}); each line "
+                                "must be one JSON object (the file may be truncated).") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{path}: line {k} is a JSON {type(record).__name__}, not an object with one field "
+                                "per column.")
+            records.append(record)
+    return pd.DataFrame.from_records(records)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -130,6 +233,11 @@ def numeric_scores(judgments: Judgments, column: str) -> np.ndarray:
         raw = raw.astype(np.int8)
     values = pd.to_numeric(raw, errors="coerce")
     y = values.to_numpy(dtype=np.float64, na_value=np.nan)
+    huge = np.flatnonzero(np.isfinite(y) & (np.abs(y) > MAX_ABS_SCORE))
+    if huge.size:
+        raise DataError(f"{judgments.source}: column '{column}' has {huge.size} value(s) too large to compute with "
+                        f"(|score| > {MAX_ABS_SCORE:.0e}): {format_rows(huge, [str(v) for v in raw.iloc[huge[:5]]])}. "
+                        "Squares of such numbers overflow; fix the rows or rescale the scores.")
     bad = ~np.isfinite(y)
     if bad.any():
         missing = raw.isna().to_numpy()

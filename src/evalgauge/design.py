@@ -98,6 +98,8 @@ class Design:
     replicate: str | None = None
     terms: tuple[str, ...] | None = None
     max_order: int | None = None
+    #: what inference decided for the user (a one-level facet left out), shown with the results
+    notes: tuple[str, ...] = field(default=(), compare=False)
     _by_name: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -288,6 +290,9 @@ def infer_design(
                 f"{judgments.source}: no facet columns recognised (known names: {', '.join(FACET_NAMES)}). "
                 f"The columns are: {', '.join(columns)}. Name the facets with --facets a,b,c."
             )
+        facet_names, notes = _drop_single_level(judgments, facet_names)
+    else:
+        notes = []
     require_columns(judgments, facet_names + [score] + ([replicate] if replicate not in (None, "auto") else []))
     if score in facet_names:
         raise DesignError(f"'{score}' is the score column; it cannot also be a facet.")
@@ -328,7 +333,21 @@ def infer_design(
         role = "object" if name == target else ("fixed" if name in fixed_names else "random")
         built.append(Facet(name, role, parent_of.get(name)))
     return Design(tuple(built), score=score, replicate=replicate,
-                  terms=tuple(_split(terms)) if terms is not None else None, max_order=max_order)
+                  terms=tuple(_split(terms)) if terms is not None else None, max_order=max_order,
+                  notes=tuple(notes))
+
+
+def _drop_single_level(judgments: Judgments, names: list[str]) -> tuple[list[str], list[str]]:
+    """Recognised facet columns with one level say nothing about variance (one model, one scorer):
+    an inferred design leaves them out and says so; a facet the user names is kept (and refused)."""
+    frame = judgments.frame
+    single = [c for c in names if frame[c].nunique(dropna=True) == 1]
+    if not single or len(single) == len(names):
+        return names, []
+    notes = [f"facet '{c}' has one level ('{frame[c].dropna().iloc[0]}') and was left out of the design: that "
+             "level is a fixed condition of the study, and its variance cannot be estimated from these data."
+             for c in single]
+    return [c for c in names if c not in single], notes
 
 
 # ---------------------------------------------------------------------------
@@ -529,6 +548,19 @@ def _labels_restart(g: np.ndarray, parent_key: np.ndarray, n_levels: int, n_pare
             and (parents_per_label[used] > 1).mean() >= 0.5)
 
 
+def _columns_differing(judgments: Judgments, design: Design, rows: np.ndarray) -> list[str]:
+    """Columns outside the design whose values differ between rows of one cell (a left-out facet)."""
+    frame = judgments.frame
+    skip = {*design.names, design.score, design.replicate}
+    out = []
+    for col in frame.columns:
+        if col in skip:
+            continue
+        if frame[col].iloc[rows].nunique(dropna=False) > 1:
+            out.append(str(col))
+    return out[:3]
+
+
 def _check_replicates(judgments: Judgments, design: Design, cell: np.ndarray, count: np.ndarray,
                       n_cells: int) -> None:
     if design.replicate is None:
@@ -536,10 +568,13 @@ def _check_replicates(judgments: Judgments, design: Design, cell: np.ndarray, co
         if dup.any():
             rows = np.flatnonzero(dup)
             first = rows[cell[rows] == cell[rows[0]]]
+            differs = _columns_differing(judgments, design, first)
+            hint = (f" They differ in {', '.join(repr(c) for c in differs)}: a facet the design left out? Add it "
+                    "to --facets." if differs else "")
             raise DesignError(
                 f"{judgments.source}: {rows.size} rows share their facet levels with another row (for example "
                 f"{format_rows(first)} are the same cell of {', '.join(design.names)}), and there is no "
-                "replicate column. If these are repeated calls, name the column that numbers them with "
+                f"replicate column.{hint} If these are repeated calls, name the column that numbers them with "
                 "--replicate COL (or --replicate auto to number them in file order); if a facet is missing, "
                 "add it to --facets; if they are accidental duplicates, remove them."
             )

@@ -23,34 +23,93 @@ documented score fields.
 from __future__ import annotations
 
 import json
+import math
+import re
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .errors import DataError
 
-FORMATS = ("inspect", "lm-eval", "arena-hard", "alpaca-eval", "mt-bench")
+FORMATS = ("inspect", "lm-eval", "arena-hard", "alpaca-eval", "mt-bench", "wide")
 
 
 def _jsonl(path: Path) -> list[dict]:
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for k, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}: line {k} is not JSON ({exc.msg}).") from None
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for k, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path}: line {k} is not JSON ({exc.msg} at column {exc.colno}); the file may "
+                                    "be truncated or not this format.") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{path}: line {k} is not a JSON object; is this the right format?")
+                rows.append(row)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); these tools write UTF-8, so the file may be "
+                        "damaged or not this format.") from None
+    if not rows:
+        raise DataError(f"{path}: no records; is the file empty?")
     return rows
 
 
+def _json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not {what} (JSON error at line {exc.lineno}, column {exc.colno}: "
+                        f"{exc.msg}).") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); is this {what}?") from None
+
+
 def _need(record: dict, keys: Iterable[str], path: Path, where: str) -> None:
+    if not isinstance(record, dict):
+        raise DataError(f"{path}: {where} is not a JSON object; is this the right format?")
     missing = [k for k in keys if k not in record]
     if missing:
         raise DataError(f"{path}: {where} has no {', '.join(missing)}; is this the right format?")
+
+
+def _number(value, path: Path, where: str, field: str) -> float | None:
+    """A per-record number; None for null; a message naming the field for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    kind = "a list" if isinstance(value, list) else type(value).__name__
+    raise DataError(f"{path}: {where}: '{field}' is {kind} ({str(value)[:40]}), not a number; choose a per-sample "
+                    "numeric field.")
+
+
+def _with_notes(frame: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    frame.attrs["notes"] = list(frame.attrs.get("notes", [])) + notes
+    return frame
+
+
+def _nest_in_task(frame: pd.DataFrame) -> pd.DataFrame:
+    """Item ids restart in every task (Inspect ids at 1, lm-eval doc ids at 0): with several tasks, an
+    item is named by its task too, so items of different tasks are never merged."""
+    if "task" in frame and frame["task"].nunique() > 1:
+        frame["item"] = frame["task"].astype(str) + "/" + frame["item"].astype(str)
+        return _with_notes(frame, [f"{frame['task'].nunique()} tasks: items are named task/id, since ids restart "
+                                   "in every task; analyse one task at a time or nest item in task "
+                                   "(--facets task,item,... --nest task/item)."])
+    return frame
 
 
 # -- Inspect AI -------------------------------------------------------------------
@@ -69,45 +128,118 @@ def _inspect_value(value) -> float | None:
 
 
 def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
-    rows = []
+    rows, notes = [], []
     for p in map(Path, paths):
         if p.suffix == ".eval":
-            with zipfile.ZipFile(p) as z:
-                header = json.loads(z.read("header.json"))
-                samples = [json.loads(z.read(n)) for n in z.namelist() if n.startswith("samples/")]
-        else:
             try:
-                log = json.loads(p.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{p}: not an Inspect log ({exc.msg}).") from None
+                with zipfile.ZipFile(p) as z:
+                    header = json.loads(z.read("header.json"))
+                    samples = [json.loads(z.read(n)) for n in z.namelist() if n.startswith("samples/")]
+            except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise DataError(f"{p}: not an Inspect .eval archive ({type(exc).__name__}: {exc}); it may be "
+                                "truncated.") from None
+        else:
+            log = _json(p, "an Inspect log")
+            if not isinstance(log, dict):
+                raise DataError(f"{p}: not an Inspect log (a JSON object with 'eval' and 'samples').")
             header, samples = log, log.get("samples") or []
         _need(header, ["eval"], p, "the log")
-        model = header["eval"].get("model", p.stem)
-        for s in samples:
+        ev = header["eval"] if isinstance(header["eval"], dict) else {}
+        model = str(ev.get("model", p.stem))
+        task = str(ev.get("task", p.stem))
+        n_before = len(rows)
+        for k, s in enumerate(samples):
+            if not isinstance(s, dict):
+                raise DataError(f"{p}: sample {k + 1} is not a JSON object.")
             for scorer, score in (s.get("scores") or {}).items():
                 value = _inspect_value(score.get("value") if isinstance(score, dict) else score)
-                rows.append({"system": model, "item": str(s.get("id")), "replicate": int(s.get("epoch", 1)),
-                             "judge": scorer, "score": value})
+                rows.append({"system": model, "task": task, "item": str(s.get("id")),
+                             "replicate": int(s.get("epoch", 1)), "judge": scorer, "score": value})
+        notes += _inspect_completeness(p, header, ev, samples, len(rows) - n_before)
     if not rows:
         raise DataError("no scored samples found in the Inspect log(s).")
-    return pd.DataFrame(rows)
+    return _nest_in_task(_with_notes(pd.DataFrame(rows), notes))
+
+
+def _inspect_completeness(p: Path, header: dict, ev: dict, samples: list, n_rows: int) -> list[str]:
+    """How many samples of how many: a cancelled or partial log, or a run with a sample limit."""
+    status = header.get("status", "unknown")
+    results = header.get("results") if isinstance(header.get("results"), dict) else {}
+    dataset = ev.get("dataset") if isinstance(ev.get("dataset"), dict) else {}
+    epochs = (ev.get("config") or {}).get("epochs", 1) if isinstance(ev.get("config"), dict) else 1
+    ids = dataset.get("sample_ids")
+    planned = results.get("total_samples") or (len(ids) * (epochs or 1) if isinstance(ids, list) else None)
+    notes = []
+    if status != "success" or (planned and len(samples) < planned):
+        notes.append(f"{p}: log status '{status}': {len(samples)} of {planned or 'an unknown number of'} "
+                     "samples were scored; the rest are missing, not failed.")
+    in_dataset = dataset.get("samples")
+    if isinstance(ids, list) and isinstance(in_dataset, int) and len(ids) < in_dataset:
+        notes.append(f"{p}: {len(ids)} of the task's {in_dataset} samples were run (a sample limit).")
+    return notes
 
 
 # -- lm-evaluation-harness ---------------------------------------------------------
 
+_TIMESTAMP = re.compile(r"_\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(\.\d+)?$")
+
+
+def lm_eval_task(path: Path) -> tuple[str, str]:
+    """(task, timestamp) from ``samples_<task>_<timestamp>.jsonl``: the timestamp is the run, not the task."""
+    stem = path.stem.removeprefix("samples_")
+    m = _TIMESTAMP.search(stem)
+    return (stem[:m.start()], stem[m.start() + 1:]) if m else (stem, "")
+
+
+def _lm_eval_model(path: Path, stamp: str, records: list[dict]) -> str | None:
+    """The model an lm-eval run evaluated: its results json (same timestamp) or the samples' metadata."""
+    if stamp:
+        for candidate in sorted(path.parent.glob(f"*{stamp}*.json")):
+            try:
+                res = json.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(res, dict) and res.get("model_name"):
+                return str(res["model_name"])
+            args = (res.get("config") or {}).get("model_args") if isinstance(res, dict) else None
+            if isinstance(args, str) and "pretrained=" in args:
+                return args.split("pretrained=", 1)[1].split(",", 1)[0]
+    meta = records[0].get("model") or records[0].get("model_name")
+    return str(meta) if isinstance(meta, str) and meta else None
+
+
+GENERIC_FOLDERS = {"results", "output", "outputs", "samples", "logs", "eval", "evals", ".", ""}
+
+
 def import_lm_eval(paths: Iterable[str | Path], metric: str = "acc", system: str | None = None) -> pd.DataFrame:
-    rows = []
+    rows, notes = [], []
     for p in map(Path, paths):
-        for k, r in enumerate(_jsonl(p), start=1):
+        records = _jsonl(p)
+        task, stamp = lm_eval_task(p)
+        name = system or _lm_eval_model(p, stamp, records)
+        if name is None:
+            if p.parent.name.lower() in GENERIC_FOLDERS:
+                raise DataError(f"{p}: the model's name is not in the file, its results json or its folder "
+                                f"('{p.parent.name}'); give it with --system NAME.")
+            name = p.parent.name
+        bad = []
+        for k, r in enumerate(records, start=1):
             _need(r, ["doc_id"], p, f"line {k}")
             if metric not in r:
-                raise DataError(f"{p}: line {k} has no metric '{metric}' (it has "
-                                f"{', '.join(x for x in r if isinstance(r[x], (int, float)) and x != 'doc_id')}); "
-                                "choose one with --metric.")
-            rows.append({"system": system or p.parent.name or p.stem, "item": str(r["doc_id"]),
-                         "variant": str(r.get("filter", "none")), "task": p.stem.replace("samples_", ""),
-                         "score": float(r[metric])})
-    return pd.DataFrame(rows)
+                numeric = [x for x in r if isinstance(r[x], int | float) and not isinstance(r[x], bool)
+                           and x != "doc_id"]
+                raise DataError(f"{p}: line {k} has no metric '{metric}' (per-sample numbers there: "
+                                f"{', '.join(numeric) or 'none'}); choose one with --metric.")
+            value = _number(r[metric], p, f"line {k}", metric)
+            if value is not None and not math.isfinite(value):
+                bad.append(k)
+                value = None
+            rows.append({"system": name, "task": task, "item": str(r["doc_id"]),
+                         "variant": str(r.get("filter", "none")), "score": value})
+        if bad:
+            notes.append(f"{p}: {len(bad)} non-finite '{metric}' value(s) (lines {', '.join(map(str, bad[:5]))}"
+                         f"{' ...' if len(bad) > 5 else ''}) imported as missing scores.")
+    return _nest_in_task(_with_notes(pd.DataFrame(rows), notes))
 
 
 # -- arena-hard-auto ------------------------------------------------------------------
@@ -116,60 +248,97 @@ ARENA_LABELS = {"A>>B": ("model_a", True), "A>B": ("model_a", False), "A=B": ("t
                 "B>A": ("model_b", False), "B>>A": ("model_b", True)}
 
 
-def import_arena_hard(paths: Iterable[str | Path], baseline: str = "gpt-4-0314") -> pd.DataFrame:
-    """Game 1 shows the baseline as A and the model as B; game 2 swaps them (arena-hard-auto's convention)."""
-    rows = []
+def import_arena_hard(paths: Iterable[str | Path], baseline: str | None = None, weighted: bool = True) -> pd.DataFrame:
+    """Game 1 shows the baseline as A and the model as B; game 2 swaps them (arena-hard-auto's convention).
+
+    ``weight`` is arena-hard's own: a decisive (``>>``) verdict counts as 3 battles (``weighted=False``:
+    every verdict once). The baseline comes from the records (``baseline``) or the user: the v0.1 files
+    do not name it.
+    """
+    rows, notes, dropped = [], [], 0
     for p in map(Path, paths):
         for k, r in enumerate(_jsonl(p), start=1):
             _need(r, ["question_id", "model", "games"], p, f"line {k}")
-            judge = r.get("judge", p.parent.name)
-            for g, game in enumerate(r["games"][:2]):
-                label = (game.get("score") or "").strip()
+            base = r.get("baseline") or baseline
+            if not base:
+                raise DataError(f"{p}: the records do not name the baseline model; give it with --baseline "
+                                "(arena-hard v0.1's baseline is gpt-4-0314).")
+            if baseline and r.get("baseline") and r["baseline"] != baseline:
+                raise DataError(f"{p}: line {k} names baseline '{r['baseline']}', not --baseline '{baseline}'.")
+            judge = str(r.get("judge") or p.parent.name)
+            games = r["games"] if isinstance(r["games"], list) else []
+            for g, game in enumerate(games[:2]):
+                label = (game.get("score") or "").strip() if isinstance(game, dict) else ""
                 if label not in ARENA_LABELS:
+                    dropped += 1
                     continue  # an unparsed judgment: arena-hard leaves the score empty
                 winner, strong = ARENA_LABELS[label]
-                a, b = (baseline, r["model"]) if g == 0 else (r["model"], baseline)
+                a, b = (base, str(r["model"])) if g == 0 else (str(r["model"]), base)
                 rows.append({"model_a": a, "model_b": b, "winner": winner, "strong": strong,
+                             "weight": 3 if strong and weighted else 1,
                              "item": str(r["question_id"]), "judge": judge, "order": "AB" if g == 0 else "BA"})
-    return pd.DataFrame(rows)
+    if not rows:
+        raise DataError("no parsed arena-hard verdicts in the file(s).")
+    if dropped:
+        notes.append(f"{dropped} game(s) without a parsed verdict were left out.")
+    notes.append("weight: arena-hard's own scoring, a >> verdict counts as 3 battles" if weighted else
+                 "weight: every verdict counts once (--unweighted); arena-hard's own score counts >> as 3.")
+    return _with_notes(pd.DataFrame(rows), notes)
 
 
 # -- AlpacaEval -------------------------------------------------------------------------
 
 def import_alpaca_eval(paths: Iterable[str | Path]) -> pd.DataFrame:
-    rows = []
+    """score = preference - 1 after AlpacaEval's own mapping of its legacy draw code 0 to 1.5 (a draw)."""
+    rows, notes = [], []
     for p in map(Path, paths):
-        try:
-            records = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{p}: not an AlpacaEval annotations file ({exc.msg}).") from None
+        records = _json(p, "an AlpacaEval annotations file")
+        if not isinstance(records, list):
+            raise DataError(f"{p}: not an AlpacaEval annotations file (a JSON list of records).")
+        names = set()
         for k, r in enumerate(records):
             _need(r, ["instruction", "generator_2", "preference"], p, f"record {k + 1}")
-            pref = r["preference"]
-            rows.append({"system": r["generator_2"], "baseline": r.get("generator_1"), "item": r["instruction"],
-                         "judge": r.get("annotator", p.parent.name),
-                         "score": None if pref is None else float(pref) - 1.0})
+            pref = _number(r["preference"], p, f"record {k + 1}", "preference")
+            if pref is not None and not math.isfinite(pref):
+                raise DataError(f"{p}: record {k + 1}: preference is {pref}; it must lie in [1, 2] (or 0: a draw).")
+            if pref == 0:
+                pref = 1.5  # AlpacaEval's legacy draw code (alpaca_eval.metrics.helpers maps 0 to 1.5)
+            if pref is not None and not 1 <= pref <= 2:
+                raise DataError(f"{p}: record {k + 1}: preference {pref} is outside [1, 2] (0 and 1.5 are draws).")
+            judge = str(r.get("annotator") or p.parent.name)
+            names.add(judge)
+            rows.append({"system": str(r["generator_2"]), "baseline": r.get("generator_1"),
+                         "item": str(r["instruction"]), "judge": judge,
+                         "score": None if pref is None else pref - 1.0})
+        if names - {p.parent.name} and p.parent.name not in ("", "."):
+            notes.append(f"{p}: the records name annotator(s) {', '.join(sorted(names))}, not the folder "
+                         f"'{p.parent.name}'; the records' names are kept.")
     frame = pd.DataFrame(rows)
     # instructions are long texts: give them short stable ids, keep the text out of the facet
     frame["item"] = "i" + pd.factorize(frame["item"])[0].astype(str)
-    return frame
+    return _with_notes(frame, notes)
 
 
 # -- FastChat MT-bench ------------------------------------------------------------------
 
 def import_mt_bench(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """The judge's prompt template is fixed by the question's category and the turn, so it is nested in the
+    item: it is kept as ``template`` (not a crossed facet). Judgments FastChat appended again for the same
+    question, turn, model(s) and judge are repeats: the last is kept, and the note says how many."""
     rows, pair_rows = [], []
     for p in map(Path, paths):
         for k, r in enumerate(_jsonl(p), start=1):
             judge = r.get("judge", ["", ""])
-            judge_model, template = (judge[0], judge[1]) if isinstance(judge, list) and len(judge) > 1 else \
-                (str(judge), "")
+            judge_model, template = (str(judge[0]), str(judge[1])) if isinstance(judge, list) and len(judge) > 1 \
+                else (str(judge), "")
             item = f"{r.get('question_id')}/t{r.get('turn', 1)}"
             if "score" in r:
-                score = float(r["score"])
-                rows.append({"system": r["model"], "item": item, "judge": judge_model, "variant": template,
-                             "score": None if score < 0 else score})  # FastChat writes -1 for unparsed
+                _need(r, ["model"], p, f"line {k}")
+                score = _number(r["score"], p, f"line {k}", "score")
+                rows.append({"system": str(r["model"]), "item": item, "judge": judge_model, "template": template,
+                             "score": None if score is None or score < 0 else score})  # -1: unparsed
             elif "g1_winner" in r:
+                _need(r, ["model_1", "model_2"], p, f"line {k}")
                 for game, order in (("g1_winner", "AB"), ("g2_winner", "BA")):
                     w = r.get(game)
                     if w not in ("model_1", "model_2", "tie"):
@@ -177,14 +346,66 @@ def import_mt_bench(paths: Iterable[str | Path]) -> pd.DataFrame:
                     a, b = (r["model_1"], r["model_2"]) if order == "AB" else (r["model_2"], r["model_1"])
                     # FastChat maps both games' verdicts back to model_1 / model_2
                     winner = "tie" if w == "tie" else ("model_a" if r[w] == a else "model_b")
-                    pair_rows.append({"model_a": a, "model_b": b, "winner": winner, "item": item,
-                                      "judge": judge_model, "order": order})
+                    pair_rows.append({"model_a": str(a), "model_b": str(b), "winner": winner, "item": item,
+                                      "judge": judge_model, "template": template, "order": order})
             else:
                 raise DataError(f"{p}: line {k} is neither a single-answer ('score') nor a pairwise "
                                 "('g1_winner') MT-bench judgment.")
     if rows and pair_rows:
         raise DataError("single-answer and pairwise MT-bench judgments mixed: import them separately.")
-    return pd.DataFrame(rows or pair_rows)
+    frame = pd.DataFrame(rows or pair_rows)
+    keys = ["system", "item", "judge"] if rows else ["model_a", "model_b", "item", "judge", "order"]
+    repeats = frame.duplicated(keys, keep="last")
+    notes = []
+    if repeats.any():
+        notes.append(f"{int(repeats.sum())} judgment(s) repeated for the same {', '.join(keys)} (FastChat appends "
+                     "reruns): the last of each was kept.")
+        frame = frame.loc[~repeats].reset_index(drop=True)
+    if pair_rows:
+        single = int((frame.groupby("item")["order"].nunique() < 2).sum())
+        if single:
+            notes.append(f"{single} question(s) have a valid game in one presentation order only.")
+    return _with_notes(frame, notes)
+
+
+# -- one score column per judge ------------------------------------------------------------
+
+def import_wide(paths: Iterable[str | Path], ids: dict[str, str], columns: tuple[str, list[str]]) -> pd.DataFrame:
+    """A wide table (one score column per judge, as in Thakur et al.'s TriviaQA file) made long.
+
+    ``ids`` maps a facet to the column that holds it (``{"system": "exam_model", "item": "question_id"}``);
+    ``columns`` is (facet, [column, ...]): each named column (or glob) becomes a level of that facet.
+    """
+    from fnmatch import fnmatch
+
+    from .data import read_judgments
+
+    facet, patterns = columns
+    parts = []
+    for p in map(Path, paths):
+        frame = read_judgments(p).frame
+        for name, col in ids.items():
+            if col not in frame:
+                raise DataError(f"{p}: no column '{col}' for --id {name}={col}; the columns are: "
+                                f"{', '.join(map(str, frame.columns))}.")
+        chosen = [c for c in frame.columns if any(c == pat or fnmatch(str(c), pat) for pat in patterns)]
+        missing = [pat for pat in patterns if not any(c == pat or fnmatch(str(c), pat) for c in frame.columns)]
+        if missing or not chosen:
+            raise DataError(f"{p}: no column matches {', '.join(missing or patterns)} (--columns); the columns "
+                            f"are: {', '.join(map(str, frame.columns))}.")
+        long = frame[list(ids.values()) + chosen].melt(id_vars=list(ids.values()), value_vars=chosen,
+                                                       var_name=facet, value_name="score")
+        long = long.rename(columns={col: name for name, col in ids.items()})
+        values = pd.to_numeric(long["score"], errors="coerce")
+        bad = np.flatnonzero(values.isna().to_numpy() & long["score"].notna().to_numpy())
+        if bad.size:
+            r = bad[0]
+            row = r % len(frame)
+            raise DataError(f"{p}: row {row + 1}, column '{long[facet].iloc[r]}' holds {long['score'].iloc[r]!r}, "
+                            f"not a number ({bad.size} such cells); fix them or blank them (a missing score).")
+        long["score"] = values
+        parts.append(long)
+    return pd.concat(parts, ignore_index=True)
 
 
 def import_files(fmt: str, paths: list[str], **kw) -> pd.DataFrame:
@@ -193,14 +414,21 @@ def import_files(fmt: str, paths: list[str], **kw) -> pd.DataFrame:
     for p in paths:
         if not Path(p).exists():
             raise DataError(f"{p}: no such file.")
+        if Path(p).is_dir():
+            raise DataError(f"{p}: is a folder; give the files inside it.")
     if fmt == "inspect":
         return import_inspect(paths)
     if fmt == "lm-eval":
         return import_lm_eval(paths, kw.get("metric") or "acc", kw.get("system"))
     if fmt == "arena-hard":
-        return import_arena_hard(paths, kw.get("baseline") or "gpt-4-0314")
+        return import_arena_hard(paths, kw.get("baseline"), weighted=not kw.get("unweighted"))
     if fmt == "alpaca-eval":
         return import_alpaca_eval(paths)
     if fmt == "mt-bench":
         return import_mt_bench(paths)
+    if fmt == "wide":
+        if not kw.get("ids") or not kw.get("columns"):
+            raise DataError("wide: give the id columns (--id system=COL --id item=COL) and the score columns "
+                            "(--columns judge=COL1,COL2 or a glob such as judge=judge_*).")
+        return import_wide(paths, kw["ids"], kw["columns"])
     raise DataError(f"unknown format '{fmt}'; formats: {', '.join(FORMATS)}.")

@@ -120,12 +120,16 @@ def _probs(ti, tj, log_nu, log_h):
 
 
 def fit_bt(battles: Battles, *, reference: str | None = None, ties: bool | None = None, position: bool = False,
-           weights: np.ndarray | None = None, start: BTFit | None = None, se: bool = True) -> BTFit:
+           weights: np.ndarray | None = None, start: BTFit | None = None, se: bool = True,
+           ridge: float = 0.0) -> BTFit:
     """Maximum-likelihood Bradley-Terry (Davidson ties, optional first-slot advantage).
 
     ``ties`` defaults to whether the data hold ties; ``weights`` multiply each
     judgment (counts, or bootstrap multiplicities). SEs from the inverse
-    observed information (numerical Hessian at the optimum).
+    observed information (numerical Hessian at the optimum). ``ridge`` > 0
+    maximises the likelihood penalised by ridge/2 * sum(theta^2) (a normal prior
+    on the log strengths), which stays finite when a system won or lost every
+    game (separation, where the maximum-likelihood estimate is infinite).
     """
     m = len(battles.systems)
     if m < 2:
@@ -169,6 +173,7 @@ def fit_bt(battles: Battles, *, reference: str | None = None, ties: bool | None 
         ll = win_a @ (ha - lse) + win_b @ (hb - lse)
         if has_ties:
             ll += tie @ (stack[2] - lse)
+        ll -= 0.5 * ridge * float(theta @ theta)
         if not grad:
             return -ll
         # d ll / d score of each outcome: observed minus expected counts
@@ -177,7 +182,7 @@ def fit_bt(battles: Battles, *, reference: str | None = None, ties: bool | None 
         r_b = win_b - total * prob[1]
         r_t = tie - total * prob[2] if has_ties else np.zeros_like(r_a)
         g_theta = np.bincount(a, r_a + 0.5 * r_t, minlength=m) + np.bincount(b, r_b + 0.5 * r_t, minlength=m)
-        g = list(g_theta[free])
+        g = list(g_theta[free] - ridge * theta[free])
         if has_ties:
             g.append(r_t.sum())
         if position:
@@ -221,6 +226,62 @@ def _hessian(f, x, h=1e-4):
     return out
 
 
+def comparison_groups(battles: Battles) -> list[list[str]]:
+    """The connected parts of the comparison graph: strengths in different parts are not comparable."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    m = len(battles.systems)
+    graph = coo_matrix((np.ones(battles.n), (battles.a, battles.b)), shape=(m, m))
+    n, labels = connected_components(graph, directed=False)
+    return [[battles.systems[k] for k in np.flatnonzero(labels == g)] for g in range(n)]
+
+
+def separated_systems(battles: Battles, weights: np.ndarray | None = None) -> list[str]:
+    """Systems in a part of the win graph that never lost to (or never beat) the rest.
+
+    The maximum-likelihood Bradley-Terry estimate is finite exactly when the directed graph "i beat j
+    at least once" (a tie counts both ways) is strongly connected (Zermelo 1929; Ford 1957); otherwise
+    some strengths run off to +-infinity. Returns the systems outside the largest strongly connected part.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    m = len(battles.systems)
+    w = np.ones(battles.n) if weights is None else np.asarray(weights, float)
+    y, a, b = battles.outcome, battles.a, battles.b
+    keep = w > 0
+    src = np.concatenate([a[keep & (y >= 0.5)], b[keep & (y <= 0.5)]])
+    dst = np.concatenate([b[keep & (y >= 0.5)], a[keep & (y <= 0.5)]])
+    graph = coo_matrix((np.ones(src.size), (src, dst)), shape=(m, m))
+    n, labels = connected_components(graph, directed=True, connection="strong")
+    if n == 1:
+        return []
+    biggest = np.bincount(labels).argmax()
+    return [battles.systems[k] for k in range(m) if labels[k] != biggest]
+
+
+def slot_is_presentation_order(battles: Battles) -> tuple[bool, str | None]:
+    """Whether slot A is a presentation order the data let us estimate an advantage for.
+
+    It is when an ``order``/``position`` column says so, or when some pair was shown in both orders,
+    unless the slot is confounded with the outcome: in a "winner, loser" listing model_a always wins,
+    and a first-slot term would absorb the whole outcome (a log odds near +30).
+    """
+    y = battles.outcome
+    if np.all(y == 1.0) or np.all(y == 0.0):
+        side = "model_a" if np.all(y == 1.0) else "model_b"
+        return False, (f"{side} wins every row: the slot is the outcome (a winner/loser listing), not a "
+                       "presentation order, so no first-slot term was fitted.")
+    f = battles.frame
+    if any(c in f for c in ("order", "position")):
+        return True, None
+    pairs = set(zip(battles.a.tolist(), battles.b.tolist(), strict=True))
+    if any((b, a) in pairs for a, b in pairs):
+        return True, None
+    return False, "no pair was shown in both orders, so no first-slot term was fitted."
+
+
 # ---------------------------------------------------------------------------
 # Bootstraps
 # ---------------------------------------------------------------------------
@@ -235,7 +296,8 @@ class BTBootstrap:
 
 
 def bootstrap_bt(battles: Battles, fit: BTFit, *, method: str = "naive", n_boot: int = 200, level: float = 0.95,
-                 seed: int | None = None, position: bool = False) -> BTBootstrap:
+                 seed: int | None = None, position: bool = False, base_weights: np.ndarray | None = None,
+                 ridge: float = 0.0) -> BTBootstrap:
     """Percentile intervals of the log strengths.
 
     ``naive`` resamples battles (Chatbot Arena's bootstrap). ``tee`` (TEE R.1)
@@ -258,8 +320,10 @@ def bootstrap_bt(battles: Battles, fit: BTFit, *, method: str = "naive", n_boot:
                 np.add.at(weights, rows[picks], 1.0)
             else:
                 weights[rows] += counts[bt]
+        if base_weights is not None:  # e.g. arena-hard's 3 battles for a >> verdict
+            weights = weights * base_weights
         draws[r] = fit_bt(battles, reference=fit.reference, ties=fit.log_nu is not None, position=position,
-                          weights=weights, start=fit, se=False).theta
+                          weights=weights, start=fit, se=False, ridge=ridge).theta
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
     return BTBootstrap(method, n_boot, lo, hi, draws.std(axis=0, ddof=1))
 

@@ -53,6 +53,8 @@ def estimate_components(data, design: Design | None = None, *, method: str = "au
         return _with_note(result, dropped_note)
     if design is None:
         design = infer_design(judgments, **design_options)
+    for note in design.notes:  # e.g. facets with one level left out of an inferred design
+        dropped_note = note if dropped_note is None else f"{note} {dropped_note}"
     coded = code_data(judgments, design)
     if method == "anova" or (method == "auto" and coded.is_complete_block()):
         result = anova_from_coded(coded)

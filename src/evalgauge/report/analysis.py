@@ -102,7 +102,8 @@ def _clean(value):
 
 
 def analyze(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
-            drop_missing: bool | None = None, target_erho2: float = 0.8, **design_options) -> Analysis:
+            drop_missing: bool | None = None, target_erho2: float = 0.8, n_boot: int = 0, level: float = 0.95,
+            seed: int | None = None, **design_options) -> Analysis:
     """Fit and derive everything the analysis reports. ``data`` is a path, frame or run database."""
     path = Path(data) if isinstance(data, (str, Path)) else None
     is_run = path is not None and path.suffix.lower() in (".sqlite", ".db")
@@ -115,7 +116,8 @@ def analyze(data, design: Design | None = None, *, method: str = "auto", formula
         drop_missing = True if drop_missing is None else drop_missing  # failed parses are in the diagnostics
     if formula is None and design is None:
         design = infer_design(judgments, **design_options)
-    vc = estimate_components(judgments, design, method=method, formula=formula, drop_missing=bool(drop_missing))
+    vc = estimate_components(judgments, design, method=method, formula=formula, drop_missing=bool(drop_missing),
+                             n_boot=n_boot, level=level, seed=seed)
     if not any(c.kind != "residual" for c in vc.components):
         raise DesignError(f"{judgments.source}: nothing to estimate besides the residual.")
     levels = vc.levels
