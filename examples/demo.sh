@@ -10,14 +10,20 @@ PORT=$($BIN/python -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)
 $BIN/evalgauge serve-sim examples/sim/run.toml --port "$PORT" > "$OUT/serve-sim.log" 2>&1 &
 SIM=$!
 trap 'kill $SIM 2>/dev/null || true' EXIT
-$BIN/python - "$PORT" <<'PY'
-import socket, sys, time
-for _ in range(200):
-    with socket.socket() as s:
-        if s.connect_ex(("127.0.0.1", int(sys.argv[1]))) == 0:
-            sys.exit(0)
-    time.sleep(0.05)
-sys.exit("serve-sim did not start")
+# wait for serve-sim to say it listens, for as long as its process lives (at most 5 minutes on a loaded machine)
+$BIN/python - "$SIM" "$OUT/serve-sim.log" <<'PY'
+import os, sys, time
+pid, log = int(sys.argv[1]), sys.argv[2]
+deadline = time.time() + 300
+while time.time() < deadline:
+    if "serve-sim listening" in open(log, errors="replace").read():
+        sys.exit(0)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        sys.exit("serve-sim stopped before it was ready:\n" + open(log, errors="replace").read())
+    time.sleep(0.1)
+sys.exit("serve-sim was not ready after 5 minutes")
 PY
 echo "== 1. a 1,152-call factorial against the simulated judge panel (serve-sim on port $PORT)"
 $BIN/evalgauge run examples/sim/run.toml --base-url "http://127.0.0.1:$PORT/v1" --database "$OUT/sim-demo.sqlite" \

@@ -75,7 +75,7 @@ def test_analyze_reports_each_systems_score(tmp_path):
     frame.to_csv(path, index=False)
     out = CliRunner().invoke(main, ["analyze", str(path), "--report", str(tmp_path / "r.html")])
     assert out.exit_code == 0, out.output
-    assert "A system's score: 95% CI" in out.output
+    assert "One system's score: 95% CI" in out.output
     assert "system scores" in (tmp_path / "r.html").read_text()
 
 

@@ -22,7 +22,7 @@ CLI = str(Path(sys.executable).parent / "evalgauge")
 SKIPPED = {
     "serve-sim": "starts a server in the background",
     "--base-url": "needs the serve-sim server",
-    "examples/sim/sim-demo.sqlite": "made by the collector run above",
+    "demo-output/sim.sqlite": "made by the collector run above",
     "results/*": "the reader's AlpacaEval results",
     "model_judgment/": "the reader's arena-hard files",
     "ae.csv": "made by the import above",
@@ -73,7 +73,7 @@ def test_readme_shell_examples_run(tmp_path):
         assert proc.returncode == 0, f"README command failed: {command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         ran += 1
     assert ran >= 10
-    assert (tmp_path / "report.html").exists()
+    assert (tmp_path / "demo-output" / "report.html").exists()
 
 
 @pytest.mark.parametrize("marker", sorted(SKIPPED))

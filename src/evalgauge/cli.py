@@ -396,14 +396,27 @@ def scoring_cmd(kappa, anchor, slope, gamma, points, prevalence, items, judges, 
 @click.option("--splits", type=click.IntRange(min=10), default=200, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")
+@click.option("--encoding", help="Text encoding of a CSV/TSV/JSONL file (default utf-8).")
+@click.option("--sep", help="Delimiter of a CSV/TSV file (default: sniffed).")
 @user_errors
 @writes(("data",), json_out="--json")
-def screen(data, system, item, score, threshold, keep, splits, seed, json_out) -> None:
-    """Item discrimination screening from a pilot (sizing sec. 4, App. F): which items separate systems."""
+def screen(data, system, item, score, threshold, keep, splits, seed, json_out, drop_missing, encoding, sep) -> None:
+    """Item discrimination screening from a pilot (sizing sec. 4, App. F): which items separate systems.
+
+    \b
+    Example:
+      evalgauge screen pilot.csv --keep 0.5 --json screen.json
+    """
     from .data import numeric_scores
     from .scoring import screen_items
 
-    judgments = read_judgments(data)
+    judgments = read_judgments(data, encoding=encoding, sep=sep)
+    if drop_missing and score in judgments.frame:
+        missing = judgments.frame[score].isna().to_numpy()
+        if missing.any():
+            judgments = Judgments(judgments.frame.loc[~missing].reset_index(drop=True), judgments.source)
+            _console().print(f"note: {int(missing.sum())} row(s) with an empty score dropped (--drop-missing).")
     frame = judgments.frame.assign(**{score: numeric_scores(judgments, score)})
     result = screen_items(frame, system=system, item=item, score=score, threshold=threshold, keep=keep,
                           splits=splits, seed=seed)
@@ -422,7 +435,7 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out) -
     def show(c):
         c.print(f"{len(result.selected)} of {len(result.per_item)} items kept (between-system variance >= "
                 f"{result.threshold:.4g}); split-half stability of the item ranking: Spearman rho "
-                f"{result.split_half_rho:.3f} (95% range {result.split_half_range[0]:.3f}-"
+                f"{result.split_half_rho:.3f} (95% range from {result.split_half_range[0]:.3f} to "
                 f"{result.split_half_range[1]:.3f}, {splits} splits).")
         if "share_all" in payload and "share_selected" in payload:
             for comp in (system, f"{system}:{item}", f"{item}:{system}"):
@@ -477,55 +490,125 @@ def _emit(payload: dict, json_out: str | None, printer) -> None:
 
 
 @main.command()
-@click.argument("components_json", metavar="COMPONENTS.json", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("components_json", metavar="[COMPONENTS.json]", required=False,
+                type=click.Path(dir_okay=False, path_type=str))
+@click.option("--component", "given", multiple=True, metavar="NAME=VARIANCE",
+              help="Plan from published values instead of a file, e.g. --component system:item=0.3 "
+                   "--component residual=0.2 (repeatable; with --object and --n for every facet).")
 @click.option("--object", "object_", help="Object of measurement (default: the one in the file).")
 @click.option("--n", "grid", multiple=True, metavar="FACET=LIST",
-              help="Counts to try, e.g. --n item=30,500 --n judge=1,2 --n rep=1 (repeatable).")
-@click.option("--target-erho2", type=float, help="Target E rho^2: facets needed, the item/judge exchange.")
-@click.option("--target-mdd", type=float, help="Target minimum detectable difference.")
-@click.option("--target-se", type=float, help="Target SE of theta-hat.")
-@click.option("--budget", type=float, help="Budget (USD) for the integer design optimiser.")
+              help="Counts to try, e.g. --n item=30,500 --n judge=1,2 --n rep=1 (repeatable). A facet of the "
+                   "design always means that facet; rep/replicates means the replicates.")
+@click.option("--target-erho2", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Target E rho^2 (between 0 and 1): facets needed, the item/judge exchange.")
+@click.option("--target-mdd", type=click.FloatRange(0, min_open=True), help="Target minimum detectable difference.")
+@click.option("--target-se", type=click.FloatRange(0, min_open=True), help="Target SE of theta-hat.")
+@click.option("--budget", type=click.FloatRange(0, min_open=True), help="Budget (USD) for the integer design "
+              "optimiser (needs --price).")
 @click.option("--price", "prices", multiple=True, metavar="JUDGE=USD",
               help="Price per call of each judge (in panel order), or one USD for every judge.")
 @click.option("--best-of", type=click.IntRange(min=1), help="Best-of-K gaming surface at the observed design.")
-@click.option("--base-rate", type=float, help="Win rate for the gaming surface in Elo points.")
+@click.option("--base-rate", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Win rate for the gaming surface in Elo points (between 0 and 1).")
 @click.option("--ceiling-facet", default="judge", show_default=True, help="The facet held at one for the ceiling.")
-@click.option("--separation", type=float, help="True difference between two objects: P(rank inversion) per design.")
+@click.option("--separation", type=click.FloatRange(0, min_open=True),
+              help="True difference between two objects: P(rank inversion) per design.")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the plan as JSON ('-' for stdout only).")
 @user_errors
 @writes(("components_json",), json_out="--json")
-def plan(components_json, object_, grid, target_erho2, target_mdd, target_se, budget, prices, best_of, base_rate,
-         ceiling_facet, separation, json_out) -> None:
-    """The D-study calculator: SE, E rho^2, Phi, MDD, ceiling, requirements and budget for proposed designs."""
-    from .components import VarianceComponents
+def plan(components_json, given, object_, grid, target_erho2, target_mdd, target_se, budget, prices, best_of,
+         base_rate, ceiling_facet, separation, json_out) -> None:
+    """The D-study calculator: SE, E rho^2, Phi, MDD, ceiling, requirements and budget for proposed designs.
+
+    COMPONENTS.json is the output of `evalgauge components --json` or `evalgauge analyze --json`, or a minimal
+    {"object": "system", "components": {"system": 0.08, "residual": 0.2, ...}, "levels": {...}}.
+
+    \b
+    Examples:
+      evalgauge plan components.json --n item=30,500 --n judge=1,2,4 --target-erho2 0.8
+      evalgauge plan --component system=0.0801 --component system:judge=0.0011 --component system:item=0.3 \\
+          --component residual=0.2 --object system --n item=500 --n judge=1,3 --n system=2
+    """
     from .dstudy import plan as make_plan
 
-    path = Path(components_json)
-    try:
-        payload = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise EvalGaugeError(f"{path}: no such file; write one with `evalgauge components DATA --json {path}`.") \
-            from None
-    except json.JSONDecodeError as exc:
-        raise EvalGaugeError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}).") from None
-    vc = VarianceComponents.from_dict(payload, str(path))
+    vc = _plan_components(components_json, given, object_)
     counts = {}
     for item in grid:
         key, _, values = item.partition("=")
         if not values:
             raise click.BadParameter(f"'{item}' should read FACET=n1,n2,...", param_hint="--n")
         counts[key.strip()] = _int_list(values, "--n")
+    vc = _fill_levels(vc, counts)
+    obj = object_ or vc.object
+    if ceiling_facet not in vc.levels or ceiling_facet == obj:
+        choices = ", ".join(f for f in vc.levels if f != obj)
+        if ceiling_facet != "judge" or "judge" in vc.levels:
+            raise click.BadParameter(f"'{ceiling_facet}' is not a facet of these components other than the object "
+                                     f"(facets: {choices}).", param_hint="--ceiling-facet")
     price_map = {}
     for item in prices:
         key, sep, value = item.partition("=")
         try:
-            price_map[key.strip() if sep else "*"] = float(value if sep else key)
+            price = float(value if sep else key)
         except ValueError:
             raise click.BadParameter(f"'{item}' should read JUDGE=USD or USD", param_hint="--price") from None
+        if not np.isfinite(price) or price < 0:
+            raise click.BadParameter(f"'{item}': a price is a non-negative number of USD per call.",
+                                     param_hint="--price")
+        price_map[key.strip() if sep else "*"] = price
+    if budget is not None and not price_map:
+        raise click.BadParameter("a budget needs prices: add --price USD (per call) or --price JUDGE=USD.",
+                                 param_hint="--budget")
     out = make_plan(vc, counts, object=object_, target_erho2=target_erho2, target_mdd=target_mdd,
                     target_se=target_se, budget=budget, prices=price_map or None, best_of=best_of,
                     base_rate=base_rate, ceiling_facet=ceiling_facet, separation=separation)
     _emit(out, json_out, lambda c: _print_plan(out, c))
+
+
+def _plan_components(components_json, given, object_):
+    """The components to plan from: a JSON file, or values on the command line (--component)."""
+    from .components import VarianceComponents
+
+    if components_json and given:
+        raise click.UsageError("give COMPONENTS.json or --component values, not both.")
+    if given:
+        values = {}
+        for item in given:
+            name, _, value = item.partition("=")
+            try:
+                values[name.strip()] = float(value)
+            except ValueError:
+                raise click.BadParameter(f"'{item}' should read NAME=VARIANCE", param_hint="--component") from None
+        return VarianceComponents.from_dict({"object": object_, "components": values}, "--component")
+    if not components_json:
+        raise click.UsageError("give COMPONENTS.json (from `evalgauge components --json`) or --component values.")
+    path = Path(components_json)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EvalGaugeError(f"{path}: no such file; write one with `evalgauge components DATA --json {path}`.") \
+            from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise EvalGaugeError(f"{path}: not JSON ({exc}).") from None
+    return VarianceComponents.from_dict(payload, str(path))
+
+
+def _fill_levels(vc, counts: dict):
+    """Components given without their design's counts take them from --n (the first value of each)."""
+    from dataclasses import replace
+
+    unknown = [f for f, n in vc.levels.items() if n == 0]
+    if not unknown:
+        return vc
+    levels = dict(vc.levels)
+    for f in unknown:
+        if f in counts:
+            levels[f] = int(counts[f][0])
+        elif f == vc.object:
+            levels[f] = 2  # two objects: what a pairwise comparison needs; only Var(theta-hat) depends on it
+        else:
+            raise click.BadParameter(f"the components give no count for '{f}': add --n {f}=N.", param_hint="--n")
+    return replace(vc, levels=levels)
 
 
 def _print_plan(out: dict, console: Console) -> None:
@@ -1146,7 +1229,7 @@ def print_components(result: VarianceComponents, console: Console) -> None:
             console.print(f"(theta-hat is the mean over {o['object']}s drawn at random, so the spread between "
                           f"{o['object']}s counts as its error; one {o['object']}'s score is below.)")
         df = "inf" if o["df"] is None else f"{o['df']:.1f}"
-        console.print(f"A {o['object']}'s score: {100 * o['level']:g}% CI +-{o['half_width']:.4g} counting every "
+        console.print(f"One {o['object']}'s score: {100 * o['level']:g}% CI +-{o['half_width']:.4g} counting every "
                       f"source of error (SE {o['se']:.4g}, Satterthwaite df {df}), against +-"
                       f"{o['naive_half_width']:.4g} counting only {o['naive_counts']} sampling (SE "
                       f"{o['naive_se']:.4g}); the full SE is {o['se_ratio']:.2f}x the naive.")

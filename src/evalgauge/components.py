@@ -168,7 +168,25 @@ class VarianceComponents:
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any], source: str = "the components") -> VarianceComponents:
-        """Read back what :meth:`to_dict` wrote (``evalgauge components --json``)."""
+        """Read back what :meth:`to_dict` wrote (``evalgauge components --json``), the ``components`` part of
+        ``evalgauge analyze --json``, or a minimal hand-written form for planning from published values::
+
+            {"object": "system", "components": {"system": 0.0801, "system:judge": 0.0011, "residual": 0.2},
+             "levels": {"system": 42, "item": 30, "judge": 9}}
+
+        where ``levels`` may be left out (the counts then come from the plan's ``--n``).
+        """
+        if not isinstance(payload, dict):
+            raise DesignError(f"{source}: not a components result (a JSON object is needed); write one with "
+                              "`evalgauge components DATA --json PATH`.")
+        if isinstance(payload.get("components"), dict) and "components" in payload["components"]:
+            payload = payload["components"]  # an `analyze --json` result
+        if isinstance(payload.get("components"), dict):  # the minimal form: {name: variance}
+            return cls._from_minimal(payload, source)
+        if "levels" not in payload and isinstance(payload.get("components"), list):
+            payload = {**payload, "levels": {f: 0 for c in payload["components"] if isinstance(c, dict)
+                                             for f in str(c.get("component", "")).split(":")
+                                             if f and f != "residual"}}
         try:
             comps = tuple(
                 Component(
@@ -200,9 +218,38 @@ class VarianceComponents:
                 notes=tuple(payload.get("notes", ())),
                 method_reason=payload.get("method_reason", ""),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DesignError(f"{source}: not a components result ({type(exc).__name__}: {exc}); write one with "
-                              "`evalgauge components DATA --json PATH`.") from None
+        except KeyError as exc:
+            raise DesignError(f"{source}: not a components result (no '{exc.args[0]}' field); write one with "
+                              "`evalgauge components DATA --json PATH`, or give {\"object\": ..., \"components\": "
+                              "{name: variance}}.") from None
+        except (TypeError, ValueError) as exc:
+            raise DesignError(f"{source}: not a components result (a value has the wrong type: {exc}); write one "
+                              "with `evalgauge components DATA --json PATH`.") from None
+
+    @classmethod
+    def _from_minimal(cls, payload: dict[str, Any], source: str) -> VarianceComponents:
+        values = payload["components"]
+        bad = [k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, int | float)
+               or not math.isfinite(v)]
+        if bad:
+            raise DesignError(f"{source}: component '{bad[0]}' must be a number (its variance).")
+        if "residual" not in values:
+            raise DesignError(f"{source}: the components need a 'residual' (the error variance of one judgment).")
+        facets = list(dict.fromkeys(f for k in values if k != "residual" for f in k.split(":")))
+        levels = payload.get("levels") or dict.fromkeys(facets, 0)
+        if not isinstance(levels, dict) or any(not isinstance(v, int) or isinstance(v, bool) for v in levels.values()):
+            raise DesignError(f"{source}: 'levels' must map each facet to its count, e.g. {{\"item\": 500}}.")
+        missing = [f for f in facets if f not in levels]
+        if missing:
+            raise DesignError(f"{source}: 'levels' has no count for {', '.join(missing)}.")
+        obj = payload.get("object")
+        if obj is not None and obj not in levels:
+            raise DesignError(f"{source}: the object of measurement '{obj}' is not a facet of the components "
+                              f"({', '.join(levels)}).")
+        fixed = payload.get("fixed", ())
+        return cls.from_values({k: float(v) for k, v in values.items()}, {k: int(v) for k, v in levels.items()},
+                               int(payload.get("replicates", 1)), object=obj, fixed=tuple(fixed),
+                               nesting=dict(payload.get("nesting", {})))
 
     @classmethod
     def from_values(cls, values: dict[str, float], levels: dict[str, int], replicates: int = 1, *,

@@ -256,7 +256,7 @@ def numeric_scores(judgments: Judgments, column: str) -> np.ndarray:
             + "; and ".join(parts)
             + ". Fix or remove these rows (an empty completion or a parse failure is a missing "
             "score, not a zero); evalgauge does not drop rows silently"
-            + ("." if nonnum.any() else ": --drop-missing (drop_missing=True) drops empty scores and says so.")
+            + ("." if nonnum.any() else ": dropping missing scores (--drop-missing) removes them and says how many.")
         )
     return y
 

@@ -271,7 +271,7 @@ class Requirement:
 
     def __str__(self) -> str:
         if self.reachable:
-            return f"{self.count} {self.facet}(s) for {self.quantity} {self.target:g}"
+            return f"{self.count:g} {self.facet}{'' if self.count == 1 else 's'}"
         return (f"unreachable: {self.quantity} {self.target:g} lies beyond the limit {self.limit:.4g} that adding "
                 f"{self.facet}s alone can reach")
 
@@ -340,8 +340,9 @@ def default_interventions(vc: VarianceComponents) -> list[tuple[str, dict[str, f
         if f == vc.object and f != "item":
             continue
         if f in ("item", "question_id", "doc_id", "instruction_id"):
-            out.append((f"{f}s x2", {f: n[f] * 2}, None))
-            out.append((f"{f}s x0.5", {f: max(1.0, round(n[f] / 2))}, None))
+            label = "items" if f == "item" else f
+            out.append((f"{label} x2", {f: n[f] * 2}, None))
+            out.append((f"{label} x0.5", {f: max(1.0, round(n[f] / 2))}, None))
         elif f in ("judge", "annotator", "rater", "model"):
             out.append((f"+1 {f}", {f: n[f] + 1}, None))
             if n[f] > 1:
@@ -352,8 +353,8 @@ def default_interventions(vc: VarianceComponents) -> list[tuple[str, dict[str, f
                 out.append((f"a single {f}", {f: 1.0}, None))
         elif f != vc.object:
             out.append((f"{f} x2", {f: n[f] * 2}, None))
-    out.append(("+5 replicates", {}, vc.replicates + 5))
-    if vc.replicates > 1:
+    if vc.replicates > 1:  # with one replicate the residual holds the cell term: more replicates cannot be projected
+        out.append(("+5 replicates", {}, vc.replicates + 5))
         out.append(("a single replicate", {}, 1.0))
     return out
 
@@ -554,7 +555,9 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
     obj = vc.object if object is None else (object or None)
     vc = replace(vc, object=obj) if obj != vc.object else vc
     grid = {k: [float(x) for x in v] for k, v in (grid or {}).items()}
-    reps = [float(x) for x in next((grid.pop(k) for k in list(grid) if k in REPLICATE_NAMES), [vc.replicates])]
+    # a facet the user names is that facet, even when its name is a replicate alias (Brennan's r in p x (r:t))
+    reps = [float(x) for x in next((grid.pop(k) for k in list(grid) if k in REPLICATE_NAMES and k not in vc.levels),
+                                   [vc.replicates])]
     unknown = set(grid) - set(vc.levels)
     if unknown:
         raise DesignError(f"--n names unknown facet(s) {', '.join(sorted(unknown))}; facets are "

@@ -79,7 +79,9 @@ class SimPanel:
         self._effects: dict[tuple, float] = {}
         self._cache: dict[str, tuple[str, str]] = {}
         self.calls = 0
-        self._rng = random.Random(self.seed + 1)
+        self._rng = random.Random(self.seed + 1)  # faults
+        self._repeats: dict[str, int] = {}
+        self._call_rng = np.random.default_rng(self.seed)
 
     def _effect(self, term: str, levels: tuple) -> float:
         key = (term, levels)
@@ -88,6 +90,14 @@ class SimPanel:
             z = np.random.default_rng([self.seed, h]).standard_normal()
             self._effects[key] = float(z * math.sqrt(self.components[term]))
         return self._effects[key]
+
+    def _seed_call(self, prompt: str, model: str, temperature: float) -> None:
+        """The k-th call of the same request draws the k-th noise of a seeded stream: a cell's set of noises
+        is the same however concurrent calls interleave, so a run's analysis is reproducible."""
+        key = f"{model}|{temperature}|{prompt}"
+        k = self._repeats.get(key, 0)
+        self._repeats[key] = k + 1
+        self._call_rng = np.random.default_rng([self.seed, zlib.crc32(key.encode()), k])
 
     def latent(self, prompt: str, model: str, temperature: float) -> float | None:
         hit = self._lookup.get(prompt)
@@ -105,7 +115,7 @@ class SimPanel:
             if any(levels.get(f) is None for f in facets):
                 continue
             value += self._effect(term, tuple(levels[f] for f in facets))
-        value += self._rng.gauss(0.0, math.sqrt(self.components.get("residual", 0.0)))
+        value += self._call_rng.normal(0.0, math.sqrt(self.components.get("residual", 0.0)))
         return value
 
     def text(self, latent: float, position: str | None) -> str:
@@ -115,7 +125,7 @@ class SimPanel:
         if cfg.mode == "likert":
             return f"Score: {min(max(round(latent), cfg.scale_min), cfg.scale_max)}"
         p = min(max(latent, 0.0), 1.0)
-        win = self._rng.random() < p
+        win = self._call_rng.random() < p
         if cfg.mode == "binary":
             return "yes" if win else "no"
         if cfg.mode == "pairwise":
@@ -151,6 +161,7 @@ class SimPanel:
             text, rid = self._cache[cache_key]
             return 200, {}, {"text": text, "model": echoed, "id": rid}
         rid = f"sim-{self.calls}-{self._rng.getrandbits(32):08x}"
+        self._seed_call(prompt, model, temperature)
         if r() < f.get("empty", 0.0):
             text = ""
         elif r() < f.get("garbage", 0.0):

@@ -109,8 +109,8 @@ def anova_from_cell_means(design: Design, cell_mean: np.ndarray, replicates: int
             notes.append(f"{term.name}: the ANOVA estimate is negative ({value:.4g}); it is kept in the "
                          "estimate and counted as 0 in shares (its true value is likely near zero).")
         if term.pooled:
-            notes.append(f"{term.name}: pooled with the omitted term(s) {', '.join(term.pooled)}, "
-                         "which the model assumes are zero.")
+            shown = ", ".join(term.pooled[:4]) + (f" and {len(term.pooled) - 4} more" if len(term.pooled) > 4 else "")
+            notes.append(f"{term.name}: pooled with the omitted term(s) {shown}, which the model assumes are zero.")
         if term.confounded_with:
             notes.append(f"one observation per cell: the {term.confounded_with} interaction and the "
                          "residual are confounded and reported together as 'residual'; add replicates "

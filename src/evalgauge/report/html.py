@@ -44,7 +44,7 @@ def _object_scores_html(a: Analysis) -> str:
     obj, facet = escape(oi.object), escape(oi.sampling_facet)
     rows = [[r[oi.object], _num(r["mean"]), r["n"], f"[{_num(r['low'])}, {_num(r['high'])}]",
              f"[{_num(r['naive_low'])}, {_num(r['naive_high'])}]"] for r in scores.to_dict(orient="records")]
-    return (f"<h2>{obj} scores</h2><p>A {obj}'s score is uncertain by <b>+-{_num(full)}</b> (95%, every source of "
+    return (f"<h2>{obj} scores</h2><p>One {obj}'s score is uncertain by <b>+-{_num(full)}</b> (95%, every source of "
             f"error at this design: the absolute error sigma2_Delta, SE {_num(oi.se)}, Satterthwaite df "
             f"{_num(oi.df, '.1f')}), not the +-{_num(naive)} that resampling {facet}s gives "
             f"(SE {_num(oi.naive_se)}): the honest SE is <b>{_num(oi.se_ratio, '.2f')}x</b> the naive one. "
