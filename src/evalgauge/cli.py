@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
+from . import __version__, vocabulary
 from .components import VarianceComponents
 from .data import Judgments, keep_levels, read_judgments
 from .design import code_data, infer_design
@@ -217,7 +217,7 @@ def components_payload(result: VarianceComponents) -> dict:
     shares = dstudy.project(result, object="").shares()
     for comp in payload["components"]:
         comp["share_var_theta"] = shares.get(comp["component"])
-    judge = next((f for f in ("judge", "annotator", "rater") if f in result.levels and f != result.object), None)
+    judge = next((f for f in vocabulary.JUDGE_NAMES if f in result.levels and f != result.object), None)
     if result.draws is not None and result.object and judge:  # the derived rows include the one-judge ceiling
         table = bootstrap_derived(result, facet=judge)
         payload["derived"] = [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()}
@@ -262,7 +262,9 @@ def simulate_group() -> None:
 
 def _preset_command(name: str):
     @simulate_group.command(name=name, help=f"Simulate judgments from the '{name}' preset "
-                            f"({'TEE eq. 1 with Table 8' if name == 'tee' else 'sizing eq. 1, s x i x j x r'}).")
+                            f"({'TEE eq. 1 with Table 8' if name == 'tee' else 'sizing eq. 1, s x i x j x r'}).\n\n"
+                            f"\b\nExample:\n  evalgauge simulate {name} --out demo-output/{name}.csv --seed 1"
+                            + (" --set items=100" if name == "sizing" else " --set items_per_category=12"))
     @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
                   help="Where to write the judgments (.csv, .parquet or .jsonl).")
     @click.option("--seed", type=int, default=0, show_default=True)
@@ -314,7 +316,12 @@ def _int_list(text: str, what: str) -> list[int]:
 @user_errors
 @writes(json_out="--json")
 def coverage_cmd(preset, scenarios, n_items, reps, seed, scheduler, json_out) -> None:
-    """CI coverage of the naive and fuller models across N (TEE E.4, Fig. 1)."""
+    """CI coverage of the naive and fuller models across N (TEE E.4, Fig. 1).
+
+    \b
+    Example:
+      evalgauge simulate coverage --n 20,200,2000 --reps 300 --seed 11
+    """
     from .montecarlo import coverage_study
 
     result = coverage_study(_int_list(n_items, "--n"), scenarios.split(","), reps, seed, scheduler=scheduler)
@@ -359,7 +366,12 @@ def _float_list(text: str | None, what: str) -> list[float] | None:
 @writes(json_out="--json")
 def scoring_cmd(kappa, anchor, slope, gamma, points, prevalence, items, judges, calls_per_item, reps, seed,
                 json_out) -> None:
-    """Likert vs binary vs pairwise: ranking recovery (Kendall tau) under judge pathologies (TEE E.3)."""
+    """Likert vs binary vs pairwise: ranking recovery (Kendall tau) under judge pathologies (TEE E.3).
+
+    \b
+    Example:
+      evalgauge simulate scoring --reps 50 --json -
+    """
     from .scoring import scoring_study
 
     grid = {k: v for k, v in {"kappa": _float_list(kappa, "--kappa"), "sigma_anchor": _float_list(anchor, "--anchor"),
@@ -457,7 +469,12 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
 @user_errors
 @writes(json_out="--json")
 def bias_cmd(scenario, reps, items, seed, scheduler, json_out) -> None:
-    """D-study projection bias from pilots to a larger design (TEE E.2, Table 7)."""
+    """D-study projection bias from pilots to a larger design (TEE E.2, Table 7).
+
+    \b
+    Example:
+      evalgauge simulate bias --scenario heavy-tails --reps 400
+    """
     from .montecarlo import projection_bias
 
     out = projection_bias(reps, seed, scenario, items, scheduler=scheduler)
@@ -777,11 +794,25 @@ def _check_supported(data: str) -> None:
 @click.option("--components-json", type=click.Path(dir_okay=False, path_type=str),
               help="Write the win-indicator components here, for `evalgauge plan` (MDD at any items and judges).")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write everything as JSON ('-' for stdout only).")
+@click.option("--model-a", "col_a", metavar="COL", help="The column holding the first-shown system (default model_a).")
+@click.option("--model-b", "col_b", metavar="COL", help="The column holding the second-shown system (default model_b).")
+@click.option("--winner", "col_winner", metavar="COL", help="The column holding the verdict (default winner).")
+@click.option("--item", "col_item", metavar="COL", help="The column holding the item (default item).")
+@click.option("--judge", "col_judge", metavar="COL", help="The column holding the judge (default judge).")
+@click.option("--encoding", help="Text encoding of a CSV/TSV/JSONL file (default utf-8).")
+@click.option("--sep", help="Delimiter of a CSV/TSV file (default: sniffed).")
 @user_errors
 @writes(("data",), components_json="--components-json", json_out="--json")
-def pairwise(data, reference, baseline, position, n_boot, seed, human, components_json, json_out) -> None:
+def pairwise(data, reference, baseline, position, n_boot, seed, human, components_json, json_out, col_a, col_b,
+             col_winner, col_item, col_judge, encoding, sep) -> None:
     """Pairwise judgments (model_a, model_b, winner; optional item, judge, variant, order): Bradley-Terry,
-    Elo, position bias, and the variance components of the win indicators."""
+    Elo, position bias, and the variance components of the win indicators.
+
+    \b
+    Examples:
+      evalgauge pairwise arena.csv --reference gpt-4-0314 --bootstrap 1000
+      evalgauge pairwise battles.csv --model-a left --model-b right --winner verdict --json -
+    """
     from .pairwise import (
         bootstrap_bt,
         comparison_groups,
@@ -793,7 +824,9 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
         system_win_rows,
     )
 
-    battles = read_battles(data)
+    roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
+    battles = read_battles(read_judgments(data, encoding=encoding, sep=sep,
+                                          columns={k: v for k, v in roles.items() if v} or None))
     for name, option in ((baseline, "--baseline"), (reference, "--reference")):
         if name is not None and name not in battles.systems:
             raise click.BadParameter(f"'{name}' is not among the systems ({', '.join(battles.systems)}).",
@@ -1106,7 +1139,13 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run) -> N
 @click.option("--judgments", is_flag=True, help="Only the judgments table (facets and score), as components reads.")
 @user_errors
 def export_cmd(database, fmt, out, judgments) -> None:
-    """Export a run database: every call with its completion, parse, model, tokens and cost."""
+    """Export a run database: every call with its completion, parse, model, tokens and cost.
+
+    \b
+    Examples:
+      evalgauge export demo-output/sim.sqlite --format parquet
+      evalgauge export demo-output/sim.sqlite --judgments -o demo-output/judgments.csv
+    """
     from .collect.store import RunStore, judgments_from_run
 
     path = Path(database)
@@ -1142,7 +1181,13 @@ def export_cmd(database, fmt, out, judgments) -> None:
               help="Answer 401 unless a request carries the key held in this environment variable.")
 @user_errors
 def serve_sim_cmd(config, components_path, mu, seed, host, port, faults, require_key_env) -> None:
-    """Serve an OpenAI-compatible judge panel simulated from variance components (for dry runs and tests)."""
+    """Serve an OpenAI-compatible judge panel simulated from variance components (for dry runs and tests).
+
+    \b
+    Example:
+      evalgauge serve-sim examples/sim/run.toml --port 8765 --fault rate_limit=0.05 &
+      evalgauge run examples/sim/run.toml --base-url http://127.0.0.1:8765/v1
+    """
     from .collect.config import load_config
     from .collect.simserver import FAULTS, SimPanel, serve
 

@@ -28,21 +28,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import vocabulary
 from .data import Judgments, format_rows, numeric_scores, read_judgments, require_columns
 from .errors import DesignError
 
 ROLES = ("object", "random", "fixed")
 
 #: Column names recognised when the design is not given explicitly.
-SCORE_NAMES = ("score", "parsed_score", "y", "value", "rating")
-REPLICATE_NAMES = ("replicate", "rep", "replication", "run")
-FACET_NAMES = (
-    "system", "model", "sut", "category", "item", "question_id", "doc_id", "instruction_id",
-    "variant", "prompt_variant", "prompt", "temperature", "judge", "annotator", "rater",
-    "position", "order", "aspect",
-)
-OBJECT_NAMES = ("system", "model", "sut")
-FIXED_NAMES = ("temperature", "position", "order")
+SCORE_NAMES = vocabulary.SCORE_NAMES
+REPLICATE_NAMES = vocabulary.REPLICATE_COLUMNS
+FACET_NAMES = vocabulary.FACET_NAMES
+OBJECT_NAMES = vocabulary.OBJECT_NAMES
+FIXED_NAMES = vocabulary.FIXED_NAMES
 DEFAULT_NESTS = (("category", "item"),)
 
 RESIDUAL = "residual"

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 from scipy import integrate, stats
 
+from . import vocabulary
 from .components import Component, VarianceComponents
 from .errors import DesignError
 
@@ -339,15 +340,15 @@ def default_interventions(vc: VarianceComponents) -> list[tuple[str, dict[str, f
     for f in n:
         if f == vc.object and f != "item":
             continue
-        if f in ("item", "question_id", "doc_id", "instruction_id"):
+        if f in vocabulary.ITEM_NAMES:
             label = "items" if f == "item" else f
             out.append((f"{label} x2", {f: n[f] * 2}, None))
             out.append((f"{label} x0.5", {f: max(1.0, round(n[f] / 2))}, None))
-        elif f in ("judge", "annotator", "rater", "model"):
+        elif f in vocabulary.JUDGE_NAMES:
             out.append((f"+1 {f}", {f: n[f] + 1}, None))
             if n[f] > 1:
                 out.append((f"a single {f}", {f: 1.0}, None))
-        elif f in ("variant", "prompt_variant", "prompt"):
+        elif f in vocabulary.VARIANT_NAMES:
             out.append((f"+2 {f}s", {f: n[f] + 2}, None))
             if n[f] > 1:
                 out.append((f"a single {f}", {f: 1.0}, None))
@@ -538,7 +539,7 @@ def rank_inversion(separation: float, projection: Projection) -> float:
 # The plan: everything the D-study calculator reports, JSON-ready
 # ---------------------------------------------------------------------------
 
-REPLICATE_NAMES = ("rep", "reps", "replicate", "replicates", "r")
+REPLICATE_NAMES = vocabulary.REPLICATE_ALIASES
 
 
 def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = None, *,

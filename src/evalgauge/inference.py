@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import dstudy
+from . import dstudy, vocabulary
 from .components import VarianceComponents
 from .errors import DesignError
 
@@ -108,7 +108,7 @@ def theta_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: 
                          level, facet)
 
 
-ITEM_NAMES = ("item", "question_id", "doc_id", "instruction_id")
+ITEM_NAMES = vocabulary.ITEM_NAMES
 
 
 def default_sampling_facet(vc: VarianceComponents) -> str | None:

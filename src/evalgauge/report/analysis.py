@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import dstudy
+from .. import dstudy, vocabulary
 from ..components import VarianceComponents
 from ..data import read_judgments
 from ..design import Design, infer_design
@@ -28,7 +28,7 @@ from ..estimate import estimate_components
 from ..estimate.model import parse_formula
 from ..inference import ITEM_NAMES, ObjectInterval, ThetaInterval, object_interval, theta_interval
 
-JUDGE_NAMES = ("judge", "annotator", "rater")
+JUDGE_NAMES = vocabulary.JUDGE_NAMES
 
 
 @dataclass

@@ -1,0 +1,30 @@
+"""The facet vocabulary: which column names play which role, in one place.
+
+Every default that reads a role from a name (design inference, the D-study's interventions, the
+analysis's judge and item, the planner's replicate alias) uses these tuples, so "model" cannot be an
+object in one module and a judge in another.
+"""
+
+from __future__ import annotations
+
+#: Score columns, in order of preference.
+SCORE_NAMES = ("score", "parsed_score", "y", "value", "rating", "preference", "score_1to10", "judge_score")
+#: The object of measurement (the systems under test).
+OBJECT_NAMES = ("system", "model", "sut", "exam_model", "generator_2", "generator_2_model")
+#: Items (the benchmark's questions).
+ITEM_NAMES = ("item", "question_id", "doc_id", "instruction_id")
+#: Judges (raters, annotators, judge models).
+JUDGE_NAMES = ("judge", "judge_model", "annotator", "rater")
+#: Prompt variants (wordings of the judging prompt).
+VARIANT_NAMES = ("variant", "prompt_variant", "prompt", "prompt_type")
+#: Facets held fixed by default (chosen levels, not a sample).
+FIXED_NAMES = ("temperature", "position", "order")
+#: Other recognised facet columns.
+OTHER_FACET_NAMES = ("category", "aspect")
+#: The column numbering repeated calls of a cell.
+REPLICATE_COLUMNS = ("replicate", "rep", "replication", "run")
+#: How a plan's --n names the replicates (when no facet has that name).
+REPLICATE_ALIASES = ("rep", "reps", "replicate", "replicates", "r")
+
+FACET_NAMES = (*OBJECT_NAMES, *OTHER_FACET_NAMES[:1], *ITEM_NAMES, *VARIANT_NAMES, "temperature", *JUDGE_NAMES,
+               "position", "order", *OTHER_FACET_NAMES[1:])
