@@ -32,8 +32,9 @@ SUPPORTED_SUFFIXES = {
 
 #: How many offending rows a message lists before it says "and N more".
 MAX_ROWS_LISTED = 5
-#: Scores beyond this overflow sums of squares (1e154^2 is near the float64 limit).
-MAX_ABS_SCORE = 1e100
+#: Scores beyond this are refused: past 2^53 (9e15) floats lose integer precision, and the variance
+#: algebra (squares of squares in the REML criterion and its derivatives) overflows long before 1e308.
+MAX_ABS_SCORE = 1e15
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def _read_file(path: Path, encoding: str | None = None, sep: str | None = None) 
             frame = pd.read_csv(path, sep=sep or _sniff_sep(path, kind, encoding), dtype=str,
                                 keep_default_na=True, skipinitialspace=True, encoding=encoding or "utf-8")
         elif kind == "parquet":
-            frame = pd.read_parquet(path)
+            frame = _read_parquet(path)
         else:
             frame = _read_jsonl(path, encoding)
     except (pd.errors.ParserError, ValueError, OSError, UnicodeDecodeError) as exc:
@@ -149,6 +150,19 @@ def _read_file(path: Path, encoding: str | None = None, sep: str | None = None) 
         raise DataError(f"{path}: has no data rows. A judgments file has a header and one row per score.")
     frame.columns = [str(c).strip() for c in frame.columns]
     return frame
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+        table.validate(full=True)  # invalid UTF-8 in a string column would only surface later, deep inside
+        return table.to_pandas()
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{path}: not a readable Parquet file ({_first_line(exc)}); it may be truncated or "
+                        "damaged. Write it again, or export CSV.") from None
 
 
 def _check_encoding(path: Path, encoding: str | None) -> None:

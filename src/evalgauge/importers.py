@@ -70,6 +70,14 @@ def _json(path: Path, what: str):
         raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); is this {what}?") from None
 
 
+#: where an importer is (file, record), for the message when a record has a shape the format does not allow
+_CURSOR: dict[str, object] = {}
+
+
+def _at(path: Path, where: str) -> None:
+    _CURSOR["path"], _CURSOR["where"] = path, where
+
+
 def _need(record: dict, keys: Iterable[str], path: Path, where: str) -> None:
     if not isinstance(record, dict):
         raise DataError(f"{path}: {where} is not a JSON object; is this the right format?")
@@ -128,8 +136,10 @@ def _inspect_value(value) -> float | None:
 
 
 def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
+    paths = list(paths)
     rows, notes = [], []
     for p in map(Path, paths):
+        _at(p, "the log header")
         if p.suffix == ".eval":
             try:
                 with zipfile.ZipFile(p) as z:
@@ -149,6 +159,7 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
         task = str(ev.get("task", p.stem))
         n_before = len(rows)
         for k, s in enumerate(samples):
+            _at(p, f"sample {k + 1}")
             if not isinstance(s, dict):
                 raise DataError(f"{p}: sample {k + 1} is not a JSON object.")
             for scorer, score in (s.get("scores") or {}).items():
@@ -157,7 +168,7 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
                              "replicate": int(s.get("epoch", 1)), "judge": scorer, "score": value})
         notes += _inspect_completeness(p, header, ev, samples, len(rows) - n_before)
     if not rows:
-        raise DataError("no scored samples found in the Inspect log(s).")
+        raise DataError(f"{', '.join(map(str, paths))}: no scored samples found in the Inspect log(s).")
     return _nest_in_task(_with_notes(pd.DataFrame(rows), notes))
 
 
@@ -224,6 +235,7 @@ def import_lm_eval(paths: Iterable[str | Path], metric: str = "acc", system: str
             name = p.parent.name
         bad = []
         for k, r in enumerate(records, start=1):
+            _at(p, f"line {k}")
             _need(r, ["doc_id"], p, f"line {k}")
             if metric not in r:
                 numeric = [x for x in r if isinstance(r[x], int | float) and not isinstance(r[x], bool)
@@ -255,9 +267,11 @@ def import_arena_hard(paths: Iterable[str | Path], baseline: str | None = None, 
     every verdict once). The baseline comes from the records (``baseline``) or the user: the v0.1 files
     do not name it.
     """
+    paths = list(paths)
     rows, notes, dropped = [], [], 0
     for p in map(Path, paths):
         for k, r in enumerate(_jsonl(p), start=1):
+            _at(p, f"line {k}")
             _need(r, ["question_id", "model", "games"], p, f"line {k}")
             base = r.get("baseline") or baseline
             if not base:
@@ -278,7 +292,7 @@ def import_arena_hard(paths: Iterable[str | Path], baseline: str | None = None, 
                              "weight": 3 if strong and weighted else 1,
                              "item": str(r["question_id"]), "judge": judge, "order": "AB" if g == 0 else "BA"})
     if not rows:
-        raise DataError("no parsed arena-hard verdicts in the file(s).")
+        raise DataError(f"{', '.join(map(str, paths))}: no parsed arena-hard verdicts in the file(s).")
     if dropped:
         notes.append(f"{dropped} game(s) without a parsed verdict were left out.")
     notes.append("weight: arena-hard's own scoring, a >> verdict counts as 3 battles" if weighted else
@@ -297,6 +311,7 @@ def import_alpaca_eval(paths: Iterable[str | Path]) -> pd.DataFrame:
             raise DataError(f"{p}: not an AlpacaEval annotations file (a JSON list of records).")
         names = set()
         for k, r in enumerate(records):
+            _at(p, f"record {k + 1}")
             _need(r, ["instruction", "generator_2", "preference"], p, f"record {k + 1}")
             pref = _number(r["preference"], p, f"record {k + 1}", "preference")
             if pref is not None and not math.isfinite(pref):
@@ -325,9 +340,11 @@ def import_mt_bench(paths: Iterable[str | Path]) -> pd.DataFrame:
     """The judge's prompt template is fixed by the question's category and the turn, so it is nested in the
     item: it is kept as ``template`` (not a crossed facet). Judgments FastChat appended again for the same
     question, turn, model(s) and judge are repeats: the last is kept, and the note says how many."""
+    paths = list(paths)
     rows, pair_rows = [], []
     for p in map(Path, paths):
         for k, r in enumerate(_jsonl(p), start=1):
+            _at(p, f"line {k}")
             judge = r.get("judge", ["", ""])
             judge_model, template = (str(judge[0]), str(judge[1])) if isinstance(judge, list) and len(judge) > 1 \
                 else (str(judge), "")
@@ -352,7 +369,8 @@ def import_mt_bench(paths: Iterable[str | Path]) -> pd.DataFrame:
                 raise DataError(f"{p}: line {k} is neither a single-answer ('score') nor a pairwise "
                                 "('g1_winner') MT-bench judgment.")
     if rows and pair_rows:
-        raise DataError("single-answer and pairwise MT-bench judgments mixed: import them separately.")
+        raise DataError(f"{', '.join(map(str, paths))}: single-answer and pairwise MT-bench judgments mixed: import "
+                        "them separately.")
     frame = pd.DataFrame(rows or pair_rows)
     keys = ["system", "item", "judge"] if rows else ["model_a", "model_b", "item", "judge", "order"]
     repeats = frame.duplicated(keys, keep="last")
@@ -409,6 +427,18 @@ def import_wide(paths: Iterable[str | Path], ids: dict[str, str], columns: tuple
 
 
 def import_files(fmt: str, paths: list[str], **kw) -> pd.DataFrame:
+    """Import ``paths`` written by the tool ``fmt``; a record of the wrong shape is named (file, record)."""
+    _CURSOR.clear()
+    try:
+        return _import(fmt, paths, **kw)
+    except (TypeError, AttributeError, ValueError, KeyError, IndexError) as exc:
+        where = f"{_CURSOR['path']}: {_CURSOR['where']}" if _CURSOR else ", ".join(map(str, paths))
+        raise DataError(f"{where}: a field has a type or shape a {fmt} file does not have "
+                        f"({type(exc).__name__}: {str(exc)[:120]}); the file may be damaged or from another "
+                        "tool.") from None
+
+
+def _import(fmt: str, paths: list[str], **kw) -> pd.DataFrame:
     if not paths:
         raise DataError("no input files given.")
     for p in paths:

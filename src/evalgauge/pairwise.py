@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from .data import read_judgments, require_columns
+from .data import format_rows, read_judgments, require_columns
 from .errors import DataError, DesignError
 
 WINNER_A = ("model_a", "a", "A")
@@ -52,6 +52,12 @@ def read_battles(data, *, winner: str = "winner") -> Battles:
     judgments = read_judgments(data)
     require_columns(judgments, ["model_a", "model_b", winner])
     frame = judgments.frame.copy()
+    for col in ("model_a", "model_b", winner):
+        empty = np.flatnonzero(frame[col].isna().to_numpy() | (frame[col].astype(str).str.strip() == "").to_numpy())
+        if empty.size:
+            raise DataError(f"{judgments.source}: column '{col}' is empty on {empty.size} row(s): "
+                            f"{format_rows(empty)}. Every battle needs both systems and a verdict; fill these in "
+                            "or remove the rows.")
     w = frame[winner].astype(str).str.strip()
     outcome = np.full(len(frame), np.nan)
     outcome[w.isin(WINNER_A).to_numpy()] = 1.0

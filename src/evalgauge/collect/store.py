@@ -21,6 +21,7 @@ import time
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import DataError
@@ -85,6 +86,16 @@ class RunStore:
             self.db.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise DataError(f"{self.path}: not a usable run database ({exc}).") from None
+        try:
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(calls)")}
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise DataError(f"{self.path}: not a usable run database ({exc}).") from None
+        missing = [f.name for f in fields(CallRecord) if f.name not in have]
+        if missing:
+            self.db.close()
+            raise DataError(f"{self.path}: a SQLite database, but not one `evalgauge run` wrote (its calls table has "
+                            f"no {', '.join(missing[:4])}). Export the judgments to CSV or Parquet instead.")
         cols = ", ".join(f.name for f in fields(CallRecord))
         marks = ", ".join("?" for _ in fields(CallRecord))
         self._insert = f"INSERT OR IGNORE INTO calls ({cols}) VALUES ({marks})"
@@ -186,10 +197,17 @@ class RunStore:
         return int(self.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
     def calls(self) -> pd.DataFrame:
-        return pd.read_sql_query("SELECT * FROM calls ORDER BY rowid", self.db)
+        return self._frame("SELECT * FROM calls ORDER BY rowid")
 
     def failures(self) -> pd.DataFrame:
-        return pd.read_sql_query("SELECT * FROM failures ORDER BY rowid", self.db)
+        return self._frame("SELECT * FROM failures ORDER BY rowid")
+
+    def _frame(self, sql: str) -> pd.DataFrame:
+        try:
+            return pd.read_sql_query(sql, self.db)
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise DataError(f"{self.path}: the run database is damaged ({exc.__cause__ or exc}); the rows that "
+                            "can still be read may be saved with the sqlite3 shell's .recover.") from None
 
 
 def judgments_from_run(path: str | Path) -> pd.DataFrame:
@@ -215,8 +233,21 @@ def judgments_from_run(path: str | Path) -> pd.DataFrame:
             continue
         if col != "replicate" and values.nunique(dropna=True) <= 1 and col not in ("judge", "item"):
             continue
-        out[col] = values.astype(str) if col != "replicate" else values.astype(int)
+        if col == "replicate":
+            reps = pd.to_numeric(values, errors="coerce")
+            bad = np.flatnonzero(reps.isna().to_numpy() | (reps % 1 != 0).to_numpy())
+            if bad.size:
+                raise DataError(f"{path}: calls row {bad[0] + 1} has replicate {values.iloc[bad[0]]!r}, not a whole "
+                                "number; the run database was changed by hand or is damaged.")
+            out[col] = reps.astype(int)
+        else:
+            out[col] = values.astype(str)
     frame = pd.DataFrame(out)
-    frame["score"] = calls["score"]
+    frame["score"] = pd.to_numeric(calls["score"], errors="coerce").where(calls["score"].notna())
+    text = calls["score"].notna() & frame["score"].isna()
+    if text.any():
+        row = int(np.flatnonzero(text.to_numpy())[0])
+        raise DataError(f"{path}: calls row {row + 1} has score {calls['score'].iloc[row]!r}, not a number; the run "
+                        "database was changed by hand or is damaged.")
     return frame
 

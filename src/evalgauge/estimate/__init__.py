@@ -42,6 +42,15 @@ def estimate_components(data, design: Design | None = None, *, method: str = "au
     if method not in METHODS:
         raise DesignError(f"method must be one of {', '.join(METHODS)}, not '{method}'.")
     judgments = read_judgments(data)
+    try:
+        return _estimate(judgments, design, method, formula, drop_missing, boot, design_options)
+    except DesignError as exc:  # say which data a failed fit was about
+        if judgments.source in str(exc):
+            raise
+        raise DesignError(f"{judgments.source}: {exc}") from None
+
+
+def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot, design_options):
     judgments, dropped_note = _drop_missing(judgments, design, formula, design_options) if drop_missing \
         else (judgments, None)
     if formula is not None:
@@ -62,8 +71,8 @@ def estimate_components(data, design: Design | None = None, *, method: str = "au
             reason = ("auto: a complete balanced block, so closed-form ANOVA (expected mean squares), which is "
                       "the exact REML optimum when every estimate is positive")
             result = _replace(result, method_reason=reason)
-        if n_boot:
-            result = anova_bootstrap(result, n_boot, level, seed)
+        if boot["n_boot"]:
+            result = anova_bootstrap(result, boot["n_boot"], boot["level"], boot["seed"])
         return _with_note(result, dropped_note)
     if method == "auto":
         report = coded.balance()

@@ -700,7 +700,15 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         group_of.append(np.asarray(code, dtype=np.int64))
     problem = RemlProblem(cells.n_obs, cells.count, cells.mean, cells.ss_within, x, levels, sizes, cell_term,
                           group_of)
-    fit = optimise(problem)
+    try:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            fit = optimise(problem)
+    except (np.linalg.LinAlgError, ValueError):
+        # lme4 stops here too ("Downdated VtV is not positive definite"): the data leave the model degenerate
+        raise DesignError("the REML fit broke down numerically (a matrix that should be positive definite was "
+                          "not). This happens when the scores are explained exactly by the facets (no variation "
+                          "left within cells) or a level has a single judgment; check the scores, drop terms "
+                          "(--terms, --max-order 2) or the sparse levels.") from None
     if not fit.converged:
         notes.append(f"the optimiser stopped before converging ({fit.message}); check the estimates, try a "
                      "simpler model (fewer terms), or rescale the scores.")

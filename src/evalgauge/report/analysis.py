@@ -216,8 +216,9 @@ def _run_info(path: Path) -> tuple[dict, dict]:
     diag = diagnose(calls).to_dict()
     meta["models"] = sorted(calls["model"].dropna().astype(str).unique())
     meta["first_call"] = float(calls["started_at"].min()) if len(calls) else None
-    meta["temperatures"] = sorted(calls["temperature"].dropna().unique().tolist())
-    meta["replicates"] = int(calls["replicate"].max()) if len(calls) else 0
+    meta["temperatures"] = sorted(calls["temperature"].dropna().unique().tolist(), key=str)
+    reps = pd.to_numeric(calls["replicate"], errors="coerce")
+    meta["replicates"] = int(reps.max()) if reps.notna().any() else 0
     config = meta.get("config")
     if config and Path(config).exists():
         try:
