@@ -208,10 +208,14 @@ def _read_jsonl(path: Path, encoding: str | None) -> pd.DataFrame:
                 raise DataError(f"{path}: line {k}, character {exc.pos + 1} is not valid JSON ({exc.msg}); each line "
                                 "must be one JSON object (the file may be truncated).") from None
             if not isinstance(record, dict):
-                raise DataError(f"{path}: line {k} is a JSON {type(record).__name__}, not an object with one field "
+                raise DataError(f"{path}: line {k} is a JSON {_json_kind(record)}, not an object with one field "
                                 "per column.")
             records.append(record)
     return pd.DataFrame.from_records(records)
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "true/false"}.get(type(value), "null")
 
 
 def _first_line(exc: BaseException) -> str:

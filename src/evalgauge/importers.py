@@ -78,6 +78,18 @@ def _at(path: Path, where: str) -> None:
     _CURSOR["path"], _CURSOR["where"] = path, where
 
 
+def _plain(exc: BaseException) -> str:
+    """What went wrong, in words, without a Python exception name."""
+    if isinstance(exc, KeyError):
+        return f"no field {exc.args[0]!r}" if exc.args else "a field is missing"
+    if isinstance(exc, IndexError):
+        return "a list is shorter than expected"
+    if isinstance(exc, zipfile.BadZipFile):
+        return "not a zip archive, or a truncated one"
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else "a value of the wrong type")[:120]
+
+
 def _need(record: dict, keys: Iterable[str], path: Path, where: str) -> None:
     if not isinstance(record, dict):
         raise DataError(f"{path}: {where} is not a JSON object; is this the right format?")
@@ -146,7 +158,7 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
                     header = json.loads(z.read("header.json"))
                     samples = [json.loads(z.read(n)) for n in z.namelist() if n.startswith("samples/")]
             except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise DataError(f"{p}: not an Inspect .eval archive ({type(exc).__name__}: {exc}); it may be "
+                raise DataError(f"{p}: not an Inspect .eval archive ({_plain(exc)}); it may be "
                                 "truncated.") from None
         else:
             log = _json(p, "an Inspect log")
@@ -434,7 +446,7 @@ def import_files(fmt: str, paths: list[str], **kw) -> pd.DataFrame:
     except (TypeError, AttributeError, ValueError, KeyError, IndexError) as exc:
         where = f"{_CURSOR['path']}: {_CURSOR['where']}" if _CURSOR else ", ".join(map(str, paths))
         raise DataError(f"{where}: a field has a type or shape a {fmt} file does not have "
-                        f"({type(exc).__name__}: {str(exc)[:120]}); the file may be damaged or from another "
+                        f"({_plain(exc)}); the file may be damaged or from another "
                         "tool.") from None
 
 
