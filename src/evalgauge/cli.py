@@ -755,6 +755,123 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     _emit(payload, json_out, show)
 
 
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@design_options
+@click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Confidence level of every interval and rank set.")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(min=100), default=2000, show_default=True,
+              help="Draws for the simultaneous critical value, the rank sets and the naive item bootstrap.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--pair-gstudies", type=click.Choice(["adjacent", "all", "none"]), default="adjacent",
+              show_default=True, help="Fit each pair's own G-study of its paired differences.")
+@click.option("--assume", "assumed", multiple=True, metavar="TERM=VARIANCE",
+              help="A stated value for a component the data cannot measure, e.g. --assume system:judge=0.01 "
+                   "with one judge (from a pilot or the papers).")
+@click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2", help="Compare only these levels.")
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write the comparison as JSON ('-' for stdout only).")
+@read_options
+@user_errors
+@writes(("data",), json_out="--json")
+def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, drop_missing, level,
+            n_boot, seed, pair_gstudies, assumed, keep, json_out, **read) -> None:
+    """Which system is better: a leaderboard with rank sets, every pair's difference with marginal and
+    simultaneous intervals, Holm p-values, separable groups, and what would separate neighbours.
+
+    \b
+    Examples:
+      evalgauge compare judgments.csv
+      evalgauge compare examples/alpacaeval/alpacaeval_5x805x2.csv --drop-missing --json -
+      evalgauge compare one_judge.csv --assume system:judge=0.01
+    """
+    from .compare import compare as run_compare
+    from .compare import with_assumed
+
+    judgments = read_judgments(_load(data, keep=keep, **read))
+    design = _design(judgments, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    if not design.object:
+        raise EvalGaugeError(f"{data}: no object of measurement to compare; name it with --object (e.g. system).")
+    vc = estimate_components(judgments, design, method=method, drop_missing=drop_missing)
+    _refuse_unusable(vc)
+    unmeasured = _unmeasured(vc, judgments)
+    if assumed:
+        values = {}
+        for item in assumed:
+            name, _, value = item.partition("=")
+            try:
+                values[name.strip()] = float(value)
+            except ValueError:
+                raise click.BadParameter(f"'{item}' should read TERM=VARIANCE", param_hint="--assume") from None
+        vc = with_assumed(vc, values)
+    result = run_compare(judgments.frame, vc, score=design.score, level=level, n_boot=n_boot, seed=seed,
+                         pair_gstudies=pair_gstudies, facets=list(design.names))
+    payload = result.to_dict()
+    payload["unmeasured"] = unmeasured
+
+    def show(c):
+        for text in unmeasured:
+            c.print(Text("note: ", style="bold yellow") + Text(text))
+        print_comparison(result, c)
+
+    _emit(payload, json_out, show)
+
+
+def _refuse_unusable(vc) -> None:
+    """A fit that did not converge is never shown as a result."""
+    bad = [n for n in vc.notes if "stopped before converging" in n]
+    if bad:
+        raise EvalGaugeError(f"the fit did not converge ({bad[0]}) Its intervals would not mean anything: simplify "
+                             "the model (--max-order 2, or --terms), or check the scores.")
+
+
+def _unmeasured(vc, judgments) -> list[str]:
+    """What the intervals leave out because the data cannot measure it (one judge, one variant, one run)."""
+    out = []
+    frame = judgments.frame
+    for names, what in ((vocabulary.JUDGE_NAMES, "judge"), (vocabulary.VARIANT_NAMES, "prompt variant")):
+        col = next((c for c in frame.columns if c in names), None)
+        present = col is not None and col in vc.levels
+        if not present:
+            term_name = f"{vc.object}:{col or names[0]}"
+            out.append(f"one {what} only{f' ({col})' if col else ''}: its variance ({term_name}) cannot be "
+                       f"measured, and these intervals leave it out. Measure it with a second {what} on a pilot "
+                       f"(evalgauge run), or state a value with --assume {term_name}=VALUE.")
+    return out
+
+
+def print_comparison(result, console: Console, limit: int = 40) -> None:
+    """The leaderboard with rank sets, the pair table, and one sentence per adjacent pair."""
+    obj, pct = result.object, f"{100 * result.level:g}%"
+    t = Table(title=f"{obj} leaderboard ({pct}; rank sets: marginal, simultaneous; groups share a letter when "
+                    "the design cannot tell them apart)")
+    for col in ("rank", obj, "mean", "SE", "interval", "naive (items only)", "rank set", "simultaneous", "group"):
+        t.add_column(col, justify="left" if col in (obj, "group") else "right")
+    for r in result.systems.head(limit).to_dict(orient="records"):
+        naive = f"[{_num(r['naive_low'], '.4g')}, {_num(r['naive_high'], '.4g')}]"
+        t.add_row(str(r["rank"]), Text(str(r["object"])), f"{r['mean']:.4g}", f"{r['se']:.3g}",
+                  f"[{r['low']:.4g}, {r['high']:.4g}]", naive, f"{r['rank_low']}-{r['rank_high']}",
+                  f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", r["group"])
+    console.print(t)
+    p = Table(title=f"Pairs (difference a - b; simultaneous intervals hold for all {len(result.pairs)} pairs at "
+                    f"once, critical value {result.critical_simultaneous:.3g})")
+    for col in ("a", "b", "diff", "SE", "df", "interval", "simultaneous", "p (Holm)", "naive", "separable"):
+        p.add_column(col, justify="left" if col in ("a", "b") else "right")
+    for r in result.pairs.head(limit).to_dict(orient="records"):
+        p.add_row(Text(str(r["a"])), Text(str(r["b"])), f"{r['diff']:.4g}", f"{r['se']:.3g}", _num(r["df"], ".1f"),
+                  f"[{r['low']:.3g}, {r['high']:.3g}]", f"[{r['low_simultaneous']:.3g}, {r['high_simultaneous']:.3g}]",
+                  _num(r["p_holm"], ".3g"), f"[{_num(r['naive_low'], '.3g')}, {_num(r['naive_high'], '.3g')}]",
+                  "yes" if r["separable"] else "no")
+    console.print(p)
+    if len(result.pairs) > limit:
+        console.print(f"({len(result.pairs) - limit} more pairs in --json.)")
+    for text in result.sentences:
+        console.print(Text(text))
+    for note in result.notes:
+        console.print(Text("note: ", style="yellow") + Text(note))
+
+
 def print_object_scores(interval, scores, console, limit: int = 20) -> None:
     """The leaderboard: each object's mean with the full and the naive interval."""
     obj, pct = interval.object, f"{100 * interval.level:g}%"

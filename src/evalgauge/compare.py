@@ -1,0 +1,483 @@
+"""Which system is better: pair intervals, multiplicity, separable groups and rank confidence sets.
+
+The sizing paper's question is *which* system is better. Every system's mean shares error with the
+others (the same items, the same judges), so a reader comparing per-system intervals by eye uses the
+wrong test. Here the covariance of the system means is computed exactly under the fitted random
+effects model and the observed design (who was scored on what, by whom, how often):
+
+    ybar_s = (1/n_s) sum of y over s's judgments,
+    Cov(ybar_s, ybar_t) = sum over random terms T of sigma2_T * sum_l m_sl m_tl / (n_s n_t)   (T without s)
+    Var(ybar_s)        += sum over terms T with s of sigma2_T * sum_l m_sl^2 / n_s^2,
+
+with m_sl the number of s's judgments at level l of term T. For two systems scored on the same items
+by the same judges the shared terms cancel from their difference and Var(ybar_a - ybar_b) is twice the
+relative error sigma2_delta (sizing eq. 2 applied to one pair, what the two systems do not share).
+Degrees of freedom are Satterthwaite's from the sampling covariance of the components.
+
+Outputs (a :class:`Comparison`): the leaderboard with each system's own SE (its own cells), marginal
+and simultaneous pair intervals (max-|t| over the joint law of all differences, which share items and
+judges), Holm-adjusted p-values, a compact letter display of the groups the design cannot tell apart,
+rank confidence sets (Mogstad, Romano, Shaikh & Wilhelm, "Inference for Ranks", REStud 2024: marginal
+and simultaneous, with the stepdown refinement), the naive item-bootstrap interval beside each pair,
+each pair's own G-study of its paired differences, and for adjacent systems the probability of a rank
+inversion and the items or judges that would separate them at 80% power.
+
+This module is pure: a judgments frame and fitted components in, a result out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from . import dstudy, vocabulary
+from .components import VarianceComponents
+from .errors import DesignError
+from .inference import satterthwaite_df
+
+#: power at which an adjacent pair's separating design is sized
+POWER = 0.8
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Systems and pairs, JSON-ready (``to_dict``) and tidy (``systems``, ``pairs`` frames)."""
+
+    object: str
+    level: float
+    systems: pd.DataFrame
+    pairs: pd.DataFrame
+    critical_simultaneous: float
+    n_boot: int
+    method: str
+    notes: tuple[str, ...] = ()
+    sentences: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        from .outputs import json_safe
+
+        systems = self.systems.rename(columns={"object": "system"})
+        return json_safe({
+            "object": self.object, "level": self.level, "method": self.method,
+            "critical_simultaneous": self.critical_simultaneous, "bootstrap": self.n_boot,
+            "systems": systems.to_dict(orient="records"), "pairs": self.pairs.to_dict(orient="records"),
+            "notes": list(self.notes), "sentences": list(self.sentences), **self.extra,
+        })
+
+    def to_frame(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        return self.systems.copy(), self.pairs.copy()
+
+
+# ---------------------------------------------------------------------------
+# The covariance of the system means under the fitted model
+# ---------------------------------------------------------------------------
+
+def _term_levels(frame: pd.DataFrame, facets: tuple[str, ...]) -> np.ndarray:
+    if not facets:
+        return np.zeros(len(frame), dtype=np.int64)
+    return frame.groupby(list(facets), sort=False, observed=True).ngroup().to_numpy()
+
+
+def mean_covariance(frame: pd.DataFrame, vc: VarianceComponents, obj: str) -> tuple[np.ndarray, list[str],
+                                                                                   np.ndarray, np.ndarray]:
+    """(A, systems, means, counts): ``A[t]`` (terms x S x S) so that Cov(system means) = sum_t sigma2_t A[t].
+
+    Terms made only of fixed facets have no sampling variance (zero matrices); the object's own
+    component is the target, not error (zero too).
+    """
+    codes, systems = pd.factorize(frame[obj].astype(str), sort=False)
+    y = frame["__y"].to_numpy(dtype=float)
+    n_s = np.bincount(codes, minlength=len(systems)).astype(float)
+    means = np.bincount(codes, weights=y, minlength=len(systems)) / n_s
+    s = len(systems)
+    mats = np.zeros((len(vc.components), s, s))
+    for k, comp in enumerate(vc.components):
+        if comp.kind == "fixed" or (comp.kind != "residual" and set(comp.facets) == {obj}):
+            continue
+        if comp.kind == "residual":
+            mats[k][np.diag_indices(s)] = 1.0 / n_s
+            continue
+        facets = tuple(f for f in comp.facets if f != obj and f in frame.columns)  # assumed facets: one level
+        level = _term_levels(frame, facets)
+        n_lev = int(level.max()) + 1 if level.size else 0
+        m = np.zeros((s, n_lev))
+        np.add.at(m, (codes, level), 1.0)
+        if obj in comp.facets:  # the system's own effect at each level: only its own mean
+            mats[k][np.diag_indices(s)] = (m**2).sum(axis=1) / n_s**2
+        else:  # a shared effect (items, judges, item:judge): common to every system scored at that level
+            mats[k] = (m @ m.T) / np.outer(n_s, n_s)
+    return mats, [str(x) for x in systems], means, n_s
+
+
+# ---------------------------------------------------------------------------
+# Simultaneous critical values and rank sets
+# ---------------------------------------------------------------------------
+
+def _draws(cov: np.ndarray, df: float, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Draws of the estimation error of the system means: N(0, cov), scaled to a multivariate t with ``df``."""
+    vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
+    root = vecs * np.sqrt(np.clip(vals, 0.0, None))
+    z = rng.standard_normal((n_boot, cov.shape[0])) @ root.T
+    if math.isfinite(df) and df > 0:
+        z *= np.sqrt(df / rng.chisquare(df, size=(n_boot, 1)))
+    return z
+
+
+def _max_t_quantile(z: np.ndarray, pairs: np.ndarray, se: np.ndarray, level: float) -> float:
+    if pairs.size == 0:
+        return 0.0
+    stat = np.abs(z[:, pairs[:, 0]] - z[:, pairs[:, 1]]) / se
+    return float(np.quantile(stat.max(axis=1), level))
+
+
+def _stepdown(t: np.ndarray, z: np.ndarray, pairs: np.ndarray, se: np.ndarray, level: float) -> np.ndarray:
+    """Romano-Wolf stepdown over a family of two-sided hypotheses: which are rejected."""
+    rejected = np.zeros(len(t), dtype=bool)
+    while True:
+        keep = ~rejected
+        if not keep.any():
+            return rejected
+        crit = _max_t_quantile(z, pairs[keep], se[keep], level)
+        new = keep & (np.abs(t) > crit)
+        if not new.any():
+            return rejected
+        rejected |= new
+
+
+def rank_sets(means: np.ndarray, cov: np.ndarray, z: np.ndarray, level: float,
+              simultaneous: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Confidence sets for the ranks (1 = the highest mean), Mogstad, Romano, Shaikh & Wilhelm (2024).
+
+    For system j, the two-sided hypotheses theta_j = theta_k (k != j) are tested with the stepdown
+    max-|t| procedure over the joint law of the estimates (draws ``z`` of their error); the rank set is
+    [1 + #{k declared above j}, p - #{k declared below j}]. ``simultaneous``: one family of all pairs,
+    so the sets cover all ranks at once; otherwise one family per system (each set covers its rank).
+    """
+    p = len(means)
+    lo = np.ones(p, dtype=int)
+    hi = np.full(p, p, dtype=int)
+    if p < 2:
+        return lo, hi
+    if simultaneous:
+        pairs = np.array([(a, b) for a in range(p) for b in range(a + 1, p)])
+        se = np.sqrt(np.maximum(cov[pairs[:, 0], pairs[:, 0]] + cov[pairs[:, 1], pairs[:, 1]]
+                                - 2 * cov[pairs[:, 0], pairs[:, 1]], 1e-300))
+        t = (means[pairs[:, 0]] - means[pairs[:, 1]]) / se
+        rej = _stepdown(t, z, pairs, se, level)
+        for (a, b), r, tv in zip(pairs, rej, t, strict=True):
+            if not r:
+                continue
+            better, worse = (a, b) if tv > 0 else (b, a)
+            lo[worse] += 1
+            hi[better] -= 1
+        return lo, hi
+    for j in range(p):
+        others = np.array([k for k in range(p) if k != j])
+        pairs = np.column_stack([others, np.full(others.size, j)])
+        se = np.sqrt(np.maximum(cov[others, others] + cov[j, j] - 2 * cov[others, j], 1e-300))
+        t = (means[others] - means[j]) / se
+        rej = _stepdown(t, z, pairs, se, level)
+        lo[j] = 1 + int(np.sum(rej & (t > 0)))
+        hi[j] = p - int(np.sum(rej & (t < 0)))
+    return lo, hi
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (1979)."""
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(p)
+    m = p.size
+    adj = np.empty(m)
+    running = 0.0
+    for rank, k in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[k]))
+        adj[k] = running
+    return adj
+
+
+def letters(order: list[str], separated: set[frozenset]) -> dict[str, str]:
+    """A compact letter display (Piepho 2004, insert-and-absorb): systems sharing a letter are not separated.
+
+    ``order`` lists the systems best first; ``separated`` holds the pairs that differ significantly.
+    """
+    groups: list[set[str]] = [set(order)]
+    for pair in separated:
+        a, b = tuple(pair)
+        new = []
+        for g in groups:
+            if a in g and b in g:
+                new += [g - {a}, g - {b}]
+            else:
+                new.append(g)
+        # absorb: drop any group contained in another
+        new = [g for g in new if g]
+        groups = [g for k, g in enumerate(new) if not any(g < h or (g == h and j < k) for j, h in enumerate(new))]
+    groups.sort(key=lambda g: min(order.index(s) for s in g))
+    alphabet = "abcdefghijklmnopqrstuvwxyz"
+    out = dict.fromkeys(order, "")
+    for k, g in enumerate(groups):
+        mark = alphabet[k] if k < 26 else f"<{k}>"
+        for s in g:
+            out[s] += mark
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Naive item bootstrap and each pair's own G-study
+# ---------------------------------------------------------------------------
+
+def _item_bootstrap(frame: pd.DataFrame, obj: str, item: str, systems: list[str], n_boot: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap draws of the system means resampling items only (what a careful author does today)."""
+    s_code = pd.Categorical(frame[obj].astype(str), categories=systems).codes
+    i_code, _ = pd.factorize(frame[item].astype(str))
+    n_items = int(i_code.max()) + 1
+    sums = np.zeros((n_items, len(systems)))
+    cnts = np.zeros((n_items, len(systems)))
+    np.add.at(sums, (i_code, s_code), frame["__y"].to_numpy(dtype=float))
+    np.add.at(cnts, (i_code, s_code), 1.0)
+    w = rng.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=n_boot).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (w @ sums) / (w @ cnts)
+
+
+def pair_gstudy(frame: pd.DataFrame, obj: str, a: str, b: str, facets: list[str], level: float) -> dict:
+    """The pair's own G-study: components of d = y_a - y_b over their shared cells, and the CI of mean d.
+
+    Does not assume every pair has the same interaction variance (as the pooled fit does).
+    """
+    from .design import Design, Facet
+    from .estimate import estimate_components
+    from .inference import theta_interval
+
+    keys = [f for f in facets if f != obj]
+    sub = frame[frame[obj].astype(str).isin([a, b])]
+    rep = "__rep"
+    sub = sub.assign(**{rep: sub.groupby([obj, *keys], observed=True).cumcount() + 1})
+    wide = sub.pivot_table(index=[*keys, rep], columns=obj, values="__y", aggfunc="first", observed=True)
+    if a not in wide or b not in wide:
+        raise DesignError("the two systems share no cells")
+    d = (wide[a] - wide[b]).dropna().rename("d").reset_index()
+    varying = [f for f in keys if d[f].nunique() > 1]
+    if len(d) < 3 or not varying:
+        raise DesignError("too few shared cells for a G-study of the differences")
+    design = Design(tuple(Facet(f, "random") for f in varying), score="d",
+                    replicate=rep if d[rep].nunique() > 1 else None)
+    if design.replicate is None:
+        d = d.drop(columns=[rep])
+    d = d.assign(**{f: d[f].astype(str) for f in varying})
+    vc = estimate_components(d, design)
+    ti = theta_interval(vc, level=level, sampling_facet=next((f for f in varying
+                                                               if f in vocabulary.ITEM_NAMES), varying[0]))
+    return {"pair_se": ti.se, "pair_df": ti.df, "pair_low": ti.low, "pair_high": ti.high, "pair_n": len(d)}
+
+
+# ---------------------------------------------------------------------------
+# The comparison
+# ---------------------------------------------------------------------------
+
+def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score", level: float = 0.95,
+            n_boot: int = 2000, seed: int | None = 0, pair_gstudies: str = "adjacent",
+            facets: list[str] | None = None) -> Comparison:
+    """Compare every pair of objects (systems) of a fitted design. See the module docstring.
+
+    ``frame`` holds the judgments (the object, facet columns and ``score``) the components ``vc`` were
+    fitted on; ``n_boot`` draws set the simultaneous critical values and rank sets (from the joint law
+    of the estimates) and the naive item bootstrap; ``pair_gstudies``: "adjacent" (neighbours in the
+    ranking), "all" or "none".
+    """
+    obj = vc.object
+    if not obj:
+        raise DesignError("a comparison needs an object of measurement (the systems compared).")
+    if not 0 < level < 1:
+        raise DesignError(f"level must lie between 0 and 1, not {level}.")
+    if n_boot < 100:
+        raise DesignError("n_boot must be at least 100 (it sets the simultaneous critical values).")
+    frame = frame.assign(__y=pd.to_numeric(frame[score], errors="coerce")).dropna(subset=["__y"])
+    rng = np.random.default_rng(seed)
+    notes = list(vc.notes[:0])
+    mats, systems, means, n_s = mean_covariance(frame, vc, obj)
+    if len(systems) < 2:
+        raise DesignError(f"only one {obj}: nothing to compare.")
+    sigma2 = np.clip(vc.values, 0.0, None)
+    sigma2 = np.where(np.array([c.kind == "fixed" for c in vc.components]), 0.0, sigma2)
+    cov = np.tensordot(sigma2, mats, axes=1)
+    order = np.argsort(-means, kind="stable")
+    rank_of = np.empty(len(systems), dtype=int)
+    rank_of[order] = np.arange(1, len(systems) + 1)
+
+    # -- every pair, the higher mean first
+    pa, pb = np.triu_indices(len(systems), 1)
+    swap = means[pa] < means[pb]
+    pa, pb = np.where(swap, pb, pa), np.where(swap, pa, pb)
+    coef = mats[:, pa, pa] + mats[:, pb, pb] - 2 * mats[:, pa, pb]  # terms x pairs
+    var = sigma2 @ coef
+    se = np.sqrt(np.clip(var, 0.0, None))
+    df = np.array([satterthwaite_df(vc, coef[:, k]) for k in range(coef.shape[1])])
+    diff = means[pa] - means[pb]
+    tq = np.where(np.isfinite(df), stats.t.ppf(0.5 + level / 2, np.where(np.isfinite(df), df, 1.0)),
+                  stats.norm.ppf(0.5 + level / 2))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tstat = np.where(se > 0, diff / se, np.inf)
+    pval = np.where(np.isfinite(df), 2 * stats.t.sf(np.abs(tstat), np.where(np.isfinite(df), df, 1.0)),
+                    2 * stats.norm.sf(np.abs(tstat)))
+
+    # -- the joint law of all differences: simultaneous intervals and rank sets
+    df_joint = float(np.median(df)) if np.all(np.isfinite(df)) else math.inf
+    z = _draws(cov, df_joint, n_boot, rng)
+    pairs = np.column_stack([pa, pb])
+    crit = _max_t_quantile(z, pairs, np.maximum(se, 1e-300), level)
+    rank_lo, rank_hi = rank_sets(means, cov, z, level, simultaneous=False)
+    rank_lo_s, rank_hi_s = rank_sets(means, cov, z, level, simultaneous=True)
+
+    pair_frame = pd.DataFrame({
+        "a": [systems[k] for k in pa], "b": [systems[k] for k in pb], "diff": diff, "se": se, "df": df,
+        "low": diff - tq * se, "high": diff + tq * se,
+        "low_simultaneous": diff - crit * se, "high_simultaneous": diff + crit * se,
+        "p": pval, "p_holm": holm(pval),
+    })
+    pair_frame["separable"] = pair_frame["low_simultaneous"] > 0
+
+    # -- the naive interval: resample items only
+    item = next((f for f in vc.levels if f in vocabulary.ITEM_NAMES and f != obj), None)
+    method = "raw means with their exact covariance under the fitted random-effects model"
+    if item is not None:
+        boot = _item_bootstrap(frame, obj, item, systems, n_boot, rng)
+        bd = boot[:, pa] - boot[:, pb]
+        lo_q, hi_q = np.nanquantile(bd, [(1 - level) / 2, (1 + level) / 2], axis=0)
+        pair_frame["naive_low"], pair_frame["naive_high"] = lo_q, hi_q
+        sys_naive = np.nanquantile(boot, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    else:
+        pair_frame["naive_low"] = pair_frame["naive_high"] = np.nan
+        sys_naive = np.full((2, len(systems)), np.nan)
+        notes.append("no item facet: the naive item-bootstrap interval is not available.")
+
+    # -- the leaderboard
+    sys_df = np.array([satterthwaite_df(vc, mats[:, k, k]) for k in range(len(systems))])
+    sys_se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    sq = np.where(np.isfinite(sys_df), stats.t.ppf(0.5 + level / 2, np.where(np.isfinite(sys_df), sys_df, 1.0)),
+                  stats.norm.ppf(0.5 + level / 2))
+    sep = {frozenset((a, b)) for a, b, s in zip(pair_frame["a"], pair_frame["b"], pair_frame["separable"],
+                                                 strict=True) if s}
+    ordered = [systems[k] for k in order]
+    cld = letters(ordered, sep)
+    sys_frame = pd.DataFrame({
+        "object": systems, "mean": means, "n": n_s.astype(int), "se": sys_se, "df": sys_df,
+        "low": means - sq * sys_se, "high": means + sq * sys_se,
+        "naive_low": sys_naive[0], "naive_high": sys_naive[1],
+        "rank": rank_of, "rank_low": rank_lo, "rank_high": rank_hi,
+        "rank_low_simultaneous": rank_lo_s, "rank_high_simultaneous": rank_hi_s,
+        "group": [cld[s] for s in systems],
+    }).sort_values("rank", kind="stable").reset_index(drop=True)
+    pair_frame = pair_frame.assign(_ra=[rank_of[k] for k in pa], _rb=[rank_of[k] for k in pb]) \
+        .sort_values(["_ra", "_rb"], kind="stable").drop(columns=["_ra", "_rb"]).reset_index(drop=True)
+
+    sentences, adjacent = _adjacent(vc, pair_frame, ordered, obj, level)
+    pair_frame = pair_frame.merge(adjacent, on=["a", "b"], how="left")
+    if pair_gstudies != "none":
+        pair_frame = _with_pair_gstudies(frame, vc, pair_frame, obj, level, facets, pair_gstudies, notes)
+    if se.size and np.ptp(se) > 1e-6 * max(float(se.max()), 1e-300):
+        notes.append("pairs differ in their standard errors (systems scored on different items, judges or "
+                     "numbers of runs): each pair's interval counts its own cells.")
+    return Comparison(obj, level, sys_frame, pair_frame, crit, n_boot, method, tuple(notes), tuple(sentences))
+
+
+def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], obj: str,
+              level: float) -> tuple[list[str], pd.DataFrame]:
+    """For neighbours in the ranking: P(rank inversion), and the items or judges separating them at 80% power."""
+    judge = next((f for f in vc.levels if f in vocabulary.JUDGE_NAMES and f != obj), None)
+    item = next((f for f in vc.levels if f in vocabulary.ITEM_NAMES and f != obj), None)
+    z = stats.norm.ppf(0.5 + level / 2) + stats.norm.ppf(POWER)
+    rows, sentences = [], []
+    key = pairs.set_index(["a", "b"])
+    for a, b in itertools.pairwise(ordered):
+        r = key.loc[(a, b)]
+        diff, se = float(r["diff"]), float(r["se"])
+        p_inv = float(stats.norm.cdf(-abs(diff) / se)) if se > 0 else 0.0
+        row = {"a": a, "b": b, "adjacent": True, "p_inversion": p_inv, "items_needed": None,
+               "judges_needed": None}
+        # the relative error that detects this difference at 80% power: 2 sigma2_delta (z_a + z_b)^2 <= diff^2
+        target = diff**2 / (2 * z**2) if diff > 0 else 0.0
+        what = []
+        if target > 0:
+            for facet, col in ((item, "items_needed"), (judge, "judges_needed")):
+                if facet is None:
+                    continue
+                req = dstudy.needed(vc, facet, target, quantity="sigma2_delta")
+                row[col] = req.count if req.reachable else None
+                if req.reachable and req.count > vc.levels[facet]:
+                    what.append(f"{req.count - vc.levels[facet]:,} more {facet}s")
+        sep = bool(r["separable"])
+        text = (f"{a} over {b} by {diff:.4g}: " + ("separable at this design (simultaneous interval "
+                f"[{r['low_simultaneous']:.3g}, {r['high_simultaneous']:.3g}])" if sep else
+                f"not separable at this design (P(order inverted) {p_inv:.0%})"))
+        if not sep and what:
+            text += "; " + " or ".join(what) + f" would separate them at {POWER:.0%} power"
+        elif not sep and target > 0 and (item or judge):
+            text += (f"; neither more items nor more judges alone would separate them at {POWER:.0%} power: "
+                     "it takes both (see evalgauge plan)")
+        sentences.append(text + ".")
+        rows.append(row)
+    return sentences, pd.DataFrame(rows, columns=["a", "b", "adjacent", "p_inversion", "items_needed",
+                                                  "judges_needed"])
+
+
+def _with_pair_gstudies(frame, vc, pairs, obj, level, facets, which, notes) -> pd.DataFrame:
+    facets = facets or [f for f in vc.levels if f != obj]
+    rows = []
+    for r in pairs.itertuples(index=False):
+        if which == "adjacent" and r.adjacent is not True:
+            rows.append({})
+            continue
+        try:
+            rows.append(pair_gstudy(frame, obj, r.a, r.b, facets, level))
+        except Exception as exc:  # a pair whose own G-study cannot be fitted keeps the pooled interval
+            rows.append({"pair_note": str(exc)[:160]})
+    extra = pd.DataFrame(rows, index=pairs.index)
+    for col in ("pair_se", "pair_df", "pair_low", "pair_high"):
+        if col not in extra:
+            extra[col] = np.nan
+    notes.append("pair_* columns: each pair's own G-study of its paired differences "
+                 f"({'adjacent pairs' if which == 'adjacent' else 'every pair'}), which does not assume every "
+                 "pair shares one interaction variance.")
+    return pd.concat([pairs, extra], axis=1)
+
+
+def with_assumed(vc: VarianceComponents, assumed: dict[str, float]) -> VarianceComponents:
+    """Components with stated values for terms the data cannot measure (one judge: ``{"system:judge": 0.01}``).
+
+    A facet the data do not have enters with one level, so its variance adds to every interval as a
+    prior value would; the result says so in its notes.
+    """
+    from .components import Component
+
+    comps = list(vc.components)
+    levels = dict(vc.levels)
+    cov = vc.covariance
+    for name, value in assumed.items():
+        if value < 0 or not math.isfinite(value):
+            raise DesignError(f"an assumed variance must be a non-negative number, not {value} ({name}).")
+        facets = tuple(name.split(":"))
+        if name in vc.names:
+            k = vc.names.index(name)
+            comps[k] = replace(comps[k], variance=value, se=math.nan)
+            if cov is not None:  # a stated value is known: no sampling variance
+                cov = cov.copy()
+                cov[k, :] = cov[:, k] = np.nan
+            continue
+        for f in facets:
+            levels.setdefault(f, 1)
+        at = len(comps) - 1  # before the residual
+        comps.insert(at, Component(name, facets, value, math.nan, math.nan, "random"))
+        if cov is not None:
+            cov = np.insert(np.insert(cov, at, np.nan, axis=0), at, np.nan, axis=1)
+    note = "assumed (not estimated): " + ", ".join(f"{k} = {v:g}" for k, v in assumed.items())
+    return replace(vc, components=tuple(comps), levels=levels, notes=(*vc.notes, note), ems=None, reml=None,
+                   covariance=cov)

@@ -1,0 +1,143 @@
+"""Comparisons of systems: identities with the D-study, the studentized range, hand-computed rank sets,
+Holm, the compact letter display, the JSON contract and the CLI."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+from evalgauge import dstudy
+from evalgauge.cli import main
+from evalgauge.compare import compare, holm, letters, rank_sets
+from evalgauge.estimate import estimate_components
+from evalgauge.simulate import PRESETS, simulate
+
+
+@pytest.fixture(scope="module")
+def balanced():
+    frame = simulate(PRESETS["sizing"](systems=6, items=30, judges=3, replicates=2), seed=5)
+    return frame, estimate_components(frame)
+
+
+def test_pair_variance_is_twice_the_relative_error(balanced):
+    frame, vc = balanced
+    result = compare(frame, vc, n_boot=500, pair_gstudies="none")
+    two_delta = 2 * dstudy.project(vc).sigma2_delta  # sizing eq. 2 applied to one pair
+    assert np.allclose(result.pairs["se"] ** 2, two_delta, rtol=1e-10)
+    # each system's mean is the raw mean of its judgments
+    means = frame.groupby("system")["score"].mean()
+    assert np.allclose(result.systems.set_index("object")["mean"], means.loc[result.systems["object"]], rtol=1e-12)
+
+
+def test_simultaneous_critical_value_is_the_studentized_range(balanced):
+    frame, vc = balanced
+    result = compare(frame, vc, n_boot=40_000, pair_gstudies="none", seed=1)
+    df = float(result.pairs["df"].iloc[0])
+    exact = stats.studentized_range.ppf(0.95, 6, df) / math.sqrt(2)  # Tukey: equicorrelated means
+    # Monte Carlo s.e. of a 95% quantile from 40,000 draws is well under 1%
+    assert result.critical_simultaneous == pytest.approx(exact, rel=0.02)
+
+
+def test_rank_sets_by_hand():
+    # three systems, independent estimates with SE 1 each: a pair difference has SE sqrt(2)
+    means = np.array([10.0, 6.5, 6.0])
+    cov = np.eye(3)
+    z = np.random.default_rng(0).standard_normal((200_000, 3))
+    # marginal, system 0: family {(1,0), (2,0)}; |t| = 3.5/sqrt2 = 2.47 and 4/sqrt2 = 2.83; the two-sided
+    # max-|t| critical value over two correlated (rho = 1/2) statistics at 95% is about 2.21: both rejected
+    lo, hi = rank_sets(means, cov, z, 0.95, simultaneous=False)
+    assert (lo[0], hi[0]) == (1, 1)
+    # system 1: against 0 (|t| 2.47 > 2.21, rejected: 0 above), against 2 (0.35, kept): ranks 2-3
+    assert (lo[1], hi[1]) == (2, 3) and (lo[2], hi[2]) == (2, 3)
+    # simultaneous: three pairs, critical value ~2.34 (studentized range q(3, inf)/sqrt2); the stepdown
+    # rejects 0-2 (2.83) first, then with two pairs left (~2.21) rejects 0-1 (2.47) as well
+    crit3 = stats.studentized_range.ppf(0.95, 3, np.inf) / math.sqrt(2)
+    assert 2.47 > crit3 > 2.21
+    lo_s, hi_s = rank_sets(means, cov, z, 0.95, simultaneous=True)
+    assert list(zip(lo_s, hi_s, strict=True)) == [(1, 1), (2, 3), (2, 3)]
+    # closer means: nothing rejected, every rank set is 1-3
+    lo_c, hi_c = rank_sets(np.array([1.0, 0.5, 0.0]), cov, z, 0.95, simultaneous=True)
+    assert list(lo_c) == [1, 1, 1] and list(hi_c) == [3, 3, 3]
+
+
+def test_stepdown_refines_the_single_step():
+    # pair SE 1; the outer pair (t = 4.6) is rejected by any procedure, the two inner pairs (t = 2.3) fall
+    # below the single-step critical value for three pairs (2.34) but above the one for the two pairs left
+    # after the first rejection (about 2.21, the two differences share a system: correlation -1/2)
+    means = np.array([4.6, 2.3, 0.0])
+    cov = np.eye(3) * 0.5
+    z = np.random.default_rng(2).standard_normal((400_000, 3)) * math.sqrt(0.5)
+    single_step = stats.studentized_range.ppf(0.95, 3, np.inf) / math.sqrt(2)
+    assert single_step > 2.3
+    lo, hi = rank_sets(means, cov, z, 0.95, simultaneous=True)
+    assert list(zip(lo, hi, strict=True)) == [(1, 1), (2, 2), (3, 3)]
+    # the single step alone would only have separated the outer pair: [1, 2], [1, 3], [2, 3]
+
+
+def test_holm():
+    p = np.array([0.01, 0.04, 0.03, 0.005])
+    # sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, 0.04*1=0.04 -> monotone 0.06
+    assert np.allclose(holm(p), [0.03, 0.06, 0.06, 0.02])
+
+
+def test_compact_letter_display():
+    order = ["A", "B", "C", "D"]
+    # A differs from C and D; B from D
+    cld = letters(order, {frozenset(("A", "C")), frozenset(("A", "D")), frozenset(("B", "D"))})
+    assert cld == {"A": "a", "B": "ab", "C": "bc", "D": "c"}
+    assert letters(order, set()) == dict.fromkeys(order, "a")
+
+
+def test_unbalanced_pairs_count_their_own_cells():
+    frame = simulate(PRESETS["sizing"](systems=4, items=40, judges=2, replicates=1), seed=8)
+    # system s1 scored on half the items: its pairs are less precise than the others
+    frame = frame[~((frame["system"] == "s1") & (frame["item"].str[1:].astype(int) % 2 == 0))]
+    vc = estimate_components(frame)
+    result = compare(frame, vc, n_boot=500, pair_gstudies="none")
+    pairs = result.pairs.set_index(["a", "b"])
+    with_s1 = result.pairs[(result.pairs["a"] == "s1") | (result.pairs["b"] == "s1")]["se"]
+    without = result.pairs[(result.pairs["a"] != "s1") & (result.pairs["b"] != "s1")]["se"]
+    assert with_s1.min() > without.max() and len(pairs) == 6
+    assert any("each pair's interval counts its own cells" in n for n in result.notes)
+
+
+def test_json_contract_and_cli(tmp_path, balanced):
+    frame, _ = balanced
+    path = tmp_path / "j.csv"
+    frame.to_csv(path, index=False)
+    out = CliRunner().invoke(main, ["compare", str(path), "--bootstrap", "500", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.output)
+    for row in payload["systems"]:
+        assert {"system", "mean", "rank", "rank_low", "rank_high", "rank_low_simultaneous",
+                "rank_high_simultaneous"} <= set(row)
+    assert [r["rank"] for r in payload["systems"]] == sorted(r["rank"] for r in payload["systems"])
+    assert payload["systems"][0]["mean"] == max(r["mean"] for r in payload["systems"])  # rank 1 = highest
+    for row in payload["pairs"]:
+        assert {"a", "b", "diff", "se", "df", "low", "high", "low_simultaneous", "high_simultaneous", "p_holm",
+                "naive_low", "naive_high"} <= set(row)
+        assert row["low_simultaneous"] <= row["low"] <= row["diff"] <= row["high"] <= row["high_simultaneous"]
+    assert len(payload["pairs"]) == 15
+    text = CliRunner().invoke(main, ["compare", str(path), "--bootstrap", "500"])
+    assert text.exit_code == 0 and "leaderboard" in text.output and " over " in text.output
+
+
+def test_one_judge_is_said_and_can_be_assumed(tmp_path):
+    frame = simulate(PRESETS["sizing"](systems=4, items=30, judges=1, replicates=2), seed=4)
+    path = tmp_path / "one.csv"
+    frame.to_csv(path, index=False)
+    out = CliRunner().invoke(main, ["compare", str(path), "--bootstrap", "500", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    plain = json.loads(out.output)
+    assert any("one judge only" in n and "--assume" in n for n in plain["unmeasured"])
+    assumed = CliRunner().invoke(main, ["compare", str(path), "--bootstrap", "500", "--assume", "system:judge=0.05",
+                                        "--json", "-"])
+    assert assumed.exit_code == 0, assumed.output
+    more = json.loads(assumed.output)
+    se0 = pd.DataFrame(plain["pairs"])["se"].to_numpy()
+    se1 = pd.DataFrame(more["pairs"])["se"].to_numpy()
+    assert np.allclose(se1**2, se0**2 + 2 * 0.05)  # the assumed variance enters each difference twice
