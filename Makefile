@@ -25,6 +25,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_reml.py
 	$(BIN)/python bench/bench_dstudy.py
 	$(BIN)/python bench/bench_collector.py
+	$(BIN)/python bench/bench_compare.py
+	$(BIN)/python bench/study_compare.py --reps 400
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

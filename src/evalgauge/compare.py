@@ -206,26 +206,28 @@ def letters(order: list[str], separated: set[frozenset]) -> dict[str, str]:
     """A compact letter display (Piepho 2004, insert-and-absorb): systems sharing a letter are not separated.
 
     ``order`` lists the systems best first; ``separated`` holds the pairs that differ significantly.
+    Groups are bit masks over ``order``, so the absorb step is a few integer operations per pair of groups.
     """
-    groups: list[set[str]] = [set(order)]
-    for pair in separated:
-        a, b = tuple(pair)
+    index = {name: k for k, name in enumerate(order)}
+    groups = [(1 << len(order)) - 1]
+    for pair in sorted(separated, key=lambda p: sorted(index[x] for x in p)):
+        a, b = (1 << index[x] for x in pair)
         new = []
         for g in groups:
-            if a in g and b in g:
-                new += [g - {a}, g - {b}]
+            if g & a and g & b:
+                new += [g & ~a, g & ~b]
             else:
                 new.append(g)
-        # absorb: drop any group contained in another
-        new = [g for g in new if g]
-        groups = [g for k, g in enumerate(new) if not any(g < h or (g == h and j < k) for j, h in enumerate(new))]
-    groups.sort(key=lambda g: min(order.index(s) for s in g))
+        new = list(dict.fromkeys(g for g in new if g))
+        groups = [g for g in new if not any(g != h and g & h == g for h in new)]  # absorb subsets
+    groups.sort(key=lambda g: (g & -g).bit_length())  # by the best system in the group
     alphabet = "abcdefghijklmnopqrstuvwxyz"
     out = dict.fromkeys(order, "")
     for k, g in enumerate(groups):
         mark = alphabet[k] if k < 26 else f"<{k}>"
-        for s in g:
-            out[s] += mark
+        for name, j in index.items():
+            if g >> j & 1:
+                out[name] += mark
     return out
 
 
@@ -246,6 +248,52 @@ def _item_bootstrap(frame: pd.DataFrame, obj: str, item: str, systems: list[str]
     w = rng.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=n_boot).astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (w @ sums) / (w @ cnts)
+
+
+def _pair_gstudy_block(cube: np.ndarray, a: int, b: int, level: float) -> dict:
+    """The pair's G-study in closed form when every system has every item x judge cell r times.
+
+    d = y_a - y_b on the item x judge x replicate grid; a crossed two-facet random ANOVA gives
+    Var(dbar) = (MS_i + MS_j - MS_ij) / (n_i n_j n_r) (the expected mean squares combine exactly to
+    sigma2_i/n_i + sigma2_j/n_j + sigma2_ij/(n_i n_j) + sigma2_e/N), with Satterthwaite's df.
+    """
+    d = cube[a] - cube[b]  # items x judges x replicates
+    ni, nj, nr = d.shape
+    cell = d.mean(axis=2)
+    grand = cell.mean()
+    mi, mj = cell.mean(axis=1), cell.mean(axis=0)
+    ms_i = nj * nr * np.sum((mi - grand) ** 2) / (ni - 1)
+    ms_j = ni * nr * np.sum((mj - grand) ** 2) / (nj - 1) if nj > 1 else 0.0
+    resid = cell - mi[:, None] - mj[None, :] + grand
+    ms_ij = nr * np.sum(resid**2) / ((ni - 1) * (nj - 1)) if nj > 1 else 0.0
+    # with one judge the items carry their interaction with it: Var(dbar) = E[MS_i] / (n_i n_r)
+    parts = [(ms_i, ni - 1), (ms_j, nj - 1), (-ms_ij, (ni - 1) * (nj - 1))] if nj > 1 else [(ms_i, ni - 1)]
+    var = max(sum(m for m, _ in parts), 0.0) / (ni * nj * nr)
+    denom = sum(m**2 / f for m, f in parts if f > 0)
+    df = (sum(m for m, _ in parts) ** 2 / denom) if denom > 0 and var > 0 else math.inf
+    se = math.sqrt(var)
+    q = stats.t.ppf(0.5 + level / 2, df) if math.isfinite(df) and df > 0 else stats.norm.ppf(0.5 + level / 2)
+    return {"pair_se": se, "pair_df": df, "pair_low": grand - q * se, "pair_high": grand + q * se,
+            "pair_n": int(d.size)}
+
+
+def _block_cube(frame: pd.DataFrame, obj: str, systems: list[str], facets: list[str]) -> np.ndarray | None:
+    """systems x items x judges x replicates when the design is a complete block on (at most) two facets."""
+    keys = [f for f in facets if f != obj]
+    if not 1 <= len(keys) <= 2:
+        return None
+    s = pd.Categorical(frame[obj].astype(str), categories=systems).codes
+    codes = [pd.factorize(frame[k].astype(str))[0] for k in keys]
+    sizes = [int(c.max()) + 1 for c in codes]
+    cell = np.ravel_multi_index((s, *codes), (len(systems), *sizes))
+    count = np.bincount(cell, minlength=len(systems) * int(np.prod(sizes)))
+    if count.min() == 0 or count.min() != count.max():
+        return None
+    nr = int(count[0])
+    order = np.argsort(cell, kind="stable")
+    y = frame["__y"].to_numpy(dtype=float)[order]
+    cube = y.reshape(len(systems), *sizes, nr)
+    return cube if len(keys) == 2 else cube[:, :, None, :]
 
 
 def pair_gstudy(frame: pd.DataFrame, obj: str, a: str, b: str, facets: list[str], level: float) -> dict:
@@ -431,12 +479,18 @@ def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], o
 
 def _with_pair_gstudies(frame, vc, pairs, obj, level, facets, which, notes) -> pd.DataFrame:
     facets = facets or [f for f in vc.levels if f != obj]
+    systems = sorted(set(pairs["a"]) | set(pairs["b"]))
+    cube = _block_cube(frame, obj, systems, [f for f in facets if f in frame.columns])
+    index = {name: k for k, name in enumerate(systems)}
     rows = []
     for r in pairs.itertuples(index=False):
         if which == "adjacent" and r.adjacent is not True:
             rows.append({})
             continue
         try:
+            if cube is not None:
+                rows.append(_pair_gstudy_block(cube, index[r.a], index[r.b], level))
+                continue
             rows.append(pair_gstudy(frame, obj, r.a, r.b, facets, level))
         except Exception as exc:  # a pair whose own G-study cannot be fitted keeps the pooled interval
             rows.append({"pair_note": str(exc)[:160]})
