@@ -76,7 +76,9 @@ def test_analyze_reports_each_systems_score(tmp_path):
     out = CliRunner().invoke(main, ["analyze", str(path), "--report", str(tmp_path / "r.html")])
     assert out.exit_code == 0, out.output
     assert "One system's score: 95% CI" in out.output
-    assert "system scores" in (tmp_path / "r.html").read_text()
+    html = (tmp_path / "r.html").read_text()
+    assert "Which system is better" in html and "rank set" in html
+    assert out.output.index("leaderboard") < out.output.index("Variance components")  # systems first
 
 
 def test_item_named_question_id_is_what_the_naive_interval_resamples():

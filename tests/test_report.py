@@ -40,7 +40,7 @@ def test_analyze_cli_json_and_report(tmp_path):
     assert {i["tier"] for i in payload["checklist"]} == {"Minimum", "Standard", "Comprehensive"}
     html = report.read_text()
     images = html.count("<img ")
-    assert images == 5
+    assert images == 8  # 5 + the leaderboard, the rank sets and the pair matrix
     for chunk in html.split("data:image/png;base64,")[1:]:
         assert base64.b64decode(chunk.split("'", 1)[0])[:8] == b"\x89PNG\r\n\x1a\n"
     for phrase in ("Variance components", "What to change", "Reporting checklist", "single-judge ceiling"):
@@ -54,7 +54,9 @@ def test_report_escapes_untrusted_labels(tmp_path):
     frame["system"] = frame["system"].astype(str).replace({"s1": "a&b<i>"})
     result = analyze(frame)
     html = render(result)
-    assert ("<script>" not in html and "&lt;script&gt;" in html) or "alert" not in html
+    # the system label is shown (leaderboard), escaped; the judge label never as markup
+    assert "a&amp;b&lt;i&gt;" in html and "a&b<i>" not in html
+    assert "<script>" not in html
 
 
 def test_tee_design_report(tmp_path):
@@ -107,7 +109,7 @@ def test_report_in_headless_chromium(tmp_path):
     assert not console, console
     dom = subprocess.run([browser, *flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
                          timeout=120).stdout
-    assert dom.count("<img ") == 5 and "Reporting checklist" in dom
+    assert dom.count("<img ") == 8 and "Reporting checklist" in dom and "Which system is better" in dom
 
 
 def test_pairwise_data_get_the_pairwise_sections(tmp_path):

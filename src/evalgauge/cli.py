@@ -208,7 +208,13 @@ def components_payload(result: VarianceComponents) -> dict:
 
     payload = result.to_dict()
     try:
-        payload["theta"] = theta_interval(result).to_dict()
+        theta = theta_interval(result)
+        if theta.df < 1:  # never printed as a result
+            raise EvalGaugeError(
+                f"theta-hat's interval rests on {theta.df:.2g} degree(s) of freedom (Satterthwaite): the components "
+                "that dominate it are barely estimated (too few levels of a facet, or a fit at its limits). More "
+                "levels of the dominant facets, or a smaller model (--max-order 2), would make it estimable.")
+        payload["theta"] = theta.to_dict()
     except EvalGaugeError as exc:
         payload["theta"] = {"unavailable": str(exc)}
     sampled = default_sampling_facet(result)
@@ -723,6 +729,10 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         extra.append(lambda c: print_glmm(check, c))
 
     def show(c):
+        if result.comparison is not None:  # the question systems are compared for comes first
+            for text in _unmeasured(result.components, read_judgments(data)):
+                c.print(Text("note: ", style="bold yellow") + Text(text))
+            print_comparison(result.comparison, c)
         print_components(result.components, c)
         if result.ceiling:
             req = result.judges_needed
@@ -730,7 +740,8 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
                     f"{result.projection.mdd95:.4g} at this design; single-{result.ceiling.facet} ceiling "
                     f"{result.ceiling.erho2:.3f} (MDD floor {result.ceiling.mdd95:.4g}); for E rho^2 "
                     f"{req.target:g}: {req}.")
-        if result.object_interval is not None:
+        # with a comparison, the leaderboard above already gives each system its own interval
+        if result.object_interval is not None and result.comparison is None:
             print_object_scores(result.object_interval, result.object_scores, c)
         inter = Table(title="Single-factor interventions (% change)")
         for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
@@ -1378,6 +1389,8 @@ def print_components(result: VarianceComponents, console: Console) -> None:
         table.add_row(*row)
     console.print(table)
     theta = payload["theta"]
+    if "unavailable" in theta and "degree(s) of freedom" in theta["unavailable"]:
+        console.print(Text("theta-hat: no interval: ", style="bold yellow") + Text(theta["unavailable"]))
     if "estimate" in theta:
         pct = f"{100 * theta['level']:g}%"
         df = "inf" if theta["df"] is None else f"{theta['df']:.1f}"

@@ -49,6 +49,7 @@ class Analysis:
     pairwise: dict | None = None  # Bradley-Terry table and position bias, for pairwise data
     object_interval: ObjectInterval | None = None  # one system's score: full vs naive error
     object_scores: pd.DataFrame | None = None  # each system's mean with both intervals
+    comparison: Any = None  # evalgauge.compare.Comparison: which system is better
 
     def to_dict(self) -> dict:
         out = {
@@ -76,6 +77,8 @@ class Analysis:
         if self.object_interval is not None:
             out["object_scores"] = {"interval": self.object_interval.to_dict(),
                                     "scores": _records(self.object_scores)}
+        if self.comparison is not None:
+            out["comparison"] = self.comparison.to_dict()
         return _clean(out)
 
     def to_json(self) -> str:
@@ -103,7 +106,7 @@ def _clean(value):
 
 def analyze(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
             drop_missing: bool | None = None, target_erho2: float = 0.8, n_boot: int = 0, level: float = 0.95,
-            seed: int | None = None, **design_options) -> Analysis:
+            seed: int | None = None, n_boot_compare: int = 2000, **design_options) -> Analysis:
     """Fit and derive everything the analysis reports. ``data`` is a path, frame or run database."""
     path = Path(data) if isinstance(data, (str, Path)) else None
     is_run = path is not None and path.suffix.lower() in (".sqlite", ".db")
@@ -118,6 +121,11 @@ def analyze(data, design: Design | None = None, *, method: str = "auto", formula
         design = infer_design(judgments, **design_options)
     vc = estimate_components(judgments, design, method=method, formula=formula, drop_missing=bool(drop_missing),
                              n_boot=n_boot, level=level, seed=seed)
+    stopped = [n for n in vc.notes if "stopped before converging" in n]
+    if stopped:  # never shown as a result
+        raise DesignError(f"{judgments.source}: the fit did not converge ({stopped[0]}) Its intervals would mean "
+                          "nothing. Fit a smaller model (--max-order 2, or --terms naming the terms you need), "
+                          "or check the scores for a few extreme values.")
     if not any(c.kind != "residual" for c in vc.components):
         raise DesignError(f"{judgments.source}: nothing to estimate besides the residual.")
     levels = vc.levels
@@ -128,6 +136,8 @@ def analyze(data, design: Design | None = None, *, method: str = "auto", formula
         theta = theta_interval(vc)
     except DesignError:
         theta = None
+    if theta is not None and theta.df < 1:  # an interval on less than one degree of freedom is not a result
+        theta = None
     result = Analysis(judgments.source, vc, theta, projection, dstudy.interventions(vc), judge, item,
                       diagnostics=diagnostics, run_meta=run_meta)
     if vc.object and judge and judge != vc.object:
@@ -137,6 +147,16 @@ def analyze(data, design: Design | None = None, *, method: str = "auto", formula
         score = parse_formula(formula).response if formula else design.score
         result.object_interval = object_interval(vc, sampling_facet=item)
         result.object_scores = object_scores(judgments.frame, vc.object, score, result.object_interval)
+        if judgments.frame[vc.object].nunique() > 1 and formula is None:
+            from ..compare import compare
+
+            # which system is better: each system's own interval (its own cells) and every pair
+            result.comparison = compare(judgments.frame, vc, score=score, n_boot=n_boot_compare,
+                                        facets=list(design.names))
+            sysf = result.comparison.systems
+            result.object_scores = pd.DataFrame({
+                vc.object: sysf["object"], "mean": sysf["mean"], "n": sysf["n"], "low": sysf["low"],
+                "high": sysf["high"], "naive_low": sysf["naive_low"], "naive_high": sysf["naive_high"]})
     result.checklist = checklist(vc, run_meta, diagnostics)
     result.curves = _curves(vc, judge, item, theta)
     return result

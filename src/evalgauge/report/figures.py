@@ -106,8 +106,76 @@ def frontier(a: Analysis) -> str:
         return _png(fig)
 
 
+def forest(a: Analysis) -> str:
+    """The leaderboard: each system's mean with its full interval and the naive (item-only) one."""
+    sysf = a.comparison.systems.iloc[::-1]
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(7, 0.32 * len(sysf) + 1.3))
+        y = range(len(sysf))
+        ax.errorbar(sysf["mean"], [k + 0.12 for k in y], xerr=[sysf["mean"] - sysf["low"], sysf["high"] - sysf["mean"]],
+                    fmt="o", color="#c53", ms=4, capsize=2, label="full interval (every source of error)")
+        ax.errorbar(sysf["mean"], [k - 0.12 for k in y],
+                    xerr=[sysf["mean"] - sysf["naive_low"], sysf["naive_high"] - sysf["mean"]],
+                    fmt="none", color="#9ab", capsize=2, label="naive (item bootstrap)")
+        ax.set_yticks(list(y), [f"{r} {g}" for r, g in zip(sysf["object"], sysf["group"], strict=True)])
+        ax.set_xlabel("mean score")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+        ax.set_title("Leaderboard (letters: groups the design cannot tell apart)")
+        return _png(fig)
+
+
+def pair_matrix(a: Analysis) -> str:
+    """Every pair's difference (row minus column), marked where separable after multiplicity."""
+    import numpy as np
+
+    c = a.comparison
+    names = list(c.systems["object"])
+    k = {n: i for i, n in enumerate(names)}
+    diff = np.full((len(names), len(names)), np.nan)
+    sig = np.zeros_like(diff, dtype=bool)
+    for r in c.pairs.itertuples(index=False):
+        i, j = k[r.a], k[r.b]
+        diff[i, j], diff[j, i] = r.diff, -r.diff
+        sig[i, j] = sig[j, i] = bool(r.separable)
+    with plt.rc_context(STYLE):
+        size = 0.38 * len(names) + 2.2
+        fig, ax = plt.subplots(figsize=(size + 1, size))
+        lim = np.nanmax(np.abs(diff)) if np.isfinite(diff).any() else 1.0
+        im = ax.imshow(diff, cmap="RdBu_r", vmin=-lim, vmax=lim)
+        for i in range(len(names)):
+            for j in range(len(names)):
+                if sig[i, j]:
+                    ax.text(j, i, "*", ha="center", va="center", fontsize=9)
+        ax.set_xticks(range(len(names)), names, rotation=90)
+        ax.set_yticks(range(len(names)), names)
+        fig.colorbar(im, ax=ax, shrink=0.7, label="difference (row - column)")
+        ax.set_title("Pairs: * separable with simultaneous intervals")
+        return _png(fig)
+
+
+def rank_sets(a: Analysis) -> str:
+    """Each system's rank with its marginal and simultaneous confidence set (1 = best)."""
+    sysf = a.comparison.systems.iloc[::-1]
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(7, 0.32 * len(sysf) + 1.3))
+        y = range(len(sysf))
+        ax.hlines([k + 0.12 for k in y], sysf["rank_low"], sysf["rank_high"], color="#c53", lw=3,
+                  label="marginal rank set")
+        ax.hlines([k - 0.12 for k in y], sysf["rank_low_simultaneous"], sysf["rank_high_simultaneous"],
+                  color="#9ab", lw=3, label="simultaneous rank sets")
+        ax.scatter(sysf["rank"], list(y), color="k", s=12, zorder=3, label="estimated rank")
+        ax.set_yticks(list(y), list(sysf["object"]))
+        ax.set_xlabel("rank (1 = highest mean)")
+        ax.set_xticks(range(1, len(sysf) + 1))
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+        ax.set_title("Rank confidence sets (Mogstad, Romano, Shaikh & Wilhelm 2024)")
+        return _png(fig)
+
+
 def all_figures(a: Analysis) -> dict[str, str]:
     figs = {"shares": shares(a), "interventions": interventions(a)}
+    if a.comparison is not None:
+        figs.update(forest=forest(a), pair_matrix=pair_matrix(a), rank_sets=rank_sets(a))
     if "ci_vs_n" in a.curves:
         figs["ci_vs_n"] = ci_vs_n(a)
     if "nomogram" in a.curves:

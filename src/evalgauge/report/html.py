@@ -52,12 +52,43 @@ def _object_scores_html(a: Analysis) -> str:
             + _table([oi.object, "mean", "n", "95% CI (full)", f"95% CI ({oi.sampling_facet} sampling only)"], rows))
 
 
+def _comparison_html(a: Analysis, figs: dict) -> str:
+    """Which system is better: the leaderboard with rank sets, the pair table, one sentence per neighbour."""
+    c = a.comparison
+    obj = escape(c.object)
+    pct = f"{100 * c.level:g}%"
+    rows = [[r["rank"], r["object"], _num(r["mean"]), r["n"], f"[{_num(r['low'])}, {_num(r['high'])}]",
+             f"[{_num(r['naive_low'])}, {_num(r['naive_high'])}]", f"{r['rank_low']}-{r['rank_high']}",
+             f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", r["group"]]
+            for r in c.systems.to_dict(orient="records")]
+    pairs = [[r["a"], r["b"], _num(r["diff"]), _num(r["se"], ".3g"),
+              f"[{_num(r['low'], '.3g')}, {_num(r['high'], '.3g')}]",
+              f"[{_num(r['low_simultaneous'], '.3g')}, {_num(r['high_simultaneous'], '.3g')}]",
+              _num(r["p_holm"], ".3g"), f"[{_num(r['naive_low'], '.3g')}, {_num(r['naive_high'], '.3g')}]",
+              "yes" if r["separable"] else "no"] for r in c.pairs.head(200).to_dict(orient="records")]
+    return (f"<h2>Which {obj} is better</h2><p>Each {obj}'s mean with its own {pct} interval (its own cells), "
+            "the naive one that resamples items only, and its rank confidence sets (marginal and simultaneous). "
+            f"{obj.capitalize()}s sharing a letter cannot be told apart at this design.</p>"
+            + _table(["rank", c.object, "mean", "n", f"{pct} CI", "naive CI", "rank set", "simultaneous", "group"],
+                     rows)
+            + f"<img alt='leaderboard' src='data:image/png;base64,{figs['forest']}'>"
+            + f"<img alt='rank sets' src='data:image/png;base64,{figs['rank_sets']}'>"
+            + "<ul>" + "".join(f"<li>{escape(t)}</li>" for t in c.sentences) + "</ul>"
+            + f"<h3>Every pair</h3><p class='muted'>Simultaneous intervals hold for all {len(c.pairs)} pairs at once "
+            f"(critical value {_num(c.critical_simultaneous, '.3g')}); p-values Holm-adjusted.</p>"
+            + _table(["a", "b", "diff", "SE", f"{pct} CI", "simultaneous", "p (Holm)", "naive", "separable"], pairs)
+            + f"<img alt='pair matrix' src='data:image/png;base64,{figs['pair_matrix']}'>"
+            + "".join(f"<p class='muted'>{escape(n)}</p>" for n in c.notes))
+
+
 def render(a: Analysis) -> str:
     vc = a.components
     figs = all_figures(a)
     shares = a.projection.shares()
     parts = [f"<h1>evalgauge report</h1><p class='muted'>{escape(a.source)} · {vc.n_obs} judgments · "
              f"{escape(vc.method)} · evalgauge {__version__} · {dt.date.today().isoformat()}</p>"]
+    if a.comparison is not None:  # systems compared: the question they are compared for comes first
+        parts.append(_comparison_html(a, figs))
     if a.theta:
         t = a.theta
         parts.append(
@@ -79,7 +110,7 @@ def render(a: Analysis) -> str:
             f"detectable difference MDD95 = {_num(a.projection.mdd95)} at this design. With one {escape(c.facet)} no "
             f"item count gets past E rho^2 = <b>{_num(c.erho2, '.3f')}</b> (the single-{escape(c.facet)} ceiling; "
             f"MDD floor {_num(c.mdd95)}). For E rho^2 = {req.target:g}: {escape(str(req))}.</p>")
-    if a.object_interval is not None:
+    if a.comparison is None and a.object_interval is not None:
         parts.append(_object_scores_html(a))
     if a.pairwise:
         pw = a.pairwise
