@@ -154,3 +154,25 @@ def test_closed_form_pair_gstudy_equals_the_fitted_one():
     slow = pair_gstudy(frame, "system", "s1", "s2", ["item", "judge"], 0.95)
     assert fast["pair_se"] == pytest.approx(slow["pair_se"], rel=1e-9)
     assert fast["pair_low"] == pytest.approx(slow["pair_low"], rel=1e-6)
+
+
+def test_pairwise_judgments_get_the_same_comparison(tmp_path):
+    rng = np.random.default_rng(0)
+    names, strength = ["a", "b", "c", "d"], np.array([1.2, 0.6, 0.0, -0.8])
+    rows = []
+    for item in range(60):
+        for judge in ("j1", "j2"):
+            for x in range(4):
+                for y in range(x + 1, 4):
+                    for first, second in ((x, y), (y, x)):
+                        p = 1 / (1 + np.exp(-(strength[first] - strength[second])))
+                        rows.append({"model_a": names[first], "model_b": names[second], "item": f"q{item}",
+                                     "judge": judge, "winner": "model_a" if rng.random() < p else "model_b"})
+    path = tmp_path / "battles.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    out = CliRunner().invoke(main, ["pairwise", str(path), "--bootstrap", "200", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    comp = json.loads(out.output)["comparison"]
+    assert [s["system"] for s in comp["systems"]] == names  # the true order, well separated
+    assert all(p["low_simultaneous"] <= p["low"] <= p["diff"] for p in comp["pairs"]) and len(comp["pairs"]) == 6
+    assert comp["systems"][0]["rank_low"] == 1

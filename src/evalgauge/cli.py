@@ -857,7 +857,7 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
     obj, pct = result.object, f"{100 * result.level:g}%"
     t = Table(title=f"{obj} leaderboard ({pct}; rank sets: marginal, simultaneous; groups share a letter when "
                     "the design cannot tell them apart)")
-    for col in ("rank", obj, "mean", "SE", "interval", "naive (items only)", "rank set", "simultaneous", "group"):
+    for col in ("rank", obj, "mean", "SE", "interval", "naive", "rank set", "simultaneous", "group"):
         t.add_column(col, justify="left" if col in (obj, "group") else "right")
     for r in result.systems.head(limit).to_dict(orient="records"):
         naive = f"[{_num(r['naive_low'], '.4g')}, {_num(r['naive_high'], '.4g')}]"
@@ -993,13 +993,20 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
                      "position_advantage_log_odds": fit.log_h, "notes": notes}
     if weights is not None:
         payload["weighted_win_share"] = _weighted_win_share(battles, weights)
+    comparison = None
     if n_boot:
         order = [fit.systems.index(s) for s in table["system"]]
+        boots = {}
         for method in ("naive", "tee"):
-            boot = bootstrap_bt(battles, fit, method=method, n_boot=n_boot, seed=seed,
-                                position=fit.log_h is not None, base_weights=weights, ridge=ridge)
+            boot = boots[method] = bootstrap_bt(battles, fit, method=method, n_boot=n_boot, seed=seed,
+                                                position=fit.log_h is not None, base_weights=weights, ridge=ridge)
             table[f"{method}_low"] = boot.low[order]
             table[f"{method}_high"] = boot.high[order]
+        if n_boot >= 100 and len(battles.systems) > 2:
+            from .pairwise import compare_bt
+
+            comparison = compare_bt(fit, boots["tee"], boots["naive"])
+            payload["comparison"] = comparison.to_dict()
     payload["bradley_terry"] = table.to_dict(orient="records")
     if both_slots and all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems))):
         bias = position_bias(battles)
@@ -1060,6 +1067,8 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
             c.print(f"Weighted win share against the opponents (ties half; arena-hard's own score): {shares}.")
         if fit.log_h is not None:
             c.print(f"First-slot advantage (position term): log odds {fit.log_h:+.3f}.")
+        if comparison is not None:
+            print_comparison(comparison, c)
         if "position_bias" in payload:
             pb = payload["position_bias"]
             c.print(f"Slot-A advantage in win rate: {100 * pb['slot_a_advantage']:+.1f} points on average, sd "

@@ -299,6 +299,7 @@ class BTBootstrap:
     low: np.ndarray
     high: np.ndarray
     sd: np.ndarray
+    draws: np.ndarray | None = None  # resamples x systems: the log strengths, for pairs and rank sets
 
 
 def bootstrap_bt(battles: Battles, fit: BTFit, *, method: str = "naive", n_boot: int = 200, level: float = 0.95,
@@ -331,7 +332,62 @@ def bootstrap_bt(battles: Battles, fit: BTFit, *, method: str = "naive", n_boot:
         draws[r] = fit_bt(battles, reference=fit.reference, ties=fit.log_nu is not None, position=position,
                           weights=weights, start=fit, se=False, ridge=ridge).theta
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
-    return BTBootstrap(method, n_boot, lo, hi, draws.std(axis=0, ddof=1))
+    return BTBootstrap(method, n_boot, lo, hi, draws.std(axis=0, ddof=1), draws)
+
+
+def compare_bt(fit: BTFit, tee: BTBootstrap, naive: BTBootstrap, level: float = 0.95):
+    """Which system is better from pairwise judgments: every pair's log-strength difference, marginal and
+    simultaneous intervals, Holm p-values, separable groups and rank sets, from the TEE-aware bootstrap
+    (items and judges resampled) beside the naive one (battles resampled).
+
+    The bootstrap draws give the joint law of the estimates: the covariance of the differences and the
+    max-|t| critical value over all pairs, as ``evalgauge.compare`` does for scored judgments.
+    """
+    import pandas as pd
+    from scipy import stats
+
+    from .compare import Comparison, _max_t_quantile, holm, letters, rank_sets
+
+    theta = fit.theta
+    p = len(fit.systems)
+    z = tee.draws - tee.draws.mean(axis=0)
+    cov = np.cov(tee.draws.T)
+    pa, pb = np.triu_indices(p, 1)
+    swap = theta[pa] < theta[pb]
+    pa, pb = np.where(swap, pb, pa), np.where(swap, pa, pb)
+    diff = theta[pa] - theta[pb]
+    se = np.sqrt(np.maximum(cov[pa, pa] + cov[pb, pb] - 2 * cov[pa, pb], 1e-300))
+    zq = stats.norm.ppf(0.5 + level / 2)
+    crit = _max_t_quantile(z, np.column_stack([pa, pb]), se, level)
+    pval = 2 * stats.norm.sf(np.abs(diff / se))
+    nd = naive.draws[:, pa] - naive.draws[:, pb]
+    n_lo, n_hi = np.quantile(nd, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    order = np.argsort(-theta, kind="stable")
+    rank_of = np.empty(p, dtype=int)
+    rank_of[order] = np.arange(1, p + 1)
+    names = list(fit.systems)
+    pairs = pd.DataFrame({"a": [names[k] for k in pa], "b": [names[k] for k in pb], "diff": diff, "se": se,
+                          "df": np.inf, "low": diff - zq * se, "high": diff + zq * se,
+                          "low_simultaneous": diff - crit * se, "high_simultaneous": diff + crit * se,
+                          "p": pval, "p_holm": holm(pval), "naive_low": n_lo, "naive_high": n_hi})
+    pairs["separable"] = pairs["low_simultaneous"] > 0
+    pairs = pairs.assign(_r=[(rank_of[a], rank_of[b]) for a, b in zip(pa, pb, strict=True)]) \
+        .sort_values("_r", kind="stable").drop(columns="_r").reset_index(drop=True)
+    lo, hi = rank_sets(theta, cov, z, level, simultaneous=False)
+    lo_s, hi_s = rank_sets(theta, cov, z, level, simultaneous=True)
+    ordered = [names[k] for k in order]
+    cld = letters(ordered, {frozenset((a, b)) for a, b, s in zip(pairs["a"], pairs["b"], pairs["separable"],
+                                                                  strict=True) if s})
+    systems = pd.DataFrame({
+        "object": names, "mean": theta, "n": 0, "se": np.sqrt(np.diag(cov)), "df": np.inf,
+        "low": tee.low, "high": tee.high, "naive_low": naive.low, "naive_high": naive.high,
+        "rank": rank_of, "rank_low": lo, "rank_high": hi, "rank_low_simultaneous": lo_s,
+        "rank_high_simultaneous": hi_s, "group": [cld[n] for n in names]}).sort_values("rank").reset_index(drop=True)
+    notes = (f"log strengths (reference {fit.reference} at 0); intervals and rank sets from the TEE-aware bootstrap "
+             f"({tee.resamples} resamples of items and of each battle's judge x variant x order cells), the naive "
+             "ones from resampling battles.",)
+    return Comparison("system", level, systems, pairs, crit, tee.resamples,
+                      "Bradley-Terry log strengths with the TEE-aware bootstrap", notes)
 
 
 # ---------------------------------------------------------------------------
