@@ -40,7 +40,7 @@ REPLICATE_NAMES = vocabulary.REPLICATE_COLUMNS
 FACET_NAMES = vocabulary.FACET_NAMES
 OBJECT_NAMES = vocabulary.OBJECT_NAMES
 FIXED_NAMES = vocabulary.FIXED_NAMES
-DEFAULT_NESTS = (("category", "item"),)
+DEFAULT_NESTS = vocabulary.DEFAULT_NESTS
 
 RESIDUAL = "residual"
 
