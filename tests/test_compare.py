@@ -176,3 +176,31 @@ def test_pairwise_judgments_get_the_same_comparison(tmp_path):
     assert [s["system"] for s in comp["systems"]] == names  # the true order, well separated
     assert all(p["low_simultaneous"] <= p["low"] <= p["diff"] for p in comp["pairs"]) and len(comp["pairs"]) == 6
     assert comp["systems"][0]["rank_low"] == 1
+
+
+def test_incomplete_designs_adjust_for_who_scored():
+    # s1 is scored only by a lenient judge, s2 only by a harsh one, s3 by both; the systems are equal
+    rng = np.random.default_rng(4)
+    lenient = {"j1": 1.0, "j2": -1.0, "j3": 0.0}
+    rows = []
+    for item in range(40):
+        ie = rng.normal(0, 0.3)
+        for system, judges in (("s1", ["j1", "j3"]), ("s2", ["j2", "j3"]), ("s3", ["j1", "j2", "j3"])):
+            for judge in judges:
+                for rep in (1, 2):
+                    rows.append({"system": system, "item": f"q{item}", "judge": judge, "replicate": rep,
+                                 "score": 3 + ie + lenient[judge] + rng.normal(0, 0.3)})
+    frame = pd.DataFrame(rows)
+    from evalgauge.design import infer_design
+
+    design = infer_design(frame)
+    vc = estimate_components(frame, design)
+    result = compare(frame, vc, n_boot=500, pair_gstudies="none", design=design)
+    sysf = result.systems.set_index("object")
+    raw_gap = sysf.loc["s1", "raw_mean"] - sysf.loc["s2", "raw_mean"]
+    adj_gap = sysf.loc["s1", "mean"] - sysf.loc["s2", "mean"]
+    assert raw_gap > 0.8 and abs(adj_gap) < 0.25  # the judges' leniency is taken out
+    pair = result.pairs[((result.pairs["a"] == "s1") & (result.pairs["b"] == "s2"))
+                        | ((result.pairs["a"] == "s2") & (result.pairs["b"] == "s1"))].iloc[0]
+    assert pair["low"] < 0 < pair["high"]
+    assert "GLS" in result.method and any("adjusted for who scored" in n for n in result.notes)

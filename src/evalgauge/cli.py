@@ -817,7 +817,7 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
                 raise click.BadParameter(f"'{item}' should read TERM=VARIANCE", param_hint="--assume") from None
         vc = with_assumed(vc, values)
     result = run_compare(judgments.frame, vc, score=design.score, level=level, n_boot=n_boot, seed=seed,
-                         pair_gstudies=pair_gstudies, facets=list(design.names))
+                         pair_gstudies=pair_gstudies, facets=list(design.names), design=design)
     payload = result.to_dict()
     payload["unmeasured"] = unmeasured
 

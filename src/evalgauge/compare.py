@@ -116,6 +116,35 @@ def mean_covariance(frame: pd.DataFrame, vc: VarianceComponents, obj: str) -> tu
     return mats, [str(x) for x in systems], means, n_s
 
 
+def adjusted_estimates(frame: pd.DataFrame, design, obj: str, systems: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """GLS estimates of the systems adjusted for who scored them and on what, with their covariance.
+
+    The model is refitted by REML with the object of measurement as a fixed effect (every other facet as
+    in ``design``; its interactions with the random facets stay random): the system effects are then
+    estimated by generalised least squares, beta = (X'V^-1X)^-1 X'V^-1 y, so a system scored only by a
+    lenient judge is not favoured, and their covariance is (X'V^-1X)^-1 (lme4's ``vcov``). Returns the
+    effects (centred to mean zero) and their covariance, in the order of ``systems``.
+    """
+    from .design import Design, Facet
+    from .estimate import estimate_components
+
+    facets = tuple(Facet(f.name, "fixed" if f.name == obj else f.role, f.parent) for f in design.facets)
+    fixed_design = Design(facets, score="__y", replicate=design.replicate, terms=design.terms,
+                          max_order=design.max_order)
+    fit = estimate_components(frame, fixed_design, method="reml")
+    names = list(fit.reml["beta"])
+    beta = np.array(list(fit.reml["beta"].values()))
+    bcov = np.asarray(fit.reml["beta_cov"])
+    lmat = np.zeros((len(systems), len(names)))
+    for k, s in enumerate(systems):
+        name = f"{obj}{s}"
+        if name in names:
+            lmat[k, names.index(name)] = 1.0  # the reference level has no dummy: its effect is 0
+    centre = np.eye(len(systems)) - 1.0 / len(systems)
+    lmat = centre @ lmat
+    return lmat @ beta, lmat @ bcov @ lmat.T
+
+
 # ---------------------------------------------------------------------------
 # Simultaneous critical values and rank sets
 # ---------------------------------------------------------------------------
@@ -333,13 +362,16 @@ def pair_gstudy(frame: pd.DataFrame, obj: str, a: str, b: str, facets: list[str]
 
 def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score", level: float = 0.95,
             n_boot: int = 2000, seed: int | None = 0, pair_gstudies: str = "adjacent",
-            facets: list[str] | None = None) -> Comparison:
+            facets: list[str] | None = None, design=None) -> Comparison:
     """Compare every pair of objects (systems) of a fitted design. See the module docstring.
 
     ``frame`` holds the judgments (the object, facet columns and ``score``) the components ``vc`` were
-    fitted on; ``n_boot`` draws set the simultaneous critical values and rank sets (from the joint law
-    of the estimates) and the naive item bootstrap; ``pair_gstudies``: "adjacent" (neighbours in the
-    ranking), "all" or "none".
+    fitted on. When the systems were not all scored on the same cells (an incomplete design) and the
+    ``design`` is given, each system's estimate is adjusted for who scored it and on what (GLS with the
+    system as a fixed effect, :func:`adjusted_estimates`); otherwise it is the raw mean, which then
+    coincides with the GLS estimate. ``n_boot`` draws set the simultaneous critical values and rank sets
+    (from the joint law of the estimates) and the naive item bootstrap; ``pair_gstudies``: "adjacent"
+    (neighbours in the ranking), "all" or "none".
     """
     obj = vc.object
     if not obj:
@@ -350,13 +382,27 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
         raise DesignError("n_boot must be at least 100 (it sets the simultaneous critical values).")
     frame = frame.assign(__y=pd.to_numeric(frame[score], errors="coerce")).dropna(subset=["__y"])
     rng = np.random.default_rng(seed)
-    notes = list(vc.notes[:0])
+    notes: list[str] = []
     mats, systems, means, n_s = mean_covariance(frame, vc, obj)
     if len(systems) < 2:
         raise DesignError(f"only one {obj}: nothing to compare.")
     sigma2 = np.clip(vc.values, 0.0, None)
     sigma2 = np.where(np.array([c.kind == "fixed" for c in vc.components]), 0.0, sigma2)
     cov = np.tensordot(sigma2, mats, axes=1)
+    raw_means = means.copy()
+    method = "raw means with their exact covariance under the fitted random-effects model"
+    if design is not None and not _same_cells(frame, obj, [f for f in design.names if f != obj]):
+        effects, cov_adj = adjusted_estimates(frame, design, obj, systems)
+        means = float(np.mean(raw_means)) + effects
+        method = ("GLS estimates adjusted for who scored each system and on what (REML refit with the "
+                  "system as a fixed effect); their covariance (X'V^-1X)^-1")
+        notes.append("the systems were not all scored on the same items, judges and runs: each system's "
+                     "estimate is adjusted for who scored it and on what (GLS, the system as a fixed effect), "
+                     "'raw_mean' is the plain mean; degrees of freedom are Satterthwaite's for the raw means.")
+        cov_raw = cov
+        cov = cov_adj
+    else:
+        cov_raw = cov
     order = np.argsort(-means, kind="stable")
     rank_of = np.empty(len(systems), dtype=int)
     rank_of[order] = np.arange(1, len(systems) + 1)
@@ -366,7 +412,7 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     swap = means[pa] < means[pb]
     pa, pb = np.where(swap, pb, pa), np.where(swap, pa, pb)
     coef = mats[:, pa, pa] + mats[:, pb, pb] - 2 * mats[:, pa, pb]  # terms x pairs
-    var = sigma2 @ coef
+    var = cov[pa, pa] + cov[pb, pb] - 2 * cov[pa, pb]
     se = np.sqrt(np.clip(var, 0.0, None))
     df = np.array([satterthwaite_df(vc, coef[:, k]) for k in range(coef.shape[1])])
     diff = means[pa] - means[pb]
@@ -395,9 +441,8 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
 
     # -- the naive interval: resample items only
     item = next((f for f in vc.levels if f in vocabulary.ITEM_NAMES and f != obj), None)
-    method = "raw means with their exact covariance under the fitted random-effects model"
     if item is not None:
-        boot = _item_bootstrap(frame, obj, item, systems, n_boot, rng)
+        boot = _item_bootstrap(frame, obj, item, systems, n_boot, rng) + (means - raw_means)
         bd = boot[:, pa] - boot[:, pb]
         lo_q, hi_q = np.nanquantile(bd, [(1 - level) / 2, (1 + level) / 2], axis=0)
         pair_frame["naive_low"], pair_frame["naive_high"] = lo_q, hi_q
@@ -409,7 +454,8 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
 
     # -- the leaderboard
     sys_df = np.array([satterthwaite_df(vc, mats[:, k, k]) for k in range(len(systems))])
-    sys_se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    # a system's own error counts the shared terms too (its absolute error), from the raw-mean covariance
+    sys_se = np.sqrt(np.clip(np.diag(cov_raw), 0.0, None))
     sq = np.where(np.isfinite(sys_df), stats.t.ppf(0.5 + level / 2, np.where(np.isfinite(sys_df), sys_df, 1.0)),
                   stats.norm.ppf(0.5 + level / 2))
     sep = {frozenset((a, b)) for a, b, s in zip(pair_frame["a"], pair_frame["b"], pair_frame["separable"],
@@ -417,7 +463,7 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     ordered = [systems[k] for k in order]
     cld = letters(ordered, sep)
     sys_frame = pd.DataFrame({
-        "object": systems, "mean": means, "n": n_s.astype(int), "se": sys_se, "df": sys_df,
+        "object": systems, "mean": means, "raw_mean": raw_means, "n": n_s.astype(int), "se": sys_se, "df": sys_df,
         "low": means - sq * sys_se, "high": means + sq * sys_se,
         "naive_low": sys_naive[0], "naive_high": sys_naive[1],
         "rank": rank_of, "rank_low": rank_lo, "rank_high": rank_hi,
@@ -435,6 +481,15 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
         notes.append("pairs differ in their standard errors (systems scored on different items, judges or "
                      "numbers of runs): each pair's interval counts its own cells.")
     return Comparison(obj, level, sys_frame, pair_frame, crit, n_boot, method, tuple(notes), tuple(sentences))
+
+
+def _same_cells(frame: pd.DataFrame, obj: str, facets: list[str]) -> bool:
+    """Whether every system was scored on the same cells (the same items x judges x ..., equally often)."""
+    facets = [f for f in facets if f in frame.columns]
+    if not facets:
+        return True
+    counts = frame.groupby([obj, *facets], observed=True).size().unstack(obj)
+    return bool(counts.notna().all().all() and (counts.nunique(axis=1) <= 1).all())
 
 
 def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], obj: str,

@@ -159,7 +159,7 @@ class VarianceComponents:
             "nesting": dict(self.nesting),
             "components": comps,
             "notes": list(self.notes),
-            **({"reml": self.reml} if self.reml is not None else {}),
+            **({"reml": {k: v for k, v in self.reml.items() if k != "beta_cov"}} if self.reml is not None else {}),
             **({"intervals": self.intervals} if self.intervals is not None else {}),
         }
 

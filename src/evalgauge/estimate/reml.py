@@ -759,7 +759,9 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
               "iterations": fit.iterations, "evaluations": fit.evaluations, "converged": fit.converged,
               "seconds": fit.seconds, "formula": model.formula(), "cells": cells.n_cells,
               "marginal_mean": float(weights @ fit.beta) if weights.size else math.nan,
-              "marginal_mean_se": mean_se},
+              "marginal_mean_se": mean_se,
+              # (X'V^-1 X)^-1 at the fit, for contrasts of the fixed effects (kept out of the JSON)
+              "beta_cov": final.extra["beta_cov"]},
         covariance=cov,
     )
     if n_boot:

@@ -152,7 +152,7 @@ def analyze(data, design: Design | None = None, *, method: str = "auto", formula
 
             # which system is better: each system's own interval (its own cells) and every pair
             result.comparison = compare(judgments.frame, vc, score=score, n_boot=n_boot_compare,
-                                        facets=list(design.names))
+                                        facets=list(design.names), design=design)
             sysf = result.comparison.systems
             result.object_scores = pd.DataFrame({
                 vc.object: sysf["object"], "mean": sysf["mean"], "n": sysf["n"], "low": sysf["low"],
