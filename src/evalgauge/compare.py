@@ -508,7 +508,7 @@ def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], o
                "judges_needed": None}
         # the relative error that detects this difference at 80% power: 2 sigma2_delta (z_a + z_b)^2 <= diff^2
         target = diff**2 / (2 * z**2) if diff > 0 else 0.0
-        what = []
+        what, blocked = [], []
         if target > 0:
             for facet, col in ((item, "items_needed"), (judge, "judges_needed")):
                 if facet is None:
@@ -517,15 +517,22 @@ def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], o
                 row[col] = req.count if req.reachable else None
                 if req.reachable and req.count > vc.levels[facet]:
                     what.append(f"{req.count - vc.levels[facet]:,} more {facet}s")
+                elif not req.reachable:
+                    blocked.append(facet)
         sep = bool(r["separable"])
         text = (f"{a} over {b} by {diff:.4g}: " + ("separable at this design (simultaneous interval "
                 f"[{r['low_simultaneous']:.3g}, {r['high_simultaneous']:.3g}])" if sep else
                 f"not separable at this design (P(order inverted) {p_inv:.0%})"))
         if not sep and what:
             text += "; " + " or ".join(what) + f" would separate them at {POWER:.0%} power"
-        elif not sep and target > 0 and (item or judge):
-            text += (f"; neither more items nor more judges alone would separate them at {POWER:.0%} power: "
-                     "it takes both (see evalgauge plan)")
+            if item in blocked and judge is not None:
+                n_j = vc.levels[judge]
+                text += (f" (no item count would with {n_j} {judge}{'' if n_j == 1 else 's'}: the "
+                         f"{'single-' if n_j == 1 else ''}{judge} ceiling)")
+        elif not sep and blocked:
+            text += (f"; unreachable at {POWER:.0%} power by adding {' or '.join(f + 's' for f in blocked)} "
+                     "alone: it takes both (see evalgauge plan)" if len(blocked) > 1 else
+                     f"; unreachable at {POWER:.0%} power by adding {blocked[0]}s alone")
         sentences.append(text + ".")
         rows.append(row)
     return sentences, pd.DataFrame(rows, columns=["a", "b", "adjacent", "p_inversion", "items_needed",
