@@ -196,7 +196,11 @@ def _sniff_sep(path: Path, kind: str, encoding: str | None) -> str:
 
 
 def _read_jsonl(path: Path, encoding: str | None) -> pd.DataFrame:
-    """JSON Lines, with the line number of a line that is not a JSON object."""
+    return pd.DataFrame.from_records(jsonl_records(path, encoding))
+
+
+def jsonl_records(path: Path, encoding: str | None = None) -> list[dict]:
+    """JSON Lines as a list of objects, with the line number of a line that is not a JSON object."""
     records = []
     with path.open(encoding=encoding or "utf-8") as fh:
         for k, line in enumerate(fh, start=1):
@@ -211,7 +215,7 @@ def _read_jsonl(path: Path, encoding: str | None) -> pd.DataFrame:
                 raise DataError(f"{path}: line {k} is a JSON {_json_kind(record)}, not an object with one field "
                                 "per column.")
             records.append(record)
-    return pd.DataFrame.from_records(records)
+    return records
 
 
 def _json_kind(value: Any) -> str:

@@ -38,20 +38,10 @@ FORMATS = ("inspect", "lm-eval", "arena-hard", "alpaca-eval", "mt-bench", "wide"
 
 
 def _jsonl(path: Path) -> list[dict]:
-    rows = []
+    from .data import jsonl_records
+
     try:
-        with path.open(encoding="utf-8") as fh:
-            for k, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}: line {k} is not JSON ({exc.msg} at column {exc.colno}); the file may "
-                                    "be truncated or not this format.") from None
-                if not isinstance(row, dict):
-                    raise DataError(f"{path}: line {k} is not a JSON object; is this the right format?")
-                rows.append(row)
+        rows = jsonl_records(path)
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); these tools write UTF-8, so the file may be "
                         "damaged or not this format.") from None

@@ -59,20 +59,15 @@ def check_outputs(inputs: Iterable[str | Path | None], outputs: dict[str, str | 
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, flushed, then a rename."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+
+    return atomic_write_with(path, write)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -82,8 +77,8 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def atomic_write_with(path: str | Path, writer) -> Path:
     """``writer(tmp_path)`` writes a file (e.g. ``frame.to_parquet``); it then replaces ``path`` at once."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent if str(path.parent)
-                               else ".")
+    folder = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=folder)
     os.close(fd)
     try:
         writer(tmp)

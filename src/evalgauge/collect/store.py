@@ -131,9 +131,13 @@ class RunStore:
 
     def record(self, call: CallRecord, reservation: int | None = None) -> bool:
         """Write one completed call and drop its reservation, in one transaction. False if already there."""
+        return self._settle(self._insert, astuple(call), reservation)
+
+    def _settle(self, sql: str, row: tuple, reservation: int | None) -> bool:
+        """Insert a paid-for row and release its budget reservation atomically: a crash keeps one or the other."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            cur = self.db.execute(self._insert, astuple(call))
+            cur = self.db.execute(sql, row)
             if reservation is not None:
                 self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
             self.db.execute("COMMIT")
@@ -175,16 +179,7 @@ class RunStore:
         return total
 
     def record_response(self, row: tuple, reservation: int | None = None) -> bool:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            cur = self.db.execute("INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
-            if reservation is not None:
-                self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        return cur.rowcount == 1
+        return self._settle("INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row, reservation)
 
     def responses(self) -> dict[tuple[str, str], str]:
         rows = self.db.execute("SELECT item, system, response FROM responses WHERE response IS NOT NULL")
