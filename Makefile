@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_dstudy.py
 	$(BIN)/python bench/bench_collector.py
 	$(BIN)/python bench/bench_compare.py
+	$(BIN)/python bench/bench_pairwise.py
 	$(BIN)/python bench/study_compare.py --reps 400
 
 clean:

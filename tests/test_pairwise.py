@@ -160,3 +160,73 @@ def test_pairwise_cli_human_votes_and_components_for_plan(tmp_path):
     assert plan.exit_code == 0, plan.output
     rows_plan = json.loads(plan.output)["designs"]
     assert rows_plan[0]["mdd95"] > rows_plan[1]["mdd95"] > 0
+
+
+def test_analytic_information_equals_the_numerical_hessian():
+    from evalgauge.pairwise import Battles, _hessian, fit_bt
+
+    rng = np.random.default_rng(7)
+    systems = ("a", "b", "c", "d")
+    strength = np.array([0.8, 0.3, 0.0, -0.6])
+    rows = []
+    for _ in range(600):
+        i, j = rng.choice(4, 2, replace=False)
+        d = strength[i] - strength[j] + 0.2
+        p_a, p_t = 1 / (1 + np.exp(-d)) * 0.8, 0.2
+        u = rng.random()
+        rows.append((i, j, 1.0 if u < p_a else (0.5 if u < p_a + p_t else 0.0)))
+    a, b, y = (np.array(c) for c in zip(*rows, strict=True))
+    battles = Battles(systems, a, b, y, pd.DataFrame({"battle": np.arange(len(a))}))
+    fit = fit_bt(battles, position=True)
+    # the same fit's SEs from a numerical Hessian of the likelihood
+    import evalgauge.pairwise as pw
+
+    orig = pw._information
+    try:
+        pw._information = lambda x, unpack, a, b, total, m, free, has_ties, position, ridge: _hessian(
+            lambda z: -_loglik(z, unpack, a, b, y, has_ties), x)
+        numeric = fit_bt(battles, position=True)
+    finally:
+        pw._information = orig
+    assert np.allclose(fit.se, numeric.se, rtol=1e-4)
+
+
+def _loglik(x, unpack, a, b, y, has_ties):
+    theta, log_nu, log_h = unpack(x)
+    ha, hb = theta[a] + (log_h or 0.0), theta[b]
+    stack = np.vstack([ha, hb, log_nu + 0.5 * (ha + hb)] if has_ties else [ha, hb])
+    lse = np.logaddexp.reduce(stack, axis=0)
+    out = (y == 1.0) @ (ha - lse) + (y == 0.0) @ (hb - lse)
+    return out + ((y == 0.5) @ (stack[2] - lse) if has_ties else 0.0)
+
+
+def test_arena_elo_is_chatbot_arenas_logistic_regression():
+    from scipy.optimize import minimize
+
+    from evalgauge.pairwise import Battles, arena_elo
+
+    rng = np.random.default_rng(3)
+    systems = tuple(f"m{k}" for k in range(6))
+    strength = np.linspace(1, -1, 6)
+    a = rng.integers(0, 6, 3000)
+    b = (a + rng.integers(1, 6, 3000)) % 6
+    d = strength[a] - strength[b]
+    u = rng.random(3000)
+    y = np.where(u < 0.2, 0.5, np.where(u < 0.2 + 0.8 / (1 + np.exp(-d)), 1.0, 0.0))
+    battles = Battles(systems, a, b, y, pd.DataFrame({"battle": np.arange(3000)}))
+    ours = arena_elo(battles)
+    # Chatbot Arena's compute_mle_elo, written out: wins counted twice, ties once each way, logistic
+    # regression on +-log(10) columns without intercept or penalty, 400 x coef + 1000
+    wins = np.zeros((6, 6))
+    np.add.at(wins, (a[y == 1.0], b[y == 1.0]), 2.0)
+    np.add.at(wins, (b[y == 0.0], a[y == 0.0]), 2.0)
+    np.add.at(wins, (a[y == 0.5], b[y == 0.5]), 1.0)
+    np.add.at(wins, (b[y == 0.5], a[y == 0.5]), 1.0)
+
+    def nll(c):
+        diff = np.log(10) * (c[:, None] - c[None, :])
+        return -np.sum(wins * -np.logaddexp(0, -diff))
+
+    ref = minimize(nll, np.zeros(6), method="BFGS", options={"gtol": 1e-10}).x
+    ref_elo = 400 * (ref - ref.mean()) + 1000
+    assert np.max(np.abs(ours - ref_elo)) < 0.1

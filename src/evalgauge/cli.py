@@ -985,8 +985,17 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
                      "against the rest, so their maximum-likelihood strengths are infinite; the estimates are "
                      "penalised (a normal prior on log strengths, ridge 0.1) and bounded, and their intervals are "
                      "wide by design. More games would identify them.")
-    fit = fit_bt(battles, reference=reference, position=position and both_slots, weights=weights, ridge=ridge)
+    from .pairwise import aggregate, arena_elo
+
+    # the fit on counts: battles with the same pair, slot and outcome are sufficient statistics
+    agg, counts = aggregate(battles, weights)
+    fit = fit_bt(agg, reference=reference, position=position and both_slots, weights=counts, ridge=ridge)
     table = fit.table()
+    arena = dict(zip(battles.systems, arena_elo(agg, counts), strict=True))
+    table["elo_arena"] = table["system"].map(arena)
+    notes.append("elo: the model's own scale (Davidson ties, first-slot term); elo_arena: Chatbot Arena's (ties as "
+                 "half wins, no position term, 1000 at the mean or mixtral-8x7b-instruct-v0.1 at 1114), for "
+                 "comparison with published Arena ratings.")
     payload: dict = {"systems": len(battles.systems), "judgments": battles.n, "reference": fit.reference,
                      "ties": fit.log_nu is not None,
                      "nu": None if fit.log_nu is None else float(np.exp(fit.log_nu)),
@@ -1052,7 +1061,7 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     def show(c):
         t = Table(title=f"Bradley-Terry ({battles.n} judgments, {len(battles.systems)} systems; reference "
                         f"{fit.reference} at 0)")
-        cols = ["system", "log_strength", "se", "elo", "win_rate_vs_reference"] + \
+        cols = ["system", "log_strength", "se", "elo", "elo_arena", "win_rate_vs_reference"] + \
             [k for k in ("naive_low", "naive_high", "tee_low", "tee_high") if k in table]
         for col in cols:
             t.add_column(col, justify="left" if col == "system" else "right")

@@ -202,20 +202,92 @@ def fit_bt(battles: Battles, *, reference: str | None = None, ties: bool | None 
             x0[len(free)] = start.log_nu
         if position and start.log_h is not None:
             x0[-1] = start.log_h
-    res = minimize(lambda x: negll(x, grad=True), x0, jac=True, method="BFGS",
-                   options={"gtol": 1e-9, "maxiter": 10_000})
-    x = res.x
+    x, value = _newton(negll, lambda z: _information(z, unpack, a, b, total, m, free, has_ties, position, ridge),
+                       x0)
+    if x is None:  # Newton could not make progress (a degenerate resample): quasi-Newton from the start
+        res = minimize(lambda z: negll(z, grad=True), x0, jac=True, method="BFGS",
+                       options={"gtol": 1e-9, "maxiter": 10_000})
+        x, value = res.x, float(res.fun)
     se_free = np.full(len(free), math.nan)
     if se:
         try:
-            cov = np.linalg.inv(_hessian(negll, x))
+            info = _information(x, unpack, a, b, total, m, free, has_ties, position, ridge)
+            cov = np.linalg.inv(info)
             se_free = np.sqrt(np.clip(np.diag(cov)[:len(free)], 0.0, None))
         except np.linalg.LinAlgError:
             pass
     theta, log_nu, log_h = unpack(x)
     ses = np.zeros(m)
     ses[free] = se_free
-    return BTFit(battles.systems, reference, theta, ses, log_nu, log_h, -float(res.fun), int(w.sum()))
+    return BTFit(battles.systems, reference, theta, ses, log_nu, log_h, -float(value), int(w.sum()))
+
+
+def _newton(negll, information, x0: np.ndarray, max_iter: int = 100):
+    """Newton's method with step halving on the negative log-likelihood; the Hessian is the exact observed
+    information (the multinomial logit is an exponential family). Returns (x, value), or (None, None)."""
+    x = x0.copy()
+    value, grad = negll(x, grad=True)
+    for _ in range(max_iter):
+        try:
+            step = np.linalg.solve(information(x), grad)
+        except np.linalg.LinAlgError:
+            return None, None
+        t = 1.0
+        while t > 1e-8:
+            cand = x - t * step
+            cand_value = negll(cand)
+            if cand_value <= value + 1e-12 * abs(value):
+                break
+            t *= 0.5
+        else:
+            return (x, value) if np.max(np.abs(grad)) < 1e-6 * max(1.0, abs(value)) else (None, None)
+        x, old = cand, value
+        value, grad = negll(x, grad=True)
+        if np.max(np.abs(t * step)) < 1e-10 or old - value < 1e-13 * max(1.0, abs(value)):
+            return x, value
+    return x, value
+
+
+def _information(x, unpack, a, b, total, m, free, has_ties, position, ridge) -> np.ndarray:
+    """The observed information of the Bradley-Terry(-Davidson) likelihood, analytically.
+
+    Each judgment's outcome is multinomial over (A wins, B wins, tie) with log-odds scores
+    s = (theta_a + h, theta_b, log nu + (theta_a + h + theta_b) / 2); its information in the scores is
+    n (diag(p) - p p'), mapped to the parameters through the (sparse) Jacobian of the scores. Exact and
+    linear in the number of distinct judgments, where a numerical Hessian needs O(parameters^2)
+    likelihood evaluations over every judgment.
+    """
+    theta, log_nu, log_h = unpack(x)
+    ha = theta[a] + (log_h or 0.0)
+    hb = theta[b]
+    terms = [ha, hb] + ([log_nu + 0.5 * (ha + hb)] if has_ties else [])
+    stack = np.vstack(terms)
+    p = np.exp(stack - np.logaddexp.reduce(stack, axis=0))  # outcomes x judgments
+    k = p.shape[0]
+    # local parameters per judgment: theta_a, theta_b, log nu, h; rows: the scores' derivatives
+    g = np.zeros((k, 4))
+    g[0, 0] = g[1, 1] = 1.0
+    g[0, 3] = 1.0
+    if has_ties:
+        g[2] = [0.5, 0.5, 1.0, 0.5]
+    # G' n (diag p - p p') G per judgment = n (sum_k p_k g_k g_k' - q q'), q = G' p: two small products
+    gg = np.einsum("ki,kj->kij", g, g).reshape(k, 16)
+    q = p.T @ g
+    local = total[:, None] * (p.T @ gg - (q[:, :, None] * q[:, None, :]).reshape(-1, 16))
+    n_free = len(free)
+    pos = np.full(m, -1)
+    pos[free] = np.arange(n_free)
+    n_par = n_free + int(has_ties) + int(position)
+    idx = np.stack([pos[a], pos[b], np.full(a.size, n_free if has_ties else -1),
+                    np.full(a.size, n_par - 1 if position else -1)], axis=1)  # judgments x 4
+    # scatter the 4 x 4 blocks into the parameters' matrix with one bincount
+    ii = np.repeat(idx, 4, axis=1)  # judgments x 16: (i, j) pairs row-major
+    jj = np.tile(idx, (1, 4))
+    ok = (ii >= 0) & (jj >= 0)
+    flat = ii[ok] * n_par + jj[ok]
+    info = np.bincount(flat, weights=local[ok], minlength=n_par * n_par).reshape(n_par, n_par)
+    info[np.arange(n_free), np.arange(n_free)] += ridge
+    return info
 
 
 def _hessian(f, x, h=1e-4):
@@ -230,6 +302,43 @@ def _hessian(f, x, h=1e-4):
             v = (f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)) / (4 * h * h)
             out[i, j] = out[j, i] = v
     return out
+
+
+ARENA_ANCHOR = ("mixtral-8x7b-instruct-v0.1", 1114.0)
+
+
+def arena_elo(battles: Battles, weights: np.ndarray | None = None) -> np.ndarray:
+    """Ratings on Chatbot Arena's scale: ties as half wins, no position term, 1000 + 400 log10-odds around
+    the mean (the maximum-likelihood fit Chatbot Arena's ``compute_mle_elo`` computes by logistic
+    regression), shifted so that mixtral-8x7b-instruct-v0.1 is at 1114 when it is present, as Arena does.
+
+    The model's own Elo (``BTFit.elo``) keeps Davidson's ties and the first-slot term, so with ties the
+    two scales differ (about x1.33 at 20% ties): this one is for comparing with published Arena ratings.
+    """
+    fit = fit_bt(battles, ties=False, position=False, weights=weights, se=False)
+    elo = 1000.0 + ELO_SCALE * (fit.theta - fit.theta.mean())
+    name, value = ARENA_ANCHOR
+    if name in battles.systems:
+        elo += value - elo[battles.systems.index(name)]
+    return elo
+
+
+def aggregate(battles: Battles, weights: np.ndarray | None = None) -> tuple[Battles, np.ndarray]:
+    """Battles with the same slot-A system, slot-B system and outcome, as one row with a count.
+
+    Sufficient for the Bradley-Terry fit and the battle-resampling (naive) bootstrap: a million battles
+    among 100 models become at most 100 x 99 x 3 rows.
+    """
+    w = np.ones(battles.n) if weights is None else np.asarray(weights, float)
+    key = pd.DataFrame({"a": battles.a, "b": battles.b, "y": battles.outcome})
+    codes, uniq = pd.MultiIndex.from_frame(key).factorize()
+    counts = np.bincount(codes, weights=w)
+    a = np.array([u[0] for u in uniq], dtype=np.int64)
+    b = np.array([u[1] for u in uniq], dtype=np.int64)
+    y = np.array([u[2] for u in uniq], dtype=float)
+    frame = pd.DataFrame({"model_a": np.asarray(battles.systems)[a], "model_b": np.asarray(battles.systems)[b],
+                          "battle": np.arange(len(a))})
+    return Battles(battles.systems, a, b, y, frame), counts
 
 
 def comparison_groups(battles: Battles) -> list[list[str]]:
@@ -312,24 +421,37 @@ def bootstrap_bt(battles: Battles, fit: BTFit, *, method: str = "naive", n_boot:
     so the interval carries the pipeline's variance too.
     """
     rng = np.random.default_rng(seed)
+    ties = fit.log_nu is not None
+    if "battle" in battles.frame and battles.frame["battle"].nunique() == battles.n:
+        # every row its own battle (no item x judge cells within it: both bootstraps coincide), so
+        # resampling battles is a multinomial draw over the distinct (slot A, slot B, outcome) rows
+        agg, counts = aggregate(battles, base_weights)
+        draws = np.zeros((n_boot, len(battles.systems)))
+        for r in range(n_boot):
+            w = rng.multinomial(battles.n, counts / counts.sum()).astype(float)
+            draws[r] = fit_bt(agg, reference=fit.reference, ties=ties, position=position, weights=w, start=fit,
+                              se=False, ridge=ridge).theta
+        lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+        return BTBootstrap(method, n_boot, lo, hi, draws.std(axis=0, ddof=1), draws)
     battle = battles.frame["battle"].to_numpy()
     n_battles = int(battle.max()) + 1
-    members = pd.Series(np.arange(battles.n)).groupby(battle).apply(np.asarray).to_dict()
+    order = np.argsort(battle, kind="stable")
+    size = np.bincount(battle, minlength=n_battles)
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
     draws = np.zeros((n_boot, len(battles.systems)))
     for r in range(n_boot):
-        chosen = rng.integers(0, n_battles, n_battles)
-        weights = np.zeros(battles.n)
-        counts = np.bincount(chosen, minlength=n_battles)
-        for bt in np.flatnonzero(counts):
-            rows = members[bt]
-            if method == "tee" and rows.size > 1:
-                picks = rng.integers(0, rows.size, rows.size * counts[bt])
-                np.add.at(weights, rows[picks], 1.0)
-            else:
-                weights[rows] += counts[bt]
+        counts = np.bincount(rng.integers(0, n_battles, n_battles), minlength=n_battles)
+        if method == "tee":
+            # within each drawn battle, its judge x variant x order cells are resampled too (TEE R.1)
+            picks_per = counts * size
+            which = np.repeat(np.arange(n_battles), picks_per)
+            rows = order[start[which] + (rng.random(which.size) * size[which]).astype(np.int64)]
+            weights = np.bincount(rows, minlength=battles.n).astype(float)
+        else:
+            weights = counts[battle].astype(float)
         if base_weights is not None:  # e.g. arena-hard's 3 battles for a >> verdict
             weights = weights * base_weights
-        draws[r] = fit_bt(battles, reference=fit.reference, ties=fit.log_nu is not None, position=position,
+        draws[r] = fit_bt(battles, reference=fit.reference, ties=ties, position=position,
                           weights=weights, start=fit, se=False, ridge=ridge).theta
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
     return BTBootstrap(method, n_boot, lo, hi, draws.std(axis=0, ddof=1), draws)
