@@ -52,34 +52,38 @@ def read_battles(data, *, winner: str = "winner") -> Battles:
     judgments = read_judgments(data)
     require_columns(judgments, ["model_a", "model_b", winner])
     frame = judgments.frame.copy()
+    # code each column once: the checks run on the distinct values (a few hundred), not on every row
+    coded = {}
     for col in ("model_a", "model_b", winner):
-        empty = np.flatnonzero(frame[col].isna().to_numpy() | (frame[col].astype(str).str.strip() == "").to_numpy())
+        codes, uniq = pd.factorize(frame[col], use_na_sentinel=True)
+        labels = np.array([str(u).strip() for u in uniq], dtype=object)
+        empty = np.flatnonzero((codes < 0) | np.isin(codes, np.flatnonzero(labels == "")))
         if empty.size:
             raise DataError(f"{judgments.source}: column '{col}' is empty on {empty.size} row(s): "
                             f"{format_rows(empty)}. Every battle needs both systems and a verdict; fill these in "
                             "or remove the rows.")
-    w = frame[winner].astype(str).str.strip()
-    outcome = np.full(len(frame), np.nan)
-    outcome[w.isin(WINNER_A).to_numpy()] = 1.0
-    outcome[w.isin(WINNER_B).to_numpy()] = 0.0
-    outcome[w.str.lower().isin([t.lower() for t in TIES]).to_numpy()] = 0.5
-    # a winner may also be given as the system's name
-    by_name_a = (w == frame["model_a"].astype(str)).to_numpy()
-    by_name_b = (w == frame["model_b"].astype(str)).to_numpy()
-    outcome[by_name_a] = 1.0
-    outcome[by_name_b] = 0.0
+        coded[col] = (codes, labels)
+    systems = tuple(sorted(set(coded["model_a"][1]) | set(coded["model_b"][1])))
+    index = {s: k for k, s in enumerate(systems)}
+    a = np.array([index[v] for v in coded["model_a"][1]], dtype=np.int64)[coded["model_a"][0]]
+    b = np.array([index[v] for v in coded["model_b"][1]], dtype=np.int64)[coded["model_b"][0]]
+    w_codes, w_labels = coded[winner]
+    ties = {t.lower() for t in TIES}
+    value = np.array([1.0 if v in WINNER_A else 0.0 if v in WINNER_B else 0.5 if v.lower() in ties else np.nan
+                      for v in w_labels])
+    named = np.array([index.get(v, -1) for v in w_labels], dtype=np.int64)  # a winner given as a system's name
+    outcome = value[w_codes]
+    win_sys = named[w_codes]
+    outcome[(win_sys >= 0) & (win_sys == a)] = 1.0
+    outcome[(win_sys >= 0) & (win_sys == b)] = 0.0
     bad = np.flatnonzero(np.isnan(outcome))
     if bad.size:
         raise DataError(f"{judgments.source}: column '{winner}' must be model_a, model_b or tie (or a system's "
-                        f"name); row {bad[0] + 1} has {w.iloc[bad[0]]!r} ({bad.size} such rows).")
-    same = np.flatnonzero((frame["model_a"].astype(str) == frame["model_b"].astype(str)).to_numpy())
+                        f"name); row {bad[0] + 1} has {w_labels[w_codes[bad[0]]]!r} ({bad.size} such rows).")
+    same = np.flatnonzero(a == b)
     if same.size:
-        raise DataError(f"{judgments.source}: row {same[0] + 1} compares {frame['model_a'].iloc[same[0]]!r} with "
+        raise DataError(f"{judgments.source}: row {same[0] + 1} compares {systems[a[same[0]]]!r} with "
                         "itself; remove self-comparisons.")
-    systems = tuple(sorted(set(frame["model_a"].astype(str)) | set(frame["model_b"].astype(str))))
-    index = {s: k for k, s in enumerate(systems)}
-    a = frame["model_a"].astype(str).map(index).to_numpy()
-    b = frame["model_b"].astype(str).map(index).to_numpy()
     pair = pd.DataFrame({"lo": np.minimum(a, b), "hi": np.maximum(a, b)})
     key_cols = [pair["lo"], pair["hi"]] + ([frame["item"].astype(str)] if "item" in frame else [])
     frame["battle"] = pd.MultiIndex.from_arrays(key_cols).factorize()[0] if "item" in frame else np.arange(len(frame))
@@ -330,12 +334,15 @@ def aggregate(battles: Battles, weights: np.ndarray | None = None) -> tuple[Batt
     among 100 models become at most 100 x 99 x 3 rows.
     """
     w = np.ones(battles.n) if weights is None else np.asarray(weights, float)
-    key = pd.DataFrame({"a": battles.a, "b": battles.b, "y": battles.outcome})
-    codes, uniq = pd.MultiIndex.from_frame(key).factorize()
-    counts = np.bincount(codes, weights=w)
-    a = np.array([u[0] for u in uniq], dtype=np.int64)
-    b = np.array([u[1] for u in uniq], dtype=np.int64)
-    y = np.array([u[2] for u in uniq], dtype=float)
+    m = len(battles.systems)
+    y_code = np.rint(battles.outcome * 2).astype(np.int64)  # 0 (B wins), 1 (tie), 2 (A wins)
+    key = (battles.a * m + battles.b) * 3 + y_code
+    counts = np.bincount(key, weights=w, minlength=m * m * 3)
+    present = np.flatnonzero(np.bincount(key, minlength=m * m * 3))
+    counts = counts[present]
+    a, rest = np.divmod(present, m * 3)
+    b, y_code = np.divmod(rest, 3)
+    y = y_code / 2.0
     frame = pd.DataFrame({"model_a": np.asarray(battles.systems)[a], "model_b": np.asarray(battles.systems)[b],
                           "battle": np.arange(len(a))})
     return Battles(battles.systems, a, b, y, frame), counts
