@@ -104,7 +104,11 @@ def test_real_llm_judges_on_triviaqa():
     assert vc.method == "reml" and vc.n_obs == len(frame) - 175  # 135 + 8 x 5 blank judgments (data README)
     scores = result.object_scores.set_index("system")
     observed = frame.dropna().groupby("system")["score"].agg(["mean", "count"])
-    assert np.allclose(scores["mean"], observed.loc[scores.index, "mean"])
+    # 175 of 32,400 judgments are missing, so the design is incomplete: each system's estimate is the GLS one
+    # adjusted for who scored it; the raw mean stays beside it and differs by little here
+    raw = result.comparison.systems.set_index("object")["raw_mean"]
+    assert np.allclose(raw, observed.loc[raw.index, "mean"])
+    assert np.allclose(scores["mean"], observed.loc[scores.index, "mean"], atol=0.005)
     assert (scores["n"] == observed.loc[scores.index, "count"]).all()
     # the judge terms are real here, so the honest interval must be the wider one, by the judge terms exactly
     oi = result.object_interval
