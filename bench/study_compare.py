@@ -2,7 +2,8 @@
 
 Own generator: y = mu + s + i + j + si + sj + ij + e on systems x items x judges x replicates, system
 effects fixed across replications (so the true differences and ranks are fixed), everything else drawn
-afresh. Per scenario and replication: fit (ANOVA when balanced, REML with 20% of rows missing), compare,
+afresh. Per scenario and replication: fit (ANOVA when balanced, REML with 20% of rows missing), compare
+(with 20% missing the systems' estimates are the GLS ones, as `compare` reports them),
 and record
   * familywise coverage of the simultaneous difference intervals (all pairs covered at once),
   * the mean marginal coverage of the pair intervals,
@@ -64,7 +65,7 @@ def run(name: str, cfg: dict, reps: int, seed: int, n_boot: int) -> dict:
         if design.replicate is None:
             frame = frame.drop(columns=["replicate"])
         vc = estimate_components(frame, design)
-        res = compare(frame, vc, n_boot=n_boot, seed=rep, pair_gstudies="none")
+        res = compare(frame, vc, n_boot=n_boot, seed=rep, pair_gstudies="none", design=design)
         pairs = res.pairs
         truth = np.array([s_eff[int(a[1:])] - s_eff[int(b[1:])] for a, b in zip(pairs["a"], pairs["b"],
                                                                                  strict=True)])
