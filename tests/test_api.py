@@ -1,0 +1,75 @@
+"""The fitted-object Python API, and the edge: every command reads its input once."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import evalgauge as eg
+from evalgauge import dstudy
+from evalgauge.cli import main
+from evalgauge.simulate import simulate, sizing_preset
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return simulate(sizing_preset(systems=5, items=24, judges=3, replicates=2), seed=9)
+
+
+def test_fit_verbs_agree_with_the_functions_they_wrap(frame, tmp_path):
+    fit = eg.fit(frame, object="system")
+    direct = eg.estimate_components(frame, eg.infer_design(frame))
+    assert np.allclose(fit.components.values, direct.values)
+    assert fit.plan(item=500, judge=2).mdd95 == pytest.approx(dstudy.project(direct, {"item": 500, "judge": 2}).mdd95)
+    assert fit.ceiling("judge").erho2 == pytest.approx(dstudy.ceiling(direct, "judge", 1).erho2)
+    comparison = fit.compare(n_boot=300)
+    assert list(comparison.systems.columns[:3]) == ["object", "mean", "raw_mean"] and len(comparison.pairs) == 10
+    assert fit.interval().se > fit.interval().naive_se
+    out = fit.report(tmp_path / "r.html")
+    assert out.exists() and "Which system is better" in out.read_text()
+    assert fit.to_frame().shape[0] == len(fit.components.components)
+    with pytest.raises(eg.DesignError, match="unknown facet"):
+        fit.plan(items=500)
+
+
+def test_read_maps_columns(frame, tmp_path):
+    path = tmp_path / "j.csv"
+    frame.rename(columns={"system": "exam_model"}).to_csv(path, index=False)
+    judgments = eg.read(path, columns={"system": "exam_model"})
+    assert "system" in judgments.frame and judgments.n_rows == len(frame)
+
+
+@pytest.mark.parametrize("args", [["components"], ["analyze"], ["balance"], ["compare", "--bootstrap", "200"],
+                                  ["screen"]])
+def test_every_command_reads_its_input_once(frame, tmp_path, monkeypatch, args):
+    import evalgauge.data as data
+
+    path = tmp_path / "j.csv"
+    frame.to_csv(path, index=False)
+    calls = []
+    original = data._read_file
+
+    def counting(*a, **k):
+        calls.append(a[0])
+        return original(*a, **k)
+
+    monkeypatch.setattr(data, "_read_file", counting)
+    out = CliRunner().invoke(main, [args[0], str(path), *args[1:]])
+    assert out.exit_code in (0, 3), out.output
+    assert len(calls) == 1, calls
+
+
+def test_pairwise_reads_once(tmp_path, monkeypatch):
+    import evalgauge.data as data
+
+    rng = np.random.default_rng(0)
+    rows = [{"model_a": a, "model_b": b, "winner": rng.choice(["model_a", "model_b", "tie"]), "item": f"q{k}"}
+            for k in range(30) for a, b in (("x", "y"), ("y", "z"), ("z", "x"))]
+    path = tmp_path / "b.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    calls = []
+    original = data._read_file
+    monkeypatch.setattr(data, "_read_file", lambda *a, **k: calls.append(a[0]) or original(*a, **k))
+    out = CliRunner().invoke(main, ["pairwise", str(path), "--bootstrap", "0"])
+    assert out.exit_code == 0, out.output
+    assert len(calls) == 1
