@@ -73,3 +73,27 @@ def test_pairwise_reads_once(tmp_path, monkeypatch):
     out = CliRunner().invoke(main, ["pairwise", str(path), "--bootstrap", "0"])
     assert out.exit_code == 0, out.output
     assert len(calls) == 1
+
+
+def test_public_names_load_lazily_and_all_is_complete():
+    import evalgauge
+
+    assert sorted(evalgauge.__all__) == sorted([*evalgauge._PUBLIC, "__version__"])
+    for name in evalgauge.__all__:
+        assert getattr(evalgauge, name) is not None
+    from evalgauge import vocabulary
+    from evalgauge.estimate import METHODS
+    from evalgauge.simulate import PRESETS
+
+    assert tuple(sorted(PRESETS)) == vocabulary.PRESET_NAMES and METHODS == vocabulary.METHODS
+
+
+def test_version_and_help_start_without_the_numeric_stack():
+    import subprocess
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from evalgauge.cli import main; "
+            "CliRunner().invoke(main, ['--help']); "
+            "print(','.join(m for m in ('numpy', 'pandas', 'scipy', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "", out.stdout + out.stderr

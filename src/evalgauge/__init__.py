@@ -1,16 +1,50 @@
-"""evalgauge: measure, then shrink, the hidden measurement error in LLM evaluation pipelines."""
+"""evalgauge: measure, then shrink, the hidden measurement error in LLM evaluation pipelines.
 
-from .api import Fit, fit, read
-from .components import Component, VarianceComponents
-from .data import Judgments, read_judgments
-from .design import BalanceReport, Design, Facet, code_data, infer_design
-from .errors import DataError, DesignError, EvalGaugeError
-from .estimate import estimate_anova, estimate_components
+The names below load on first use, so `evalgauge --version` and `--help` start without numpy, pandas
+or scipy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
+#: public name -> the module that defines it
+_PUBLIC = {
+    "read": "api", "fit": "api", "Fit": "api",
+    "Component": "components", "VarianceComponents": "components",
+    "Judgments": "data", "read_judgments": "data",
+    "BalanceReport": "design", "Design": "design", "Facet": "design", "code_data": "design",
+    "infer_design": "design",
+    "DataError": "errors", "DesignError": "errors", "EvalGaugeError": "errors",
+    "estimate_anova": "estimate", "estimate_components": "estimate",
+}
+
+__all__ = [  # the public API (kept equal to _PUBLIC by a test)
     "BalanceReport", "Component", "DataError", "Design", "DesignError", "EvalGaugeError", "Facet", "Fit",
     "Judgments", "VarianceComponents", "__version__", "code_data", "estimate_anova", "estimate_components",
     "fit", "infer_design", "read", "read_judgments",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'evalgauge' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs
+    from .api import Fit, fit, read
+    from .components import Component, VarianceComponents
+    from .data import Judgments, read_judgments
+    from .design import BalanceReport, Design, Facet, code_data, infer_design
+    from .errors import DataError, DesignError, EvalGaugeError
+    from .estimate import estimate_anova, estimate_components

@@ -6,30 +6,64 @@ what and what to do), 1 a bug in evalgauge (with a traceback to report).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from . import __version__, vocabulary
-from .components import VarianceComponents
-from .data import Judgments, keep_levels, read_judgments
-from .design import code_data, infer_design
 from .errors import EvalGaugeError
-from .estimate import METHODS, estimate_components
-from .estimate.glmm import glmm_check
-from .estimate.strata import estimate_by_stratum
 from .outputs import atomic_write_text, atomic_write_with, check_outputs, dumps
-from .simulate import PRESETS, simulate
+from .vocabulary import METHODS
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from .components import VarianceComponents
+
+
+class _LazyModule:
+    """A module imported on first attribute access: `--help` and `--version` never load the numeric stack."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+def _lazy(module: str, name: str) -> Callable:
+    """A function or class of an evalgauge module, imported when first called."""
+
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module, __package__), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+if not TYPE_CHECKING:
+    np = _LazyModule("numpy")
+    pd = _LazyModule("pandas")
+Judgments = _lazy(".data", "Judgments")
+keep_levels = _lazy(".data", "keep_levels")
+read_judgments = _lazy(".data", "read_judgments")
+code_data = _lazy(".design", "code_data")
+infer_design = _lazy(".design", "infer_design")
+estimate_components = _lazy(".estimate", "estimate_components")
+glmm_check = _lazy(".estimate.glmm", "glmm_check")
+estimate_by_stratum = _lazy(".estimate.strata", "estimate_by_stratum")
+simulate = _lazy(".simulate", "simulate")
 
 
 def _console(stderr: bool = False) -> Console:
@@ -286,6 +320,8 @@ def _preset_command(name: str):
                 raise click.BadParameter(f"'{s}' should read NAME=COUNT", param_hint="--set")
             kwargs[key.strip()] = int(value)
         try:
+            from .simulate import PRESETS
+
             spec = PRESETS[name](**kwargs)
         except TypeError:
             import inspect
@@ -300,7 +336,7 @@ def _preset_command(name: str):
     return command
 
 
-for _name in sorted(PRESETS):
+for _name in vocabulary.PRESET_NAMES:
     _preset_command(_name)
 
 

@@ -16,8 +16,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .errors import EvalGaugeError
 
 
@@ -95,6 +93,8 @@ def json_safe(value: Any) -> Any:
 
     Every JSON evalgauge writes goes through here, so no output is invalid JSON (``NaN`` is not JSON).
     """
+    import numpy as np
+
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

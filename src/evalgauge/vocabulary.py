@@ -30,3 +30,8 @@ FACET_NAMES = (*OBJECT_NAMES, "category", "task", *ITEM_NAMES, *VARIANT_NAMES, "
                "position", "order", "aspect")
 #: Items nest in these when both are facets.
 DEFAULT_NESTS = (("category", "item"), ("task", "item"))
+
+#: Estimation methods (`--method`).
+METHODS = ("auto", "anova", "reml")
+#: The simulation presets (`evalgauge simulate NAME`): TEE's Table 8 and the sizing paper's design.
+PRESET_NAMES = ("sizing", "tee")

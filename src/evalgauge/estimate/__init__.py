@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import vocabulary
 from ..components import VarianceComponents
 from ..data import Judgments, format_rows, read_judgments
 from ..design import Design, code_data, infer_design
@@ -17,7 +18,7 @@ from .anova import anova_bootstrap, anova_from_coded, estimate_anova
 from .model import MixedModel, model_from_design, parse_formula
 from .reml import fit_reml
 
-METHODS = ("auto", "anova", "reml")
+METHODS = vocabulary.METHODS
 
 __all__ = ["METHODS", "MixedModel", "estimate_anova", "estimate_components", "fit_reml", "parse_formula"]
 
