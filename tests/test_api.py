@@ -97,3 +97,12 @@ def test_version_and_help_start_without_the_numeric_stack():
             "print(','.join(m for m in ('numpy', 'pandas', 'scipy', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "", out.stdout + out.stderr
+
+
+def test_the_collector_without_its_extra_says_how_to_install_it(monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openai" else real(name, *a))
+    out = CliRunner().invoke(main, ["run", str(tmp_path / "x.toml")])
+    assert out.exit_code == 2 and "pip install 'evalgauge[collect]'" in out.output

@@ -7,6 +7,7 @@ what and what to do), 1 a bug in evalgauge (with a traceback to report).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -92,6 +93,14 @@ def user_errors(func: Callable) -> Callable:
             sys.exit(2)
 
     return wrapper
+
+
+def _need_collector() -> None:
+    """The collector's dependencies are an extra: say how to get them instead of an ImportError."""
+    missing = [m for m in ("pydantic", "openai", "anthropic", "aiohttp") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise EvalGaugeError(f"the collector needs {', '.join(missing)}: install it with "
+                             "pip install 'evalgauge[collect]' (analysis alone does not).")
 
 
 def writes(inputs: tuple[str, ...] = (), **outputs: str) -> Callable:
@@ -1233,6 +1242,7 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run) -> N
     Example:
       evalgauge run examples/sim/run.toml --base-url http://127.0.0.1:8765/v1 --dry-run
     """
+    _need_collector()
     from .collect.config import load_config
     from .collect.diagnostics import diagnose
     from .collect.runner import run
@@ -1370,6 +1380,7 @@ def serve_sim_cmd(config, components_path, mu, seed, host, port, faults, require
       evalgauge serve-sim examples/sim/run.toml --port 8765 --fault rate_limit=0.05 &
       evalgauge run examples/sim/run.toml --base-url http://127.0.0.1:8765/v1
     """
+    _need_collector()
     from .collect.config import load_config
     from .collect.simserver import FAULTS, SimPanel, serve
 
