@@ -204,3 +204,14 @@ def test_incomplete_designs_adjust_for_who_scored():
                         | ((result.pairs["a"] == "s2") & (result.pairs["b"] == "s1"))].iloc[0]
     assert pair["low"] < 0 < pair["high"]
     assert "GLS" in result.method and any("adjusted for who scored" in n for n in result.notes)
+
+
+def test_the_report_says_first_what_one_judge_cannot_measure(tmp_path):
+    from evalgauge.report import analyze
+    from evalgauge.report.html import render
+
+    frame = simulate(PRESETS["sizing"](systems=4, items=20, judges=1, replicates=2), seed=6)
+    html = render(analyze(frame))
+    which = html.index("Which system is better")
+    assert "Not measured:</b> one judge only" in html and html.index("Not measured") > which
+    assert html.index("Not measured") < html.index("Variance components")

@@ -775,8 +775,6 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
 
     def show(c):
         if result.comparison is not None:  # the question systems are compared for comes first
-            for text in _unmeasured(result.components, read_judgments(data)):
-                c.print(Text("note: ", style="bold yellow") + Text(text))
             print_comparison(result.comparison, c)
         print_components(result.components, c)
         if result.ceiling:
@@ -851,7 +849,6 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         raise EvalGaugeError(f"{data}: no object of measurement to compare; name it with --object (e.g. system).")
     vc = estimate_components(judgments, design, method=method, drop_missing=drop_missing)
     _refuse_unusable(vc)
-    unmeasured = _unmeasured(vc, judgments)
     if assumed:
         values = {}
         for item in assumed:
@@ -864,11 +861,8 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     result = run_compare(judgments.frame, vc, score=design.score, level=level, n_boot=n_boot, seed=seed,
                          pair_gstudies=pair_gstudies, facets=list(design.names), design=design)
     payload = result.to_dict()
-    payload["unmeasured"] = unmeasured
 
     def show(c):
-        for text in unmeasured:
-            c.print(Text("note: ", style="bold yellow") + Text(text))
         print_comparison(result, c)
 
     _emit(payload, json_out, show)
@@ -882,24 +876,11 @@ def _refuse_unusable(vc) -> None:
                              "the model (--max-order 2, or --terms), or check the scores.")
 
 
-def _unmeasured(vc, judgments) -> list[str]:
-    """What the intervals leave out because the data cannot measure it (one judge, one variant, one run)."""
-    out = []
-    frame = judgments.frame
-    for names, what in ((vocabulary.JUDGE_NAMES, "judge"), (vocabulary.VARIANT_NAMES, "prompt variant")):
-        col = next((c for c in frame.columns if c in names), None)
-        present = col is not None and col in vc.levels
-        if not present:
-            term_name = f"{vc.object}:{col or names[0]}"
-            out.append(f"one {what} only{f' ({col})' if col else ''}: its variance ({term_name}) cannot be "
-                       f"measured, and these intervals leave it out. Measure it with a second {what} on a pilot "
-                       f"(evalgauge run), or state a value with --assume {term_name}=VALUE.")
-    return out
-
-
 def print_comparison(result, console: Console, limit: int = 40) -> None:
     """The leaderboard with rank sets, the pair table, and one sentence per adjacent pair."""
     obj, pct = result.object, f"{100 * result.level:g}%"
+    for text in result.extra.get("unmeasured", []):  # first: what the intervals leave out
+        console.print(Text("note: ", style="bold yellow") + Text(text))
     t = Table(title=f"{obj} leaderboard ({pct}; rank sets: marginal, simultaneous; groups share a letter when "
                     "the design cannot tell them apart)")
     for col in ("rank", obj, "mean", "SE", "interval", "naive", "rank set", "simultaneous", "group"):

@@ -480,11 +480,29 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     if se.size and np.ptp(se) > 1e-6 * max(float(se.max()), 1e-300):
         notes.append("pairs differ in their standard errors (systems scored on different items, judges or "
                      "numbers of runs): each pair's interval counts its own cells.")
-    return Comparison(obj, level, sys_frame, pair_frame, crit, n_boot, method, tuple(notes), tuple(sentences))
+    return Comparison(obj, level, sys_frame, pair_frame, crit, n_boot, method, tuple(notes), tuple(sentences),
+                      {"unmeasured": unmeasured(vc, list(frame.columns))})
 
 
 #: the share of a system's cells that may be missing before its estimate is adjusted (GLS refit)
 ADJUST_ABOVE = 0.01
+
+
+def unmeasured(vc: VarianceComponents, columns) -> list[str]:
+    """What the intervals leave out because the data cannot measure it: with one judge (or one prompt
+    variant) its interaction with the systems is part of every system's score and invisible."""
+    out = []
+    for names, what in ((vocabulary.JUDGE_NAMES, "judge"), (vocabulary.VARIANT_NAMES, "prompt variant")):
+        col = next((c for c in columns if c in names), None)
+        if col is not None and col in vc.levels:
+            continue
+        term = f"{vc.object}:{col or names[0]}"
+        if term in vc.names:  # a value was assumed for it
+            continue
+        out.append(f"one {what} only{f' ({col})' if col else ''}: its variance ({term}) cannot be measured, "
+                   f"and these intervals leave it out. Measure it with a second {what} on a pilot (evalgauge "
+                   f"run), or state a value with --assume {term}=VALUE.")
+    return out
 
 
 def _same_cells(frame: pd.DataFrame, obj: str, facets: list[str]) -> bool:

@@ -66,7 +66,9 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
               f"[{_num(r['low_simultaneous'], '.3g')}, {_num(r['high_simultaneous'], '.3g')}]",
               _num(r["p_holm"], ".3g"), f"[{_num(r['naive_low'], '.3g')}, {_num(r['naive_high'], '.3g')}]",
               "yes" if r["separable"] else "no"] for r in c.pairs.head(200).to_dict(orient="records")]
-    return (f"<h2>Which {obj} is better</h2><p>Each {obj}'s mean with its own {pct} interval (its own cells), "
+    warn = "".join(f"<div class='box'><b>Not measured:</b> {escape(t)}</div>"
+                   for t in c.extra.get("unmeasured", []))
+    return (f"<h2>Which {obj} is better</h2>{warn}<p>Each {obj}'s mean with its own {pct} interval (its own cells), "
             "the naive one that resamples items only, and its rank confidence sets (marginal and simultaneous). "
             f"{obj.capitalize()}s sharing a letter cannot be told apart at this design.</p>"
             + _table(["rank", c.object, "mean", "n", f"{pct} CI", "naive CI", "rank set", "simultaneous", "group"],
