@@ -128,10 +128,14 @@ def test_no_completed_call_exits_non_zero(tmp_path):
     config.write_text(config.read_text().replace("max_retries = 8", "max_retries = 1"))
     server = Server(config, port, "server_error=1")
     try:
+        limited = cli_run(config, "--limit", "2")
         out = cli_run(config)
     finally:
         server.stop()
-    assert out.returncode == 2 and "no call completed" in out.stderr
+    assert limited.returncode == 2 and "no call completed" in limited.stderr
+    # a judge whose calls keep failing after every retry is stopped after 3 in a row, not hammered
+    assert out.returncode == 2 and "3 calls in a row failed" in out.stderr
+    assert len(failures(tmp_path / "t.sqlite")) == 2 + 3
 
 
 # -- 2. the budget -------------------------------------------------------------------------------------------

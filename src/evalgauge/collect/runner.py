@@ -115,10 +115,28 @@ class JudgeGate:
     endpoint costs one call (and its retries), not ``in_flight`` of them; an error no retry can fix
     stops the judge (``dead`` holds the reason)."""
 
+    #: calls in a row that failed after every retry before the judge is stopped: before its first answer,
+    #: and once it has answered (an endpoint gone down mid-run; resume later)
+    LIMIT_BEFORE_ANSWER = 3
+    LIMIT_AFTER_ANSWER = 10
+
     def __init__(self) -> None:
         self.ok = False
         self.dead: str | None = None
         self.lock = asyncio.Lock()
+        self.failures_in_a_row = 0
+
+    def settle(self, error: str | None, fatal: bool) -> None:
+        if fatal:
+            self.dead = self.dead or error
+        elif error is None:
+            self.ok, self.failures_in_a_row = True, 0
+        else:
+            self.failures_in_a_row += 1
+            limit = self.LIMIT_AFTER_ANSWER if self.ok else self.LIMIT_BEFORE_ANSWER
+            if self.failures_in_a_row >= limit and not self.dead:
+                self.dead = (f"{self.failures_in_a_row} calls in a row failed after every retry (last: {error}); "
+                             "stopped so as not to hammer a failing endpoint. Run again later to resume.")
 
 
 async def _gated(gate: JudgeGate, call):
@@ -133,10 +151,7 @@ async def _gated(gate: JudgeGate, call):
                 return None
             result = await call()
     _, error, _, fatal = result
-    if fatal:
-        gate.dead = gate.dead or error
-    elif error is None:
-        gate.ok = True
+    gate.settle(error, fatal)
     return result
 
 
@@ -252,8 +267,8 @@ async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secre
                     store.release(reservation)
                 store.record_failure(task.key, attempts, error)
                 summary.failed += 1
-                if fatal:
-                    summary.fatal.setdefault(task.judge, error)
+                if fatal or gates[task.judge].dead:
+                    summary.fatal.setdefault(task.judge, gates[task.judge].dead or error)
             if progress is not None:
                 progress(summary)
 
@@ -390,8 +405,8 @@ async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secret
             summary.retries += attempts - 1
             store.record_failure(f"generate|{key}", attempts, error)
             summary.failed += 1
-            if fatal:
-                summary.fatal.setdefault(gen.name, error)
+            if fatal or gates[gen.name].dead:
+                summary.fatal.setdefault(gen.name, gates[gen.name].dead or error)
             return True
         (completion, started, latency, _), _, attempts, _ = result
         summary.retries += attempts - 1
