@@ -270,3 +270,16 @@ def test_sparse_path_for_scalar_blocks_equals_the_dense_one():
     assert np.allclose(sparse.gradient, dense.gradient, atol=1e-8)
     assert np.allclose(sparse.extra["hessian"], dense.extra["hessian"], rtol=1e-8, atol=1e-8)
     assert np.allclose(sparse.extra["information"], dense.extra["information"], rtol=1e-8, equal_nan=True)
+
+
+def test_reml_bootstrap_in_processes_equals_the_serial_run(monkeypatch):
+    from evalgauge.simulate import simulate, sizing_preset
+
+    frame = simulate(sizing_preset(systems=6, items=10, judges=3, replicates=2), seed=4)
+    frame = frame.sample(frac=0.9, random_state=1)  # unbalanced: REML
+    runs = {}
+    for workers in ("1", "2"):
+        monkeypatch.setenv("EVALGAUGE_WORKERS", workers)
+        runs[workers] = eg.estimate_components(frame, eg.infer_design(frame), n_boot=40, seed=5)
+    assert runs["2"].intervals["workers"] == 2 and runs["1"].method == "reml"
+    np.testing.assert_array_equal(runs["1"].draws, runs["2"].draws)  # the same draws, refitted in parallel

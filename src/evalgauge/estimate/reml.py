@@ -832,6 +832,36 @@ def _covariance(problem: RemlProblem, fit: RemlFit) -> np.ndarray:
     return out
 
 
+#: the REML problem and the start of the refits, per bootstrap worker process
+_REFIT: dict = {}
+
+
+def bootstrap_workers(n_boot: int) -> int:
+    """Processes for a REML bootstrap: one per core (EVALGAUGE_WORKERS overrides), one for short runs."""
+    import os
+
+    env = os.environ.get("EVALGAUGE_WORKERS")
+    if env and env.isdigit():
+        return max(1, int(env))
+    return min(os.cpu_count() or 1, 8) if n_boot >= 40 else 1
+
+
+def _init_refits(problem: RemlProblem, start: np.ndarray) -> None:
+    _REFIT["problem"], _REFIT["start"] = problem, start
+
+
+def _refit_one(data: tuple[np.ndarray, float]) -> tuple[np.ndarray, float] | None:
+    """Refit one resample, warm-started at the estimates: (theta, sigma2), or None if the fit failed."""
+    mean, ss_w = data
+    boot = _REFIT["problem"].with_data(mean, ss_w)
+    try:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            refit = optimise(boot, _REFIT["start"])
+    except (DesignError, np.linalg.LinAlgError, ValueError):
+        return None
+    return refit.theta, float(refit.sigma2)
+
+
 def _reml_bootstrap(result, problem: RemlProblem, fit: RemlFit, x: np.ndarray, n_boot: int, level: float,
                     seed: int | None):
     """Parametric bootstrap: simulate cell statistics from the fit and refit, n_boot times.
@@ -849,27 +879,40 @@ def _reml_bootstrap(result, problem: RemlProblem, fit: RemlFit, x: np.ndarray, n
     eta = x @ fit.beta
     m = problem.m
     random_names = [c.name for c in result.components if c.kind == "random"]
-    draws = np.full((n_boot, len(result.components)), math.nan)
-    failed = 0
-    for b in range(n_boot):
+    # every resample's data drawn here, in order: the draws are the same whatever the number of workers
+    datasets = []
+    for _ in range(n_boot):
         mean = eta.copy()
         for k in range(problem.n_terms):
             if var[k] > 0:
                 mean += rng.normal(0.0, math.sqrt(var[k]), problem.sizes[k])[problem.levels[k]]
         mean += rng.normal(0.0, 1.0, m) * np.sqrt(sigma2 / problem.count)
         ss_w = sigma2 * rng.chisquare(problem.n_obs - m) if problem.n_obs > m else 0.0
-        boot = problem.with_data(mean, ss_w)
-        try:
-            refit = optimise(boot, np.maximum(fit.theta, 1e-3))
-        except DesignError:
+        datasets.append((mean, ss_w))
+    start = np.maximum(fit.theta, 1e-3)
+    workers = bootstrap_workers(n_boot)
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_refits, initargs=(problem, start)) as ex:
+            refits = list(ex.map(_refit_one, datasets, chunksize=max(1, n_boot // (8 * workers))))
+    else:
+        _init_refits(problem, start)
+        refits = [_refit_one(d) for d in datasets]
+    draws = np.full((n_boot, len(result.components)), math.nan)
+    failed = 0
+    for b, refit in enumerate(refits):
+        if refit is None:
             failed += 1
             continue
-        values = list(refit.theta**2 * refit.sigma2)
-        row = dict(zip(random_names, values, strict=True))
-        row["residual"] = refit.sigma2
+        theta_b, sigma2_b = refit
+        row = dict(zip(random_names, list(theta_b**2 * sigma2_b), strict=True))
+        row["residual"] = sigma2_b
         draws[b] = [row.get(c.name, math.nan) for c in result.components]
     info = {"method": "parametric bootstrap (simulate cell statistics from the REML fit, refit)",
-            "level": level, "resamples": n_boot, "seed": seed, "failed": failed,
+            "level": level, "resamples": n_boot, "seed": seed, "failed": failed, "workers": workers,
             "note": "fixed-effect sensitivity indices are not resampled"}
     return _with_percentiles(result, draws, level, info)
 
