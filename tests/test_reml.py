@@ -283,3 +283,26 @@ def test_reml_bootstrap_in_processes_equals_the_serial_run(monkeypatch):
         runs[workers] = eg.estimate_components(frame, eg.infer_design(frame), n_boot=40, seed=5)
     assert runs["2"].intervals["workers"] == 2 and runs["1"].method == "reml"
     np.testing.assert_array_equal(runs["1"].draws, runs["2"].draws)  # the same draws, refitted in parallel
+
+
+def test_reml_reports_its_size_and_progress():
+    frame = simulate(sizing_preset(systems=5, items=10, judges=3, replicates=2), seed=2).sample(frac=0.9,
+                                                                                                random_state=3)
+    seen = []
+    eg.estimate_components(frame, eg.infer_design(frame), progress=lambda size, n, sec: seen.append((size, n)))
+    assert seen and seen[0][0].startswith("REML: ") and "random term(s)" in seen[0][0]
+    assert [n for _, n in seen] == list(range(1, len(seen) + 1))
+
+
+def test_cli_progress_line_after_a_few_seconds(capsys):
+    from evalgauge.cli import _fit_progress
+
+    show = _fit_progress(after=2.0, every=10.0)
+    show("REML: 10 judgments", 1, 0.5)  # a quick fit says nothing
+    assert capsys.readouterr().err == ""
+    show("REML: 10 judgments", 5, 3.0)
+    show("REML: 10 judgments", 6, 4.0)  # throttled
+    show("REML: 10 judgments", 9, 14.0)
+    err = capsys.readouterr().err
+    assert err.count("REML: 10 judgments; fitting") == 1 and "5 evaluations" in err and "9 evaluations" in err
+    assert "6 evaluations" not in err

@@ -95,6 +95,23 @@ def user_errors(func: Callable) -> Callable:
     return wrapper
 
 
+def _fit_progress(after: float = 3.0, every: float = 10.0) -> Callable:
+    """A REML fit that takes more than a few seconds says how big the model is and that it is working."""
+    state = {"last": None}
+
+    def show(size: str, evaluations: int, seconds: float) -> None:
+        if seconds < after:
+            return
+        err = _console(stderr=True)
+        if state["last"] is None:
+            err.print(Text(f"{size}; fitting ...", style="dim"))
+        if state["last"] is None or seconds - state["last"] >= every:
+            err.print(Text(f"  {evaluations} evaluations of the REML criterion, {seconds:.0f} s", style="dim"))
+            state["last"] = seconds
+
+    return show
+
+
 def _need_collector() -> None:
     """The collector's dependencies are an extra: say how to get them instead of an ImportError."""
     missing = [m for m in ("pydantic", "openai", "anthropic", "aiohttp") if importlib.util.find_spec(m) is None]
@@ -236,10 +253,12 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
         _emit(strata.to_dict(), json_out, lambda c: print_strata(strata, c))
         return
     if formula:
-        result = estimate_components(data, method=method, formula=formula, drop_missing=drop_missing, **boot)
+        result = estimate_components(data, method=method, formula=formula, drop_missing=drop_missing,
+                                     progress=_fit_progress(), **boot)
     else:
         design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
-        result = estimate_components(data, design, method=method, drop_missing=drop_missing, **boot)
+        result = estimate_components(data, design, method=method, drop_missing=drop_missing,
+                                     progress=_fit_progress(), **boot)
     payload = components_payload(result)
     _emit(payload, json_out, lambda c: print_components(result, c))
 
@@ -761,7 +780,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     design = None if formula or pairwise_rows else _design(data, score, facets, nest, replicate, fixed, object_,
                                                            terms, max_order)
     result = run_analysis(data, design, method=method, formula=formula, drop_missing=drop_missing or None,
-                          target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed)
+                          target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed, progress=_fit_progress())
     payload = result.to_dict()
     extra = []
     if by and not pairwise_rows:
@@ -847,7 +866,7 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     design = _design(judgments, score, facets, nest, replicate, fixed, object_, terms, max_order)
     if not design.object:
         raise EvalGaugeError(f"{data}: no object of measurement to compare; name it with --object (e.g. system).")
-    vc = estimate_components(judgments, design, method=method, drop_missing=drop_missing)
+    vc = estimate_components(judgments, design, method=method, drop_missing=drop_missing, progress=_fit_progress())
     _refuse_unusable(vc)
     if assumed:
         values = {}

@@ -25,7 +25,7 @@ __all__ = ["METHODS", "MixedModel", "estimate_anova", "estimate_components", "fi
 
 def estimate_components(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
                         drop_missing: bool = False, n_boot: int = 0, level: float = 0.95, seed: int | None = None,
-                        **design_options) -> VarianceComponents:
+                        progress=None, **design_options) -> VarianceComponents:
     """Variance components of ``data`` by ANOVA, REML, or whichever fits the data (``auto``).
 
     The model comes from ``design`` (or one inferred from the columns and
@@ -39,7 +39,7 @@ def estimate_components(data, design: Design | None = None, *, method: str = "au
         raise DesignError(f"the interval level must lie between 0 and 1, not {level}.")
     if n_boot < 0:
         raise DesignError("the number of bootstrap resamples cannot be negative.")
-    boot = {"n_boot": n_boot, "level": level, "seed": seed}
+    boot = {"n_boot": n_boot, "level": level, "seed": seed, "progress": progress}
     if method not in METHODS:
         raise DesignError(f"method must be one of {', '.join(METHODS)}, not '{method}'.")
     judgments = read_judgments(data)
@@ -73,7 +73,7 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
                       "the exact REML optimum when every estimate is positive")
             result = _replace(result, method_reason=reason)
         if boot["n_boot"]:
-            result = anova_bootstrap(result, boot["n_boot"], boot["level"], boot["seed"])
+            result = anova_bootstrap(result, boot["n_boot"], boot["level"], boot["seed"])  # closed form: no REML
         return _with_note(result, dropped_note)
     if method == "auto":
         report = coded.balance()

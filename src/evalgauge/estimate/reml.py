@@ -547,7 +547,7 @@ class RemlFit:
     seconds: float
 
 
-def optimise(problem: RemlProblem, theta0: np.ndarray | None = None) -> RemlFit:
+def optimise(problem: RemlProblem, theta0: np.ndarray | None = None, progress=None) -> RemlFit:
     """Minimise the profiled REML deviance over theta >= 0.
 
     Newton steps with the average-information Hessian and the exact gradient do
@@ -562,14 +562,14 @@ def optimise(problem: RemlProblem, theta0: np.ndarray | None = None) -> RemlFit:
     # Small dense parts run faster on one BLAS thread: idle worker threads spinning
     # after each small GEMM slow the scatter-adds in between.
     with threadpool_limits(limits=1 if problem.g < SINGLE_THREAD_BELOW else None, user_api="blas"):
-        return _optimise(problem, theta0)
+        return _optimise(problem, theta0, progress)
 
 
 #: global dense size under which REML runs BLAS on one thread (measured on 2 cores)
 SINGLE_THREAD_BELOW = 700
 
 
-def _optimise(problem: RemlProblem, theta0: np.ndarray | None) -> RemlFit:
+def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None) -> RemlFit:
     start = time.perf_counter()
     k = problem.n_terms
     theta = np.ones(k) if theta0 is None else np.asarray(theta0, dtype=float).copy()
@@ -577,6 +577,8 @@ def _optimise(problem: RemlProblem, theta0: np.ndarray | None) -> RemlFit:
 
     def ev(t, hessian=False):
         count["n"] += 1
+        if progress is not None:  # the caller decides whether (and how often) to show it
+            progress(count["n"], time.perf_counter() - start)
         return problem.evaluate(t, gradient=True, hessian=hessian)
 
     theta, cur, info = _ai_newton(theta, ev)
@@ -681,8 +683,12 @@ def _ai_newton(theta: np.ndarray, ev, max_iter: int = 50) -> tuple[np.ndarray, E
 def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
              fixed_facets: tuple[str, ...] = (), method_reason: str = "REML (requested)",
              facet_order: tuple[str, ...] | None = None, n_boot: int = 0, level: float = 0.95,
-             seed: int | None = None):
-    """REML variance components of ``model`` on ``data`` (anything read_judgments accepts)."""
+             seed: int | None = None, progress=None):
+    """REML variance components of ``model`` on ``data`` (anything read_judgments accepts).
+
+    ``progress(size, evaluations, seconds)``, when given, is called at every evaluation of the criterion
+    with a one-line description of the model's size (judgments, cells, random effects, the dense part).
+    """
     from ..components import Component, VarianceComponents
 
     judgments = read_judgments(data)
@@ -700,9 +706,12 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         group_of.append(np.asarray(code, dtype=np.int64))
     problem = RemlProblem(cells.n_obs, cells.count, cells.mean, cells.ss_within, x, levels, sizes, cell_term,
                           group_of)
+    size = (f"REML: {cells.n_obs:,} judgments in {problem.m:,} cells; {len(terms)} random term(s) with "
+            f"{int(sum(sizes)):,} effects ({problem.g:,} in the dense part)")
+    report = None if progress is None else (lambda n, sec: progress(size, n, sec))
     try:
         with np.errstate(invalid="ignore", divide="ignore"):
-            fit = optimise(problem)
+            fit = optimise(problem, progress=report)
     except (np.linalg.LinAlgError, ValueError):
         # lme4 stops here too ("Downdated VtV is not positive definite"): the data leave the model degenerate
         raise DesignError("the REML fit broke down numerically (a matrix that should be positive definite was "

@@ -106,7 +106,7 @@ def _clean(value):
 
 def analyze(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
             drop_missing: bool | None = None, target_erho2: float = 0.8, n_boot: int = 0, level: float = 0.95,
-            seed: int | None = None, n_boot_compare: int = 2000, **design_options) -> Analysis:
+            seed: int | None = None, n_boot_compare: int = 2000, progress=None, **design_options) -> Analysis:
     """Fit and derive everything the analysis reports. ``data`` is a path, frame or run database."""
     path = Path(data) if isinstance(data, (str, Path)) else None
     is_run = path is not None and path.suffix.lower() in (".sqlite", ".db")
@@ -120,7 +120,7 @@ def analyze(data, design: Design | None = None, *, method: str = "auto", formula
     if formula is None and design is None:
         design = infer_design(judgments, **design_options)
     vc = estimate_components(judgments, design, method=method, formula=formula, drop_missing=bool(drop_missing),
-                             n_boot=n_boot, level=level, seed=seed)
+                             n_boot=n_boot, level=level, seed=seed, progress=progress)
     stopped = [n for n in vc.notes if "stopped before converging" in n]
     if stopped:  # never shown as a result
         raise DesignError(f"{judgments.source}: the fit did not converge ({stopped[0]}) Its intervals would mean "
