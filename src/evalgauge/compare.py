@@ -391,8 +391,15 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     cov = np.tensordot(sigma2, mats, axes=1)
     raw_means = means.copy()
     method = "raw means with their exact covariance under the fitted random-effects model"
+    adjusted = None
     if design is not None and not _same_cells(frame, obj, [f for f in design.names if f != obj]):
-        effects, cov_adj = adjusted_estimates(frame, design, obj, systems)
+        try:
+            adjusted = adjusted_estimates(frame, design, obj, systems)
+        except DesignError as exc:  # the adjusted refit is an improvement, not a requirement
+            notes.append(f"the estimates could not be adjusted for who scored each system ({exc}); raw means "
+                         "are reported.")
+    if adjusted is not None:
+        effects, cov_adj = adjusted
         means = float(np.mean(raw_means)) + effects
         method = ("GLS estimates adjusted for who scored each system and on what (REML refit with the "
                   "system as a fixed effect); their covariance (X'V^-1X)^-1")

@@ -84,11 +84,11 @@ class RunStore:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
             self.db.executescript(SCHEMA)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # sqlite may fail to decode its own message
             raise DataError(f"{self.path}: not a usable run database ({exc}).") from None
         try:
             have = {row[1] for row in self.db.execute("PRAGMA table_info(calls)")}
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             self.db.close()
             raise DataError(f"{self.path}: not a usable run database ({exc}).") from None
         missing = [f.name for f in fields(CallRecord) if f.name not in have]
@@ -200,7 +200,7 @@ class RunStore:
     def _frame(self, sql: str) -> pd.DataFrame:
         try:
             return pd.read_sql_query(sql, self.db)
-        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
             raise DataError(f"{self.path}: the run database is damaged ({exc.__cause__ or exc}); the rows that "
                             "can still be read may be saved with the sqlite3 shell's .recover.") from None
 
