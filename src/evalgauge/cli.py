@@ -56,7 +56,6 @@ def _lazy(module: str, name: str) -> Callable:
 if not TYPE_CHECKING:
     np = _LazyModule("numpy")
     pd = _LazyModule("pandas")
-Judgments = _lazy(".data", "Judgments")
 keep_levels = _lazy(".data", "keep_levels")
 read_judgments = _lazy(".data", "read_judgments")
 code_data = _lazy(".design", "code_data")
@@ -170,11 +169,38 @@ def design_options(func: Callable) -> Callable:
 ROLE_OPTIONS = ("system", "item", "judge", "variant")
 
 
+def text_options(func: Callable) -> Callable:
+    """How to read a text file: its encoding and its delimiter."""
+    func = click.option("--sep", help="Delimiter of a CSV/TSV file (default: sniffed from the header).")(func)
+    return click.option("--encoding", help="Text encoding of CSV/TSV/JSONL (default utf-8; e.g. latin-1).")(func)
+
+
+def _drop_empty(judgments, score: str):
+    """--drop-missing for the commands that do not fit: the rows with a score, and a note on the rest."""
+    from .data import without_empty
+
+    kept, rows = without_empty(read_judgments(judgments), score)
+    if rows.size:
+        _console().print(f"note: {rows.size} row(s) with an empty score dropped (--drop-missing).")
+    return kept
+
+
+def _name_values(items, option: str, what: str = "VALUE") -> dict[str, float]:
+    """NAME=NUMBER options (--component, --assume) as a dict, or a usage error naming the option."""
+    values = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            values[name.strip()] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"'{item}' should read NAME={what}", param_hint=option) from None
+    return values
+
+
 def read_options(func: Callable) -> Callable:
-    """How to read the file: its encoding and delimiter, and which columns play which role."""
+    """How to read the file (encoding, delimiter) and which columns play which role."""
     options = [
-        click.option("--encoding", help="Text encoding of a CSV/TSV/JSONL file (default utf-8; e.g. latin-1)."),
-        click.option("--sep", help="Delimiter of a CSV/TSV file (default: sniffed from the header: , ; tab |)."),
+        text_options,
         click.option("--system", "col_system", metavar="COL", help="The column holding the system (e.g. exam_model)."),
         click.option("--item", "col_item", metavar="COL", help="The column holding the item (e.g. question_id)."),
         click.option("--judge", "col_judge", metavar="COL", help="The column holding the judge (e.g. annotator)."),
@@ -310,11 +336,7 @@ def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     data = _load(data, **read)
     design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
     if drop_missing:
-        judgments = read_judgments(data)
-        missing = judgments.frame[design.score].isna().to_numpy()
-        if missing.any():
-            data = Judgments(judgments.frame.loc[~missing].reset_index(drop=True), judgments.source)
-            _console().print(f"note: {int(missing.sum())} row(s) with an empty score dropped (--drop-missing).")
+        data = _drop_empty(data, design.score)
     report = code_data(data, design).balance()
     console = _console()
     console.print(f"{source}: {report.n_obs} observations; facets "
@@ -479,8 +501,7 @@ def scoring_cmd(kappa, anchor, slope, gamma, points, prevalence, items, judges, 
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the result as JSON ('-' for stdout only).")
 @click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")
-@click.option("--encoding", help="Text encoding of a CSV/TSV/JSONL file (default utf-8).")
-@click.option("--sep", help="Delimiter of a CSV/TSV file (default: sniffed).")
+@text_options
 @user_errors
 @writes(("data",), json_out="--json")
 def screen(data, system, item, score, threshold, keep, splits, seed, json_out, drop_missing, encoding, sep) -> None:
@@ -494,11 +515,8 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
     from .scoring import screen_items
 
     judgments = read_judgments(data, encoding=encoding, sep=sep)
-    if drop_missing and score in judgments.frame:
-        missing = judgments.frame[score].isna().to_numpy()
-        if missing.any():
-            judgments = Judgments(judgments.frame.loc[~missing].reset_index(drop=True), judgments.source)
-            _console().print(f"note: {int(missing.sum())} row(s) with an empty score dropped (--drop-missing).")
+    if drop_missing:
+        judgments = _drop_empty(judgments, score)
     frame = judgments.frame.assign(**{score: numeric_scores(judgments, score)})
     result = screen_items(frame, system=system, item=item, score=score, threshold=threshold, keep=keep,
                           splits=splits, seed=seed)
@@ -659,13 +677,7 @@ def _plan_components(components_json, given, object_):
     if components_json and given:
         raise click.UsageError("give COMPONENTS.json or --component values, not both.")
     if given:
-        values = {}
-        for item in given:
-            name, _, value = item.partition("=")
-            try:
-                values[name.strip()] = float(value)
-            except ValueError:
-                raise click.BadParameter(f"'{item}' should read NAME=VARIANCE", param_hint="--component") from None
+        values = _name_values(given, "--component", "VARIANCE")
         return VarianceComponents.from_dict({"object": object_, "components": values}, "--component")
     if not components_json:
         raise click.UsageError("give COMPONENTS.json (from `evalgauge components --json`) or --component values.")
@@ -869,14 +881,7 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     vc = estimate_components(judgments, design, method=method, drop_missing=drop_missing, progress=_fit_progress())
     _refuse_unusable(vc)
     if assumed:
-        values = {}
-        for item in assumed:
-            name, _, value = item.partition("=")
-            try:
-                values[name.strip()] = float(value)
-            except ValueError:
-                raise click.BadParameter(f"'{item}' should read TERM=VARIANCE", param_hint="--assume") from None
-        vc = with_assumed(vc, values)
+        vc = with_assumed(vc, _name_values(assumed, "--assume", "VARIANCE"))
     result = run_compare(judgments.frame, vc, score=design.score, level=level, n_boot=n_boot, seed=seed,
                          pair_gstudies=pair_gstudies, facets=list(design.names), design=design)
     payload = result.to_dict()
@@ -972,8 +977,7 @@ def _check_supported(data: str) -> None:
 @click.option("--winner", "col_winner", metavar="COL", help="The column holding the verdict (default winner).")
 @click.option("--item", "col_item", metavar="COL", help="The column holding the item (default item).")
 @click.option("--judge", "col_judge", metavar="COL", help="The column holding the judge (default judge).")
-@click.option("--encoding", help="Text encoding of a CSV/TSV/JSONL file (default utf-8).")
-@click.option("--sep", help="Delimiter of a CSV/TSV file (default: sniffed).")
+@text_options
 @user_errors
 @writes(("data",), components_json="--components-json", json_out="--json")
 def pairwise(data, reference, baseline, position, n_boot, seed, human, components_json, json_out, col_a, col_b,

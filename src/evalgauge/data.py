@@ -283,6 +283,17 @@ def numeric_scores(judgments: Judgments, column: str) -> np.ndarray:
     return y
 
 
+def without_empty(judgments: Judgments, column: str) -> tuple[Judgments, np.ndarray]:
+    """The rows whose ``column`` is not empty, and the (0-based) positions of those dropped."""
+    if column not in judgments.frame:
+        return judgments, np.zeros(0, dtype=np.int64)
+    missing = judgments.frame[column].isna().to_numpy()
+    if not missing.any():
+        return judgments, np.zeros(0, dtype=np.int64)
+    kept = Judgments(judgments.frame.loc[~missing].reset_index(drop=True), judgments.source)
+    return kept, np.flatnonzero(missing)
+
+
 def require_columns(judgments: Judgments, columns: list[str], *, what: str = "column") -> None:
     """Raise a :class:`DataError` naming any missing column and listing the real ones."""
     have = list(judgments.frame.columns)

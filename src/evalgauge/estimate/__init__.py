@@ -7,11 +7,9 @@ REML optimum) and REML otherwise, and the result says which it used and why.
 
 from __future__ import annotations
 
-import numpy as np
-
 from .. import vocabulary
 from ..components import VarianceComponents
-from ..data import Judgments, format_rows, read_judgments
+from ..data import Judgments, format_rows, read_judgments, without_empty
 from ..design import Design, code_data, infer_design
 from ..errors import DesignError
 from .anova import anova_bootstrap, anova_from_coded, estimate_anova
@@ -92,11 +90,9 @@ def _drop_missing(judgments: Judgments, design, formula, design_options) -> tupl
         score = design.score
     else:
         score = infer_design(judgments, **design_options).score
-    missing = judgments.frame[score].isna().to_numpy() if score in judgments.frame else np.zeros(0, bool)
-    if not missing.any():
+    kept, rows = without_empty(judgments, score)
+    if not rows.size:
         return judgments, None
-    rows = np.flatnonzero(missing)
-    kept = Judgments(judgments.frame.loc[~missing].reset_index(drop=True), judgments.source)
     return kept, (f"{rows.size} row(s) with an empty score were dropped as requested ({format_rows(rows)}); "
                   "the design is then unbalanced unless whole levels were empty.")
 

@@ -27,6 +27,7 @@ from ..errors import DesignError
 from ..estimate import estimate_components
 from ..estimate.model import parse_formula
 from ..inference import ITEM_NAMES, ObjectInterval, ThetaInterval, object_interval, theta_interval
+from ..outputs import json_safe
 
 JUDGE_NAMES = vocabulary.JUDGE_NAMES
 
@@ -79,7 +80,7 @@ class Analysis:
                                     "scores": _records(self.object_scores)}
         if self.comparison is not None:
             out["comparison"] = self.comparison.to_dict()
-        return _clean(out)
+        return json_safe(out)  # the one sanitiser: no NaN in JSON
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False)
@@ -87,21 +88,6 @@ class Analysis:
 
 def _records(frame: pd.DataFrame) -> list[dict]:
     return [dict(r) for r in frame.to_dict(orient="records")]
-
-
-def _clean(value):
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        return v if math.isfinite(v) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 def analyze(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
