@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from evalgauge.pairwise import BTFit, aggregate, arena_elo, bootstrap_bt, fit_bt, read_battles
+from evalgauge.pairwise import BTFit, aggregate, arena_elo, bootstrap_bt, code_battles, fit_bt
 
 
 def battles(n: int, models: int = 100, ties: float = 0.2, seed: int = 0) -> pd.DataFrame:
@@ -69,7 +69,7 @@ def main() -> None:
     for n in (int(x) for x in args.sizes.split(",")):
         df = battles(n)
         t0 = time.perf_counter()
-        bt = read_battles(df)
+        bt = code_battles(df)
         agg, counts = aggregate(bt)
         fit = fit_bt(agg, weights=counts)  # Davidson ties, analytic SEs
         elo = arena_elo(agg, counts)

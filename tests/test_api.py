@@ -1,5 +1,7 @@
 """The fitted-object Python API, and the edge: every command reads its input once."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -39,37 +41,40 @@ def test_read_maps_columns(frame, tmp_path):
     assert "system" in judgments.frame and judgments.n_rows == len(frame)
 
 
+def _count_reads(monkeypatch) -> list:
+    """Every file reader of the registry, counting its calls."""
+    from dataclasses import replace
+
+    from evalgauge import io
+
+    calls: list = []
+
+    def counting(read):
+        return lambda *a, **k: calls.append(a[0]) or read(*a, **k)
+
+    for suffix, reader in list(io.READERS.items()):
+        monkeypatch.setitem(io.READERS, suffix, replace(reader, read=counting(reader.read)))
+    return calls
+
+
 @pytest.mark.parametrize("args", [["components"], ["analyze"], ["balance"], ["compare", "--bootstrap", "200"],
                                   ["screen"]])
 def test_every_command_reads_its_input_once(frame, tmp_path, monkeypatch, args):
-    import evalgauge.data as data
-
     path = tmp_path / "j.csv"
     frame.to_csv(path, index=False)
-    calls = []
-    original = data._read_file
-
-    def counting(*a, **k):
-        calls.append(a[0])
-        return original(*a, **k)
-
-    monkeypatch.setattr(data, "_read_file", counting)
+    calls = _count_reads(monkeypatch)
     out = CliRunner().invoke(main, [args[0], str(path), *args[1:]])
     assert out.exit_code in (0, 3), out.output
     assert len(calls) == 1, calls
 
 
 def test_pairwise_reads_once(tmp_path, monkeypatch):
-    import evalgauge.data as data
-
     rng = np.random.default_rng(0)
     rows = [{"model_a": a, "model_b": b, "winner": rng.choice(["model_a", "model_b", "tie"]), "item": f"q{k}"}
             for k in range(30) for a, b in (("x", "y"), ("y", "z"), ("z", "x"))]
     path = tmp_path / "b.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
-    calls = []
-    original = data._read_file
-    monkeypatch.setattr(data, "_read_file", lambda *a, **k: calls.append(a[0]) or original(*a, **k))
+    calls = _count_reads(monkeypatch)
     out = CliRunner().invoke(main, ["pairwise", str(path), "--bootstrap", "0"])
     assert out.exit_code == 0, out.output
     assert len(calls) == 1
@@ -106,3 +111,70 @@ def test_the_collector_without_its_extra_says_how_to_install_it(monkeypatch, tmp
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openai" else real(name, *a))
     out = CliRunner().invoke(main, ["run", str(tmp_path / "x.toml")])
     assert out.exit_code == 2 and "pip install 'evalgauge[collect]'" in out.output
+
+
+@pytest.mark.parametrize("command", ["analyze", "components"])
+def test_a_run_database_is_read_once(tmp_path, monkeypatch, command):
+    """A run database gives both the judgments and the collector's diagnostics from one reading."""
+    import sqlite3
+
+    from evalgauge.collect.store import RunStore
+
+    path = tmp_path / "run.sqlite"
+    RunStore(path).close()
+    rng = np.random.default_rng(3)
+    cells = [(i, s, j, r) for i in range(6) for s in range(3) for j in range(2) for r in (1, 2)]
+    rows = [(f"k{n}", f"i{i}", f"s{s}", f"j{j}", r, float(s + rng.normal())) for n, (i, s, j, r) in enumerate(cells)]
+    with sqlite3.connect(path) as con:
+        con.executemany("INSERT INTO calls (key, item, system, judge, replicate, score) VALUES (?,?,?,?,?,?)", rows)
+    opened = []
+    original = RunStore.calls
+    monkeypatch.setattr(RunStore, "calls", lambda self: opened.append(self.path) or original(self))
+    out = CliRunner().invoke(main, [command, str(path)])
+    assert out.exit_code == 0, out.output
+    assert len(opened) == 1, opened
+
+
+CORE = ("data", "design", "components", "estimate", "dstudy", "inference", "compare", "pairwise", "simulate",
+        "montecarlo", "vocabulary", "errors")
+EDGES = ("io", "collect", "report", "cli", "api", "outputs")
+
+
+def _imports(path) -> set[str]:
+    """The evalgauge modules a source file imports, at the top or inside functions."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    package = path.relative_to(SRC).with_suffix("").parts[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(package[: len(package) - node.level + 1]) if node.level > 1 else list(package)
+                name = ".".join([*base, node.module] if node.module else base)
+                targets = [name] if node.module else [f"{name}.{a.name}".strip(".") for a in node.names]
+            else:
+                targets = [node.module.removeprefix("evalgauge.")] if node.module.startswith("evalgauge") else []
+            found.update(t.strip(".").split(".")[0] for t in targets if t.strip("."))
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("evalgauge."))
+    return found
+
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "evalgauge"
+
+
+def test_the_core_never_imports_an_edge():
+    """Data flows one way: io, collect, report and cli may use the core; the core opens no file and
+    knows nothing of them (ARCHITECTURE.md)."""
+    offenders = {}
+    for name in CORE:
+        paths = [SRC / f"{name}.py"] if (SRC / f"{name}.py").exists() else sorted((SRC / name).glob("*.py"))
+        assert paths, name
+        for path in paths:
+            bad = _imports(path) & set(EDGES)
+            if bad:
+                offenders[str(path.relative_to(SRC))] = sorted(bad)
+    assert offenders == {}
+    # and the check can see an import: the report does import the core
+    assert {"dstudy", "estimate"} <= _imports(SRC / "report" / "analysis.py")

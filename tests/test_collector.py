@@ -25,6 +25,7 @@ from evalgauge.collect.store import RunStore
 from evalgauge.collect.tasks import count_tasks
 from evalgauge.errors import DataError
 from evalgauge.estimate import estimate_components
+from evalgauge.io import read_judgments
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 TRUTH = {"item": 0.4, "system": 0.3, "judge": 0.2, "variant": 0.05, "system:item": 0.25, "item:judge": 0.1,
@@ -134,7 +135,8 @@ def test_components_recovered_from_collected_data(tmp_path, env_key):
     assert summary.completed == count_tasks(cfg) == 16 * 5 * 2 * 3 * 2 and summary.failed == 0
     frame = pd.read_sql_query("SELECT * FROM calls", sqlite3.connect(cfg.database))
     assert frame["score"].notna().all()
-    result = estimate_components(cfg.database, terms="system,item,judge,variant,item:system,item:judge,system:judge")
+    result = estimate_components(read_judgments(cfg.database),
+                                 terms="system,item,judge,variant,item:system,item:judge,system:judge")
     # each estimate within 4.5 of its standard errors of the server's true component
     for name, truth in TRUTH.items():
         ours = next(c for c in result.components if set(c.name.split(":")) == set(name.split(":")))

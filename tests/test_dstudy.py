@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES
-from evalgauge import dstudy
+from evalgauge import dstudy, read
 from evalgauge.components import VarianceComponents
 from evalgauge.errors import DesignError
 from evalgauge.estimate import estimate_components
@@ -72,7 +72,8 @@ def test_tee_nested_and_fixed_divisors_and_finite_benchmark():
 
 
 def test_var_theta_equals_squared_se_of_the_grand_mean():
-    pen = estimate_components(FIXTURES / "lme4" / "Penicillin.csv", formula="diameter ~ 1 + (1|plate) + (1|sample)")
+    pen = estimate_components(read(FIXTURES / "lme4" / "Penicillin.csv"),
+                              formula="diameter ~ 1 + (1|plate) + (1|sample)")
     assert dstudy.project(pen, object="").se == pytest.approx(pen.reml["marginal_mean_se"], rel=1e-9)
     assert pen.reml["marginal_mean_se"] == pytest.approx(0.8085954, rel=1e-4)  # lme4's SE of the intercept
     spec = sizing_preset(systems=6, items=8, judges=3, replicates=2)

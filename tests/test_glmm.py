@@ -8,11 +8,11 @@ from click.testing import CliRunner
 
 from conftest import FIXTURES
 from evalgauge.cli import main
-from evalgauge.data import read_judgments
 from evalgauge.errors import DesignError
 from evalgauge.estimate.glmm import _Laplace, fit_glmm_logit, glmm_check
 from evalgauge.estimate.model import parse_formula
 from evalgauge.estimate.reml import RemlProblem, cell_data, fixed_matrix, random_structure
+from evalgauge.io import read_judgments
 
 BINARY = FIXTURES / "reml" / "binary.parquet"
 FORMULA = "score ~ 1 + (1|system) + (1|item) + (1|judge) + (1|system:item) + (1|item:judge)"
@@ -21,7 +21,7 @@ FORMULA = "score ~ 1 + (1|system) + (1|item) + (1|judge) + (1|system:item) + (1|
 def test_glmm_matches_lme4_glmer_nagq0():
     ref = json.loads((FIXTURES / "reml" / "lme4_binary.json").read_text())
     model = parse_formula(FORMULA)
-    fit = fit_glmm_logit(BINARY, model)
+    fit = fit_glmm_logit(read_judgments(BINARY), model)
     # the Laplace criterion at our estimates is no worse than at glmer's
     cells = cell_data(read_judgments(BINARY), model)
     terms, levels, sizes, cell_term, _ = random_structure(cells, model, [])
@@ -39,7 +39,7 @@ def test_glmm_matches_lme4_glmer_nagq0():
 
 
 def test_glmm_check_ranks_and_rank_correlation():
-    check = glmm_check(BINARY, formula=FORMULA)
+    check = glmm_check(read_judgments(BINARY), formula=FORMULA)
     assert check.lpm.method == "reml" and check.glmm.method == "glmm-logit"
     assert list(check.table["component"]) == ["system", "item", "judge", "system:item", "item:judge"]
     assert check.table["glmm_rank"].tolist() == check.table["lpm_rank"].tolist()

@@ -13,7 +13,13 @@ from click.testing import CliRunner
 
 from evalgauge.cli import main
 from evalgauge.errors import DataError
-from evalgauge.importers import import_alpaca_eval, import_arena_hard, import_inspect, import_lm_eval, import_mt_bench
+from evalgauge.io.importers import (
+    import_alpaca_eval,
+    import_arena_hard,
+    import_inspect,
+    import_lm_eval,
+    import_mt_bench,
+)
 
 
 def _inspect_log(model, values):

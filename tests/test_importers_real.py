@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from evalgauge.cli import main
 from evalgauge.errors import DataError
-from evalgauge.importers import import_files
+from evalgauge.io.importers import import_files
 from evalgauge.pairwise import alpacaeval_win_rate
 
 HERE = Path(__file__).resolve().parent

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES, shared_file
 from evalgauge.cli import main
 from evalgauge.errors import DataError
-from evalgauge.pairwise import alpacaeval_win_rate, bootstrap_bt, fit_bt, human_agreement, position_bias, read_battles
+from evalgauge.pairwise import alpacaeval_win_rate, bootstrap_bt, code_battles, fit_bt, human_agreement, position_bias
 
 
 def _weighted(frame, a, b, wins_a, wins_b):
@@ -24,7 +24,7 @@ def _weighted(frame, a, b, wins_a, wins_b):
 def test_citations_match_bradleyterry2():
     c = pd.read_csv(FIXTURES / "bt" / "citations.csv")
     c = c[c["cited"] != c["citing"]]
-    battles = read_battles(pd.DataFrame({"model_a": c["cited"], "model_b": c["citing"], "winner": "model_a"}))
+    battles = code_battles(pd.DataFrame({"model_a": c["cited"], "model_b": c["citing"], "winner": "model_a"}))
     fit = fit_bt(battles, reference="Biometrika", weights=c["count"].to_numpy())
     got = dict(zip(fit.systems, fit.theta, strict=True))
     for journal, value in {"Comm Statist": -2.9491, "JASA": -0.4796, "JRSS-B": 0.2690}.items():
@@ -34,7 +34,7 @@ def test_citations_match_bradleyterry2():
 def test_baseball_with_and_without_home_advantage():
     games = pd.read_csv(FIXTURES / "bt" / "baseball.csv")
     rows, weights = _weighted(games, "home.team", "away.team", "home.wins", "away.wins")
-    battles = read_battles(rows)
+    battles = code_battles(rows)
     plain = fit_bt(battles, reference="Baltimore", weights=weights)
     assert np.round(np.sort(plain.theta[plain.theta != 0]), 2).tolist() == [0.68, 1.11, 1.25, 1.29, 1.44, 1.58]
     home = fit_bt(battles, reference="Baltimore", weights=weights, position=True)
@@ -68,7 +68,7 @@ def test_known_position_effect_and_strengths_recovered():
         i, j = rng.choice(6, 2, replace=False)
         p_a = 1 / (1 + np.exp(-(theta[i] + log_h - theta[j])))
         rows.append((systems[i], systems[j], "model_a" if rng.random() < p_a else "model_b"))
-    battles = read_battles(pd.DataFrame(rows, columns=["model_a", "model_b", "winner"]))
+    battles = code_battles(pd.DataFrame(rows, columns=["model_a", "model_b", "winner"]))
     fit = fit_bt(battles, reference="s0", position=True)
     assert abs(fit.log_h - log_h) < 0.1  # ~4.5 SE of the position log-odds at this sample size
     for k in range(1, 6):
@@ -86,7 +86,7 @@ def test_bootstraps_on_summeval_both_orders(tmp_path):
     rows = pd.DataFrame({"model_a": d["presented_A"], "model_b": d["presented_B"],
                          "winner": d["parsed_choice"].map({"A": "model_a", "B": "model_b", "C": "tie"}),
                          "item": d["doc_id"], "variant": d["aspect"], "order": d["order"]})
-    battles = read_battles(rows)
+    battles = code_battles(rows)
     fit = fit_bt(battles, reference="M10", position=True)
     naive = bootstrap_bt(battles, fit, method="naive", n_boot=40, seed=1, position=True)
     tee = bootstrap_bt(battles, fit, method="tee", n_boot=40, seed=1, position=True)
@@ -132,10 +132,10 @@ def test_pairwise_cli(tmp_path):
 def test_bad_winner_values(tmp_path):
     frame = pd.DataFrame({"model_a": ["x", "y"], "model_b": ["y", "x"], "winner": ["model_a", "maybe"]})
     with pytest.raises(DataError, match="row 2 has 'maybe'"):
-        read_battles(frame)
+        code_battles(frame)
     frame = pd.DataFrame({"model_a": ["x"], "model_b": ["x"], "winner": ["tie"]})
     with pytest.raises(DataError, match="with itself"):
-        read_battles(frame)
+        code_battles(frame)
 
 
 def test_pairwise_cli_human_votes_and_components_for_plan(tmp_path):

@@ -24,7 +24,7 @@ BRENNAN = {
 def test_brennan_synthetic_data(name):
     options, key = BRENNAN[name]
     expected = json.loads((FIXTURES / "brennan" / f"{name}_expected.json").read_text())
-    result = eg.estimate_anova(FIXTURES / "brennan" / f"{name}_data.csv", score="score", **options)
+    result = eg.estimate_anova(eg.read(FIXTURES / "brennan" / f"{name}_data.csv"), score="score", **options)
     assert set(result.names) == set(key)
     for ours, theirs in key.items():
         c = result[ours]
@@ -37,14 +37,14 @@ def test_brennan_synthetic_data(name):
 def test_brennan_design3_mean_square_typo_is_theirs():
     # The fixture prints MS(p x o) = 1.3383, but its own SS/df is 12.05/9 = 1.3389.
     expected = json.loads((FIXTURES / "brennan" / "design3_expected.json").read_text())
-    result = eg.estimate_anova(FIXTURES / "brennan" / "design3_data.csv", facets="p,i,o")
+    result = eg.estimate_anova(eg.read(FIXTURES / "brennan" / "design3_data.csv"), facets="p,i,o")
     assert expected["ss_values_dict"]["person x o"] / 9 == pytest.approx(1.33889, abs=1e-5)
     assert result["p:o"].mean_square == pytest.approx(1.33889, abs=1e-5)
 
 
 def test_penicillin_matches_lme4():
     ref = json.loads((FIXTURES / "lme4" / "published_reference_values.json").read_text())["Penicillin"]
-    result = eg.estimate_anova(FIXTURES / "lme4" / "Penicillin.csv", score="diameter", facets="plate,sample")
+    result = eg.estimate_anova(eg.read(FIXTURES / "lme4" / "Penicillin.csv"), score="diameter", facets="plate,sample")
     reml = ref["REML_lme4"]["more_digits_lme4_2.0.1"]
     # Balanced with positive components: ANOVA is the exact REML optimum; lme4's
     # default stopping rule leaves ~1e-4 relative error on the 6-level sample term.
@@ -58,7 +58,7 @@ def test_penicillin_matches_lme4():
 
 def test_pastes_matches_lme4():
     ref = json.loads((FIXTURES / "lme4" / "published_reference_values.json").read_text())["Pastes"]["REML_lme4"]
-    result = eg.estimate_anova(FIXTURES / "lme4" / "Pastes.csv", score="strength", facets="batch,cask",
+    result = eg.estimate_anova(eg.read(FIXTURES / "lme4" / "Pastes.csv"), score="strength", facets="batch,cask",
                                nest="batch/cask", replicate="auto")
     assert result["batch"].variance == pytest.approx(ref["var_batch"], abs=5e-4)
     assert result["batch:cask"].variance == pytest.approx(ref["var_sample_cask_in_batch"], abs=5e-4)

@@ -8,11 +8,11 @@ import pytest
 
 import evalgauge as eg
 from conftest import FIXTURES, shared_file
-from evalgauge.data import read_judgments
 from evalgauge.errors import DesignError
 from evalgauge.estimate import estimate_components
 from evalgauge.estimate.model import parse_formula
 from evalgauge.estimate.reml import RemlProblem, cell_data, fixed_matrix, term_levels
+from evalgauge.io import read_judgments
 from evalgauge.simulate import SimulationSpec, simulate, sizing_preset, tee_table8
 
 REML = FIXTURES / "reml"
@@ -132,29 +132,29 @@ def _check_against_lme4(result, name, rel=5e-4, absolute=1e-6):
 
 
 def test_penicillin_and_pastes_match_lme4():
-    pen = estimate_components(FIXTURES / "lme4" / "Penicillin.csv",
+    pen = estimate_components(read_judgments(FIXTURES / "lme4" / "Penicillin.csv"),
                               formula="diameter ~ 1 + (1|plate) + (1|sample)")
     _check_against_lme4(pen, "penicillin")
-    pastes = estimate_components(FIXTURES / "lme4" / "Pastes.csv", formula="strength ~ (1|batch/cask)")
+    pastes = estimate_components(read_judgments(FIXTURES / "lme4" / "Pastes.csv"), formula="strength ~ (1|batch/cask)")
     _check_against_lme4(pastes, "pastes")
     assert pastes.names == ("batch", "batch:cask", "residual")
 
 
 def test_tee_design_ten_percent_missing_matches_lme4():
-    result = estimate_components(REML / "tee.parquet", formula=TEE_FORMULA)
+    result = estimate_components(read_judgments(REML / "tee.parquet"), formula=TEE_FORMULA)
     assert result.n_obs == 45689
     _check_against_lme4(result, "tee")
     assert {c.name for c in result.components if c.kind == "fixed"} == {"temperature", "judge"}
 
 
 def test_sizing_design_missing_judge_matches_lme4():
-    result = estimate_components(REML / "sizing.parquet", formula=SIZING_FORMULA)
+    result = estimate_components(read_judgments(REML / "sizing.parquet"), formula=SIZING_FORMULA)
     _check_against_lme4(result, "sizing")
 
 
 def test_insteval_matches_lme4():
     path = shared_file("lme4_reference", "InstEval.csv")
-    result = estimate_components(path, formula="y ~ 1 + service + (1|s) + (1|d) + (1|dept)")
+    result = estimate_components(read_judgments(path), formula="y ~ 1 + service + (1|s) + (1|d) + (1|dept)")
     assert result.n_obs == 73421
     _check_against_lme4(result, "insteval")
 

@@ -26,7 +26,7 @@ def test_non_numeric_scores_list_the_rows(tmp_path, crossed):
     df.loc[[3, 7], "score"] = ["seven", "n/a?"]
     path = _write(tmp_path, df)
     with pytest.raises(DataError) as err:
-        eg.estimate_anova(path)
+        eg.estimate_anova(eg.read(path))
     msg = str(err.value)
     assert path in msg and "'score'" in msg
     assert "row 4 ('seven')" in msg and "row 8 ('n/a?')" in msg
@@ -37,7 +37,7 @@ def test_empty_scores_list_the_rows(tmp_path, crossed):
     df = crossed.copy()
     df.loc[[0, 5, 6, 7, 8, 9, 10], "score"] = np.nan
     with pytest.raises(DataError) as err:
-        eg.estimate_anova(_write(tmp_path, df))
+        eg.estimate_anova(eg.read(_write(tmp_path, df)))
     msg = str(err.value)
     assert "7 empty score(s): row 1, row 6, row 7, row 8, row 9 and 2 more" in msg
     assert "empty completion" in msg
@@ -169,7 +169,7 @@ def test_unreadable_files(tmp_path, name, content, expect):
     if content is not None:
         path.write_text(content)
     with pytest.raises(DataError) as err:
-        eg.estimate_anova(str(path))
+        eg.read(str(path))
     assert expect in str(err.value) and str(path) in str(err.value)
 
 
@@ -183,7 +183,7 @@ def test_all_formats_give_the_same_answer(tmp_path, crossed, suffix):
     else:
         crossed.to_csv(path, sep="\t" if suffix == ".tsv" else ",", index=False)
     base = eg.estimate_anova(crossed)
-    again = eg.estimate_anova(str(path))
+    again = eg.estimate_anova(eg.read(str(path)))
     assert np.allclose([c.variance for c in again.components], [c.variance for c in base.components])
 
 

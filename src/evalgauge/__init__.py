@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "read": "api", "fit": "api", "Fit": "api",
     "Component": "components", "VarianceComponents": "components",
-    "Judgments": "data", "read_judgments": "data",
+    "Judgments": "data", "read_judgments": "io", "import_files": "io",
     "BalanceReport": "design", "Design": "design", "Facet": "design", "code_data": "design",
     "infer_design": "design",
     "DataError": "errors", "DesignError": "errors", "EvalGaugeError": "errors",
@@ -25,7 +25,7 @@ _PUBLIC = {
 __all__ = [  # the public API (kept equal to _PUBLIC by a test)
     "BalanceReport", "Component", "DataError", "Design", "DesignError", "EvalGaugeError", "Facet", "Fit",
     "Judgments", "VarianceComponents", "__version__", "code_data", "estimate_anova", "estimate_components",
-    "fit", "infer_design", "read", "read_judgments",
+    "fit", "import_files", "infer_design", "read", "read_judgments",
 ]
 
 
@@ -44,7 +44,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs
     from .api import Fit, fit, read
     from .components import Component, VarianceComponents
-    from .data import Judgments, read_judgments
+    from .data import Judgments
     from .design import BalanceReport, Design, Facet, code_data, infer_design
     from .errors import DataError, DesignError, EvalGaugeError
     from .estimate import estimate_anova, estimate_components
+    from .io import import_files, read_judgments

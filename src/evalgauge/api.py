@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from .components import VarianceComponents
-from .data import Judgments, read_judgments
+from .data import Judgments
 from .design import Design, infer_design
 from .errors import DesignError
+from .io import read_judgments
 
 
 def read(data: Any, *, encoding: str | None = None, sep: str | None = None,

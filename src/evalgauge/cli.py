@@ -57,7 +57,7 @@ if not TYPE_CHECKING:
     np = _LazyModule("numpy")
     pd = _LazyModule("pandas")
 keep_levels = _lazy(".data", "keep_levels")
-read_judgments = _lazy(".data", "read_judgments")
+read_judgments = _lazy(".io", "read_judgments")
 code_data = _lazy(".design", "code_data")
 infer_design = _lazy(".design", "infer_design")
 estimate_components = _lazy(".estimate", "estimate_components")
@@ -214,18 +214,18 @@ def read_options(func: Callable) -> Callable:
 
 def _load(data: str, encoding=None, sep=None, col_system=None, col_item=None, col_judge=None, col_variant=None,
           keep: tuple[str, ...] = ()):
-    """Read DATA once, at the edge: a Judgments table (a run database stays a path: its diagnostics are read
-    from it too); the role options rename columns, --keep selects levels."""
+    """Read DATA once, at the edge: (a Judgments table, the RunRecord of a run database or None); the role
+    options rename columns, --keep selects levels."""
+    from .io import read_input
+
     roles = {r: c for r, c in zip(ROLE_OPTIONS, (col_system, col_item, col_judge, col_variant), strict=True) if c}
-    if Path(data).suffix.lower() in (".sqlite", ".db") and not roles and not keep:
-        return data
-    judgments = read_judgments(data, encoding=encoding, sep=sep, columns=roles or None)
+    judgments, record = read_input(data, encoding=encoding, sep=sep, columns=roles or None)
     for item in keep:
         column, _, levels = item.partition("=")
         if not levels:
             raise click.BadParameter(f"'{item}' should read FACET=level1,level2", param_hint="--keep")
         judgments = keep_levels(judgments, column.strip(), [lv.strip() for lv in levels.split(",") if lv.strip()])
-    return judgments
+    return judgments, record
 
 
 def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, max_order):
@@ -266,7 +266,7 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
       evalgauge components triviaqa.csv --system exam_model --item question_id --judge judge_model
     """
     boot = {"n_boot": n_boot, "level": level, "seed": seed}
-    data = _load(data, keep=keep, **read)
+    data, _ = _load(data, keep=keep, **read)
     if glmm:
         design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
         check = glmm_check(data, design, formula=formula, method=method)
@@ -333,7 +333,7 @@ def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
       evalgauge balance judgments.csv --drop-missing     # exit 0: balanced; 3: not
     """
     source = data
-    data = _load(data, **read)
+    data, _ = _load(data, **read)
     design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
     if drop_missing:
         data = _drop_empty(data, design.score)
@@ -787,11 +787,11 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     from .report.html import write_report
 
     _check_supported(data)
-    data = _load(data, keep=keep, **read)
-    pairwise_rows = {"model_a", "model_b", "winner"} <= set(read_judgments(data).frame.columns)
+    data, record = _load(data, keep=keep, **read)
+    pairwise_rows = {"model_a", "model_b", "winner"} <= set(data.frame.columns)
     design = None if formula or pairwise_rows else _design(data, score, facets, nest, replicate, fixed, object_,
                                                            terms, max_order)
-    result = run_analysis(data, design, method=method, formula=formula, drop_missing=drop_missing or None,
+    result = run_analysis(data, design, run=record, method=method, formula=formula, drop_missing=drop_missing or None,
                           target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed, progress=_fit_progress())
     payload = result.to_dict()
     extra = []
@@ -874,7 +874,7 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     from .compare import compare as run_compare
     from .compare import with_assumed
 
-    judgments = read_judgments(_load(data, keep=keep, **read))
+    judgments, _ = _load(data, keep=keep, **read)
     design = _design(judgments, score, facets, nest, replicate, fixed, object_, terms, max_order)
     if not design.object:
         raise EvalGaugeError(f"{data}: no object of measurement to compare; name it with --object (e.g. system).")
@@ -948,10 +948,10 @@ def print_object_scores(interval, scores, console, limit: int = 20) -> None:
 
 
 def _check_supported(data: str) -> None:
-    from .data import SUPPORTED_SUFFIXES
+    from .io import READERS
 
     suffix = Path(data).suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
+    if suffix not in READERS:
         raise EvalGaugeError(
             f"{data}: analyze reads CSV, TSV, Parquet, JSONL and run databases (.sqlite); '{suffix or 'no suffix'}' "
             "is none of these. Export your judgments to one of them (one row per judgment, a column per facet "
@@ -992,17 +992,17 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     """
     from .pairwise import (
         bootstrap_bt,
+        code_battles,
         comparison_groups,
         fit_bt,
         position_bias,
-        read_battles,
         separated_systems,
         slot_is_presentation_order,
         system_win_rows,
     )
 
     roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
-    battles = read_battles(read_judgments(data, encoding=encoding, sep=sep,
+    battles = code_battles(read_judgments(data, encoding=encoding, sep=sep,
                                           columns={k: v for k, v in roles.items() if v} or None))
     for name, option in ((baseline, "--baseline"), (reference, "--reference")):
         if name is not None and name not in battles.systems:
@@ -1183,7 +1183,7 @@ def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, colum
       evalgauge import arena-hard model_judgment/gpt-4-1106-preview/*.jsonl --baseline gpt-4-0314 -o arena.csv
       evalgauge import wide triviaqa.csv --id system=exam_model --id item=question_id --columns 'judge=*_judge' -o t.csv
     """
-    from .importers import import_files
+    from .io import import_files
 
     id_map = {}
     for item in ids:
@@ -1342,7 +1342,8 @@ def export_cmd(database, fmt, out, judgments) -> None:
       evalgauge export demo-output/sim.sqlite --format parquet
       evalgauge export demo-output/sim.sqlite --judgments -o demo-output/judgments.csv
     """
-    from .collect.store import RunStore, judgments_from_run
+    from .collect.store import RunStore
+    from .io.runs import read_run
 
     path = Path(database)
     if not path.exists():
@@ -1350,7 +1351,7 @@ def export_cmd(database, fmt, out, judgments) -> None:
     target = Path(out) if out else path.with_suffix(f".{fmt}")
     check_outputs([path], {"--out": target})
     if judgments:
-        frame = judgments_from_run(path)
+        frame = read_run(Path(path))
     else:
         store = RunStore(path)
         try:

@@ -40,13 +40,14 @@ from . import dstudy, vocabulary
 from .components import VarianceComponents
 from .errors import DesignError
 from .inference import satterthwaite_df
+from .results import Result, json_safe
 
 #: power at which an adjacent pair's separating design is sized
 POWER = 0.8
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Result):
     """Systems and pairs, JSON-ready (``to_dict``) and tidy (``systems``, ``pairs`` frames)."""
 
     object: str
@@ -61,8 +62,6 @@ class Comparison:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        from .outputs import json_safe
-
         systems = self.systems.rename(columns={"object": "system"})
         return json_safe({
             "object": self.object, "level": self.level, "method": self.method,
@@ -71,8 +70,11 @@ class Comparison:
             "notes": list(self.notes), "sentences": list(self.sentences), **self.extra,
         })
 
-    def to_frame(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        return self.systems.copy(), self.pairs.copy()
+    def to_frame(self, which: str = "systems") -> pd.DataFrame:
+        """The tidy table of the ``systems`` (one row each) or of the ``pairs`` (one row per pair)."""
+        if which not in ("systems", "pairs"):
+            raise DesignError(f"which must be 'systems' or 'pairs', not {which!r}.")
+        return (self.systems if which == "systems" else self.pairs).copy()
 
 
 # ---------------------------------------------------------------------------

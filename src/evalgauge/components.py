@@ -8,7 +8,6 @@ is information, sizing paper App. D); shares use the value truncated at zero.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import DesignError
+from .results import Result, json_safe
 
 COLUMNS = ("component", "variance", "variance_truncated", "df", "mean_square", "share")
 
@@ -55,7 +55,7 @@ class Component:
 
 
 @dataclass(frozen=True)
-class VarianceComponents:
+class VarianceComponents(Result):
     """Estimated variance components of a design, with what produced them.
 
     ``ems`` (expected-mean-square coefficients, one row per component, columns in
@@ -146,8 +146,8 @@ class VarianceComponents:
         for row in self.to_frame().to_dict(orient="records"):
             row["pooled"] = [p for p in row["pooled"].split(",") if p]
             row["facets"] = [f for f in row["facets"].split(":") if f]
-            comps.append({k: _plain(v) for k, v in row.items()})
-        return {
+            comps.append(dict(row))
+        return json_safe({
             "method": self.method,
             "method_reason": self.method_reason,
             "n_obs": self.n_obs,
@@ -161,10 +161,7 @@ class VarianceComponents:
             "notes": list(self.notes),
             **({"reml": {k: v for k, v in self.reml.items() if k != "beta_cov"}} if self.reml is not None else {}),
             **({"intervals": self.intervals} if self.intervals is not None else {}),
-        }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        })
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any], source: str = "the components") -> VarianceComponents:
@@ -271,14 +268,4 @@ def _num(value: Any) -> float:
 
 def _facets_of(name: str, payload: dict[str, Any]) -> list[str]:
     return list(payload["levels"]) if name == "residual" else name.split(":")
-
-
-def _plain(value: Any) -> Any:
-    """JSON-safe scalars: numpy to Python, NaN to None."""
-    if isinstance(value, (np.floating, float)):
-        value = float(value)
-        return None if math.isnan(value) or math.isinf(value) else value
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 

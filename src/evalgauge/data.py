@@ -1,15 +1,12 @@
-"""The judgments table: long format, one row per scored observation.
+"""The judgments table: long format, one row per scored observation, in memory.
 
-Input may be a pandas DataFrame, a polars DataFrame, or a CSV, TSV, Parquet or
-JSONL file. Rows are reported to the user 1-based, counting data rows after any
-header ("row 1" is the first judgment), so a message can be checked against the
-file in a spreadsheet or with ``sed -n``.
+Files are read at the edge (:mod:`evalgauge.io`); this module holds the table and the checks every
+analysis shares. Rows are reported to the user 1-based, counting data rows after any header ("row 1" is
+the first judgment), so a message can be checked against the file in a spreadsheet or with ``sed -n``.
 """
 
 from __future__ import annotations
 
-import codecs
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,17 +15,6 @@ import numpy as np
 import pandas as pd
 
 from .errors import DataError
-
-SUPPORTED_SUFFIXES = {
-    ".csv": "csv",
-    ".tsv": "tsv",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".sqlite": "run",
-    ".db": "run",
-}
 
 #: How many offending rows a message lists before it says "and N more".
 MAX_ROWS_LISTED = 5
@@ -49,28 +35,24 @@ class Judgments:
         return len(self.frame)
 
 
-def read_judgments(data: Any, *, source: str | None = None, encoding: str | None = None,
-                   sep: str | None = None, columns: dict[str, str] | None = None) -> Judgments:
-    """Read judgments from a path or a data frame.
+def as_judgments(data: Any, *, source: str | None = None) -> Judgments:
+    """The judgments table of an in-memory frame: a :class:`Judgments`, a ``pandas.DataFrame`` or any frame
+    with ``to_pandas()`` (polars, pyarrow tables).
 
-    Accepts a ``pandas.DataFrame``, any frame with ``to_pandas()`` (polars,
-    pyarrow tables), or a path to a ``.csv``, ``.tsv``, ``.parquet`` or
-    ``.jsonl`` file. Raises :class:`DataError` naming the file when it cannot
-    be read. ``encoding`` (default UTF-8) and ``sep`` (default: sniffed among
-    comma, semicolon, tab and bar) are for text files; ``columns`` maps a role to
-    the file's column (``{"system": "exam_model"}``), renaming it. Control
-    characters in text columns (terminal escape sequences) are shown escaped.
+    The numeric core takes tables, never paths: read a file first with :func:`evalgauge.read` (which is
+    :func:`evalgauge.io.read_judgments`), once, at the edge.
     """
     if isinstance(data, Judgments):
-        judgments = data
-    elif isinstance(data, pd.DataFrame):
-        judgments = Judgments(data.reset_index(drop=True), source or "the data frame")
-    elif hasattr(data, "to_pandas") and not isinstance(data, (str, Path)):
-        judgments = Judgments(data.to_pandas().reset_index(drop=True), source or "the data frame")
-    else:
-        path = Path(data)
-        judgments = Judgments(_escape_controls(_read_file(path, encoding, sep)), source or str(path))
-    return rename_columns(judgments, columns) if columns else judgments
+        return data
+    if isinstance(data, pd.DataFrame):
+        return Judgments(data.reset_index(drop=True), source or "the data frame")
+    if isinstance(data, (str, Path)):
+        raise DataError(f"{data}: a path was given where a judgments table is expected; read the file first "
+                        f"with evalgauge.read({str(data)!r}) and pass its result.")
+    if hasattr(data, "to_pandas"):
+        return Judgments(data.to_pandas().reset_index(drop=True), source or "the data frame")
+    raise DataError(f"expected a judgments table (evalgauge.read(...), a pandas or polars data frame), not "
+                    f"{type(data).__name__}.")
 
 
 def rename_columns(judgments: Judgments, columns: dict[str, str]) -> Judgments:
@@ -90,141 +72,6 @@ def rename_columns(judgments: Judgments, columns: dict[str, str]) -> Judgments:
     if not mapping:
         return judgments
     return Judgments(frame.rename(columns=mapping), judgments.source)
-
-
-_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"
-
-
-def _escape_controls(frame: pd.DataFrame) -> pd.DataFrame:
-    """Judge output and labels are untrusted: a terminal escape sequence in a label must not reach the
-    terminal, so control characters become visible escapes (\\x1b) in every text column and header."""
-    import re
-
-    pattern = re.compile(_CONTROL)
-
-    def esc(text: str) -> str:
-        return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-    frame.columns = [esc(str(c)) for c in frame.columns]
-    for col in frame.columns:
-        values = frame[col]
-        if values.dtype == object or pd.api.types.is_string_dtype(values):
-            has = values.astype("string").str.contains(_CONTROL, regex=True, na=False)
-            if has.any():
-                frame[col] = values.where(~has, values[has].astype(str).map(esc))
-    return frame
-
-
-def _read_file(path: Path, encoding: str | None = None, sep: str | None = None) -> pd.DataFrame:
-    if not path.exists():
-        raise DataError(f"{path}: no such file. Check the path (relative paths start at {Path.cwd()}).")
-    if path.is_dir():
-        raise DataError(f"{path}: is a directory; give a CSV, TSV, Parquet or JSONL file.")
-    kind = SUPPORTED_SUFFIXES.get(path.suffix.lower())
-    if kind is None:
-        supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
-        raise DataError(
-            f"{path}: unsupported file type '{path.suffix or '(none)'}'. "
-            f"evalgauge reads {supported}; convert the file or rename it if it is one of these."
-        )
-    if kind == "run":  # a collector run database: its judgments (facet levels and scores)
-        from .collect.store import judgments_from_run
-
-        return judgments_from_run(path)
-    if kind in ("csv", "tsv", "jsonl"):
-        _check_encoding(path, encoding)
-    try:
-        if kind in ("csv", "tsv"):
-            # Facet labels stay text: '01' and '1' are different items.
-            frame = pd.read_csv(path, sep=sep or _sniff_sep(path, kind, encoding), dtype=str,
-                                keep_default_na=True, skipinitialspace=True, encoding=encoding or "utf-8")
-        elif kind == "parquet":
-            frame = _read_parquet(path)
-        else:
-            frame = _read_jsonl(path, encoding)
-    except (pd.errors.ParserError, ValueError, OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: could not be read as {kind.upper()}: {_first_line(exc)}") from None
-    except ImportError as exc:  # pragma: no cover - pyarrow is a dependency
-        raise DataError(f"{path}: reading {kind} needs an extra package: {exc}") from None
-    if frame.shape[1] == 0 or len(frame) == 0:
-        raise DataError(f"{path}: has no data rows. A judgments file has a header and one row per score.")
-    frame.columns = [str(c).strip() for c in frame.columns]
-    return frame
-
-
-def _read_parquet(path: Path) -> pd.DataFrame:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-        table.validate(full=True)  # invalid UTF-8 in a string column would only surface later, deep inside
-        return table.to_pandas()
-    except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{path}: not a readable Parquet file ({_first_line(exc)}); it may be truncated or "
-                        "damaged. Write it again, or export CSV.") from None
-
-
-def _check_encoding(path: Path, encoding: str | None) -> None:
-    """A text file that is not in its encoding: the line and column of the first bad byte, and the fix."""
-    enc = encoding or "utf-8"
-    try:
-        codecs.lookup(enc)
-    except LookupError:
-        raise DataError(f"--encoding {enc}: not an encoding Python knows (e.g. utf-8, latin-1, cp1252).") from None
-    data = path.read_bytes()
-    try:
-        data.decode(enc)
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(f"{path}: line {line}, column {col}: byte 0x{data[exc.start]:02x} is not valid {enc}. The "
-                        "file is in another encoding: re-save it as UTF-8, or name its encoding with --encoding "
-                        "(latin-1 and cp1252 are common for spreadsheets).") from None
-
-
-def _sniff_sep(path: Path, kind: str, encoding: str | None) -> str:
-    """The delimiter of a delimited file, from its header: comma, semicolon (European spreadsheets), tab or bar."""
-    default = "\t" if kind == "tsv" else ","
-    with path.open(encoding=encoding or "utf-8", errors="replace") as fh:
-        header = fh.readline()
-    counts = {d: header.count(d) for d in (",", ";", "\t", "|")}
-    if counts[default] > 0:
-        return default
-    best = max(counts, key=counts.get)
-    return best if counts[best] > 0 else default
-
-
-def _read_jsonl(path: Path, encoding: str | None) -> pd.DataFrame:
-    return pd.DataFrame.from_records(jsonl_records(path, encoding))
-
-
-def jsonl_records(path: Path, encoding: str | None = None) -> list[dict]:
-    """JSON Lines as a list of objects, with the line number of a line that is not a JSON object."""
-    records = []
-    with path.open(encoding=encoding or "utf-8") as fh:
-        for k, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}: line {k}, character {exc.pos + 1} is not valid JSON ({exc.msg}); each line "
-                                "must be one JSON object (the file may be truncated).") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{path}: line {k} is a JSON {_json_kind(record)}, not an object with one field "
-                                "per column.")
-            records.append(record)
-    return records
-
-
-def _json_kind(value: Any) -> str:
-    return {list: "list", str: "string", int: "number", float: "number", bool: "true/false"}.get(type(value), "null")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def format_rows(rows: np.ndarray, values: Any = None) -> str:

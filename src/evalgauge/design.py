@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from . import vocabulary
-from .data import Judgments, format_rows, numeric_scores, read_judgments, require_columns
+from .data import Judgments, as_judgments, format_rows, numeric_scores, require_columns
 from .errors import DesignError
 
 ROLES = ("object", "random", "fixed")
@@ -267,7 +267,7 @@ def infer_design(
     repeated rows of a cell in file order (for data such as lme4's Pastes that
     carry no replicate column). Every default can be overridden.
     """
-    judgments = read_judgments(data)
+    judgments = as_judgments(data)
     columns = list(judgments.frame.columns)
 
     score = score or next((c for c in SCORE_NAMES if c in columns), None)
@@ -391,7 +391,7 @@ def code_data(data, design: Design) -> CodedData:
     scores, empty facet labels, a facet with one level, broken nesting (a child
     level under two parents), and duplicate observations without a replicate.
     """
-    judgments = read_judgments(data)
+    judgments = as_judgments(data)
     require_columns(judgments, list(design.names), what="facet column")
     y = numeric_scores(judgments, design.score)
 

@@ -31,6 +31,7 @@ from scipy import integrate, stats
 from . import vocabulary
 from .components import Component, VarianceComponents
 from .errors import DesignError
+from .results import Result, json_safe
 
 RESIDUAL = "residual"
 Z95 = stats.norm.ppf(0.975)
@@ -95,7 +96,7 @@ def _conditioned(c: Component, vc: VarianceComponents, condition_on: Iterable[st
 # ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Projection:
+class Projection(Result):
     """Error variances and coefficients of one proposed design.
 
     ``var_abs`` is Var(theta-hat) of the grand mean (TEE eq. 3, C.8);
@@ -132,7 +133,7 @@ class Projection:
         out = {**{f"n_{k}": v for k, v in self.counts.items()}, "replicates": self.replicates,
                "var_abs": self.var_abs, "se": self.se, "sigma2_delta": self.sigma2_delta,
                "sigma2_Delta": self.sigma2_Delta, "erho2": self.erho2, "phi": self.phi, "mdd95": self.mdd95}
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
+        return json_safe(out)
 
 
 def project(vc: VarianceComponents, counts: Mapping[str, float] | None = None, replicates: float | None = None,
@@ -607,8 +608,7 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
                            "reachable_at_one_judge": single.reachable,
                            "judges_at_observed_items": needed(vc, "judge", target_erho2, "erho2").count}
     frame = interventions(vc)
-    out["interventions"] = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-                            for r in frame.to_dict(orient="records")]
+    out["interventions"] = json_safe(frame.to_dict(orient="records"))
     if budget is not None:
         if cost is None:
             raise DesignError("a budget needs prices: --price JUDGE=USD per call (or --price USD for every judge).")

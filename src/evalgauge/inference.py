@@ -23,10 +23,11 @@ from scipy import stats
 from . import dstudy, vocabulary
 from .components import VarianceComponents
 from .errors import DesignError
+from .results import Result, json_safe
 
 
 @dataclass(frozen=True)
-class ThetaInterval:
+class ThetaInterval(Result):
     """theta-hat with the full (TEE) interval and the naive one."""
 
     estimate: float
@@ -49,7 +50,7 @@ class ThetaInterval:
         out = {"estimate": self.estimate, "se": self.se, "df": self.df, "low": self.low, "high": self.high,
                "naive_se": self.naive_se, "naive_low": self.naive_low, "naive_high": self.naive_high,
                "se_ratio": self.se_ratio, "level": self.level, "naive_counts": self.sampling_facet}
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+        return json_safe(out)
 
 
 def theta_hat(vc: VarianceComponents) -> float:
@@ -117,7 +118,7 @@ def default_sampling_facet(vc: VarianceComponents) -> str | None:
 
 
 @dataclass(frozen=True)
-class ObjectInterval:
+class ObjectInterval(Result):
     """The error of one object's score (a system's benchmark score) at the observed design.
 
     ``se`` is sqrt(sigma2_Delta), the absolute error (Brennan 2001 eq. 4.1.9; TEE eq. 3 with
@@ -146,7 +147,7 @@ class ObjectInterval:
         out = {"object": self.object, "se": self.se, "df": self.df, "naive_se": self.naive_se,
                "se_ratio": self.se_ratio, "level": self.level, "naive_counts": self.sampling_facet,
                "half_width": full, "naive_half_width": naive}
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+        return json_safe(out)
 
 
 def object_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: str | None = None,

@@ -8,15 +8,16 @@ folder, then a rename), so a crash or a full disk leaves the old file whole.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from .errors import EvalGaugeError
+from .results import dumps, json_safe
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_with", "check_outputs", "dumps",
+           "json_safe"]
 
 
 def _companions(path: Path) -> list[Path]:
@@ -86,41 +87,3 @@ def atomic_write_with(path: str | Path, writer) -> Path:
             os.unlink(tmp)
         raise
     return path
-
-
-def json_safe(value: Any) -> Any:
-    """The one JSON sanitiser: NaN and infinities become null, numpy scalars and arrays plain Python.
-
-    Every JSON evalgauge writes goes through here, so no output is invalid JSON (``NaN`` is not JSON).
-    """
-    import numpy as np
-
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [json_safe(v) for v in value.tolist()]
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
-    if isinstance(value, int | np.integer):
-        return int(value)
-    if isinstance(value, float | np.floating):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, str):
-        return value
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    try:
-        import pandas as pd
-
-        if value is pd.NA or value is pd.NaT:
-            return None
-    except ImportError:  # pragma: no cover
-        pass
-    return str(value)
-
-
-def dumps(payload: Any, indent: int | None = 2) -> str:
-    return json.dumps(json_safe(payload), indent=indent, allow_nan=False)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from .data import format_rows, read_judgments, require_columns
+from .data import as_judgments, format_rows, require_columns
 from .errors import DataError, DesignError
 
 WINNER_A = ("model_a", "a", "A")
@@ -47,9 +47,9 @@ class Battles:
         return int(self.outcome.size)
 
 
-def read_battles(data, *, winner: str = "winner") -> Battles:
-    """Read model_a / model_b / winner rows (any judgments source) and code them."""
-    judgments = read_judgments(data)
+def code_battles(data, *, winner: str = "winner") -> Battles:
+    """Code model_a / model_b / winner rows (a judgments table or data frame) as integer battles."""
+    judgments = as_judgments(data)
     require_columns(judgments, ["model_a", "model_b", winner])
     frame = judgments.frame.copy()
     # code each column once: the checks run on the distinct values (a few hundred), not on every row

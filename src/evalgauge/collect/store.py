@@ -21,7 +21,6 @@ import time
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..errors import DataError
@@ -203,46 +202,3 @@ class RunStore:
         except (sqlite3.DatabaseError, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
             raise DataError(f"{self.path}: the run database is damaged ({exc.__cause__ or exc}); the rows that "
                             "can still be read may be saved with the sqlite3 shell's .recover.") from None
-
-
-def judgments_from_run(path: str | Path) -> pd.DataFrame:
-    """The judgments table of a run database: facet columns with levels, and the score.
-
-    Columns that are constant or absent in the run (no systems, no positions)
-    are left out so the design can be inferred; replicate stays.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: no such run database.")
-    store = RunStore(path)
-    try:
-        calls = store.calls()
-    finally:
-        store.close()
-    if calls.empty:
-        raise DataError(f"{path}: the run database has no completed calls yet; run `evalgauge run CONFIG` first.")
-    out = {}
-    for col in FACETS:
-        values = calls[col]
-        if values.isna().all():
-            continue
-        if col != "replicate" and values.nunique(dropna=True) <= 1 and col not in ("judge", "item"):
-            continue
-        if col == "replicate":
-            reps = pd.to_numeric(values, errors="coerce")
-            bad = np.flatnonzero(reps.isna().to_numpy() | (reps % 1 != 0).to_numpy())
-            if bad.size:
-                raise DataError(f"{path}: calls row {bad[0] + 1} has replicate {values.iloc[bad[0]]!r}, not a whole "
-                                "number; the run database was changed by hand or is damaged.")
-            out[col] = reps.astype(int)
-        else:
-            out[col] = values.astype(str)
-    frame = pd.DataFrame(out)
-    frame["score"] = pd.to_numeric(calls["score"], errors="coerce").where(calls["score"].notna())
-    text = calls["score"].notna() & frame["score"].isna()
-    if text.any():
-        row = int(np.flatnonzero(text.to_numpy())[0])
-        raise DataError(f"{path}: calls row {row + 1} has score {calls['score'].iloc[row]!r}, not a number; the run "
-                        "database was changed by hand or is damaged.")
-    return frame
-

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import vocabulary
 from ..components import VarianceComponents
-from ..data import Judgments, format_rows, read_judgments, without_empty
+from ..data import Judgments, as_judgments, format_rows, without_empty
 from ..design import Design, code_data, infer_design
 from ..errors import DesignError
 from .anova import anova_bootstrap, anova_from_coded, estimate_anova
@@ -40,7 +40,7 @@ def estimate_components(data, design: Design | None = None, *, method: str = "au
     boot = {"n_boot": n_boot, "level": level, "seed": seed, "progress": progress}
     if method not in METHODS:
         raise DesignError(f"method must be one of {', '.join(METHODS)}, not '{method}'.")
-    judgments = read_judgments(data)
+    judgments = as_judgments(data)
     try:
         return _estimate(judgments, design, method, formula, drop_missing, boot, design_options)
     except DesignError as exc:  # say which data a failed fit was about

@@ -52,7 +52,7 @@ class AnovaTerm:
 def estimate_anova(data, design: Design | None = None, **design_options) -> VarianceComponents:
     """ANOVA variance components of a complete balanced block.
 
-    ``data`` is anything :func:`evalgauge.data.read_judgments` accepts. Without a
+    ``data`` is a judgments table or data frame. Without a
     ``design`` one is inferred from the columns and ``design_options`` (see
     :func:`evalgauge.design.infer_design`).
     """

@@ -12,7 +12,6 @@ correlations of 0.91-0.99 between the two rankings on its binary benchmarks.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +23,9 @@ from scipy.special import expit, xlogy
 from scipy.stats import spearmanr
 
 from ..components import Component, VarianceComponents
-from ..data import numeric_scores, read_judgments
+from ..data import as_judgments, numeric_scores
 from ..errors import DesignError
+from ..results import Result, json_safe
 from .model import MixedModel
 from .reml import RemlProblem, cell_data, fixed_matrix, random_structure
 
@@ -33,7 +33,7 @@ LEVEL1 = math.pi**2 / 3
 
 
 @dataclass(frozen=True)
-class GlmmCheck:
+class GlmmCheck(Result):
     """The LPM fit, the logit GLMM fit, and how their component rankings agree."""
 
     lpm: VarianceComponents
@@ -43,13 +43,11 @@ class GlmmCheck:
 
     def to_dict(self) -> dict[str, Any]:
         rows = self.table.to_dict(orient="records")
-        return {"spearman": None if math.isnan(self.spearman) else self.spearman,
-                "components": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-                               for r in rows],
-                "lpm": self.lpm.to_dict(), "glmm": self.glmm.to_dict()}
+        return json_safe({"spearman": self.spearman, "components": rows, "lpm": self.lpm.to_dict(),
+                          "glmm": self.glmm.to_dict()})
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+    def to_frame(self) -> pd.DataFrame:
+        return self.table
 
 
 def compare_lpm_glmm(lpm: VarianceComponents, glmm: VarianceComponents) -> GlmmCheck:
@@ -80,7 +78,7 @@ def fit_glmm_logit(data, model: MixedModel) -> VarianceComponents:
     Components are on the logit scale; the residual row is the fixed level-1
     variance pi^2/3. Scores must be 0/1.
     """
-    judgments = read_judgments(data)
+    judgments = as_judgments(data)
     y = numeric_scores(judgments, model.response)
     if not np.isin(y, (0.0, 1.0)).all():
         bad = np.flatnonzero(~np.isin(y, (0.0, 1.0)))
@@ -184,7 +182,7 @@ def glmm_check(data, design=None, *, formula: str | None = None, method: str = "
     from . import estimate_components
     from .model import model_from_design, parse_formula
 
-    judgments = read_judgments(data)
+    judgments = as_judgments(data)
     if formula is not None:
         lpm = estimate_components(judgments, method=method, formula=formula)
         model = parse_formula(formula)

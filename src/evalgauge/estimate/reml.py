@@ -38,7 +38,7 @@ from scipy.linalg import cho_solve, solve_triangular
 from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
-from ..data import Judgments, format_rows, numeric_scores, read_judgments, require_columns
+from ..data import Judgments, as_judgments, format_rows, numeric_scores, require_columns
 from ..errors import DesignError
 from .model import MixedModel, Term
 
@@ -684,14 +684,14 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
              fixed_facets: tuple[str, ...] = (), method_reason: str = "REML (requested)",
              facet_order: tuple[str, ...] | None = None, n_boot: int = 0, level: float = 0.95,
              seed: int | None = None, progress=None):
-    """REML variance components of ``model`` on ``data`` (anything read_judgments accepts).
+    """REML variance components of ``model`` on ``data`` (a judgments table or data frame).
 
     ``progress(size, evaluations, seconds)``, when given, is called at every evaluation of the criterion
     with a one-line description of the model's size (judgments, cells, random effects, the dense part).
     """
     from ..components import Component, VarianceComponents
 
-    judgments = read_judgments(data)
+    judgments = as_judgments(data)
     cells = cell_data(judgments, model)
     notes = list(cells.notes)
     terms, levels, sizes, cell_term, confounded = random_structure(cells, model, notes)

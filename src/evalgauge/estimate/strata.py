@@ -11,7 +11,6 @@ into item); the per-stratum fits say so.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +19,15 @@ import numpy as np
 import pandas as pd
 
 from ..components import VarianceComponents
-from ..data import Judgments, read_judgments, require_columns
+from ..data import Judgments, as_judgments, require_columns
 from ..design import Design, Facet, infer_design
 from ..errors import DesignError
+from ..results import Result
 from .model import MixedModel, Term, parse_formula
 
 
 @dataclass(frozen=True)
-class StratifiedComponents:
+class StratifiedComponents(Result):
     """One fit per level of ``stratum``, beside the pooled (homoscedastic) fit."""
 
     stratum: str
@@ -53,9 +53,6 @@ class StratifiedComponents:
             "notes": list(self.notes),
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
-
     def spread(self, component: str = "residual") -> float:
         """Largest over smallest per-stratum estimate of a component (1 = homoscedastic)."""
         values = [fit[component].variance for fit in self.fits.values() if component in fit]
@@ -73,7 +70,7 @@ def estimate_by_stratum(data, stratum: str, design: Design | None = None, *, for
     """
     from . import estimate_components
 
-    judgments = read_judgments(data)
+    judgments = as_judgments(data)
     require_columns(judgments, [stratum], what="stratum column")
     fit_options = {k: options.pop(k) for k in ("drop_missing", "n_boot", "level", "seed") if k in options}
     notes: list[str] = []

@@ -10,7 +10,6 @@ warnings, and TEE's three-tier reporting checklist (Table 15).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,19 +20,19 @@ import pandas as pd
 
 from .. import dstudy, vocabulary
 from ..components import VarianceComponents
-from ..data import read_judgments
 from ..design import Design, infer_design
 from ..errors import DesignError
 from ..estimate import estimate_components
 from ..estimate.model import parse_formula
 from ..inference import ITEM_NAMES, ObjectInterval, ThetaInterval, object_interval, theta_interval
-from ..outputs import json_safe
+from ..io import read_input
+from ..results import Result, json_safe
 
 JUDGE_NAMES = vocabulary.JUDGE_NAMES
 
 
 @dataclass
-class Analysis:
+class Analysis(Result):
     source: str
     components: VarianceComponents
     theta: ThetaInterval | None
@@ -82,26 +81,26 @@ class Analysis:
             out["comparison"] = self.comparison.to_dict()
         return json_safe(out)  # the one sanitiser: no NaN in JSON
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
-
 
 def _records(frame: pd.DataFrame) -> list[dict]:
     return [dict(r) for r in frame.to_dict(orient="records")]
 
 
-def analyze(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
+def analyze(data, design: Design | None = None, *, run=None, method: str = "auto", formula: str | None = None,
             drop_missing: bool | None = None, target_erho2: float = 0.8, n_boot: int = 0, level: float = 0.95,
             seed: int | None = None, n_boot_compare: int = 2000, progress=None, **design_options) -> Analysis:
-    """Fit and derive everything the analysis reports. ``data`` is a path, frame or run database."""
-    path = Path(data) if isinstance(data, (str, Path)) else None
-    is_run = path is not None and path.suffix.lower() in (".sqlite", ".db")
-    judgments = read_judgments(data)
+    """Fit and derive everything the analysis reports.
+
+    ``data`` is a path (a run database brings the collector's diagnostics with it), a judgments table or a
+    frame; ``run`` is the :class:`evalgauge.io.runs.RunRecord` of a run database already read.
+    """
+    judgments, record = read_input(data)
+    record = run if run is not None else record
     if {"model_a", "model_b", "winner"} <= set(judgments.frame.columns) and formula is None:
         return _analyze_pairwise(judgments, method=method, target_erho2=target_erho2)
     diagnostics, run_meta = None, {}
-    if is_run:
-        diagnostics, run_meta = _run_info(path)
+    if record is not None:
+        diagnostics, run_meta = _run_info(record)
         drop_missing = True if drop_missing is None else drop_missing  # failed parses are in the diagnostics
     if formula is None and design is None:
         design = infer_design(judgments, **design_options)
@@ -167,9 +166,9 @@ def _analyze_pairwise(judgments, *, method: str, target_erho2: float, n_boot: in
     """Pairwise rows: Bradley-Terry with both bootstraps and position bias, and the components of the
     win indicators with position as a fixed facet (sizing sec. 5.4)."""
     from ..design import Facet
-    from ..pairwise import bootstrap_bt, fit_bt, position_bias, read_battles, system_win_rows
+    from ..pairwise import bootstrap_bt, code_battles, fit_bt, position_bias, system_win_rows
 
-    battles = read_battles(judgments)
+    battles = code_battles(judgments)
     both = all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems)))
     fit = fit_bt(battles, position=both)
     table = fit.table()
@@ -209,16 +208,10 @@ def _theta_or_none(vc):
         return None
 
 
-def _run_info(path: Path) -> tuple[dict, dict]:
+def _run_info(record) -> tuple[dict, dict]:
     from ..collect.diagnostics import diagnose
-    from ..collect.store import RunStore
 
-    store = RunStore(path)
-    try:
-        calls = store.calls()
-        meta = {k: store.get_meta(k) for k in ("config", "mode", "fingerprint")}
-    finally:
-        store.close()
+    calls, meta = record.calls, dict(record.meta)
     diag = diagnose(calls).to_dict()
     meta["models"] = sorted(calls["model"].dropna().astype(str).unique())
     meta["first_call"] = float(calls["started_at"].min()) if len(calls) else None

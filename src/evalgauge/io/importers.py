@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import DataError
+from ..errors import DataError
 
 FORMATS = ("inspect", "lm-eval", "arena-hard", "alpaca-eval", "mt-bench", "wide")
 
 
 def _jsonl(path: Path) -> list[dict]:
-    from .data import jsonl_records
+    from .files import jsonl_records
 
     try:
         rows = jsonl_records(path)
@@ -398,7 +398,7 @@ def import_wide(paths: Iterable[str | Path], ids: dict[str, str], columns: tuple
     """
     from fnmatch import fnmatch
 
-    from .data import read_judgments
+    from . import read_judgments
 
     facet, patterns = columns
     parts = []
