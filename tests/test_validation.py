@@ -53,7 +53,7 @@ def test_unknown_facet_column(crossed):
 def test_unknown_score_column(crossed):
     with pytest.raises(DataError) as err:
         eg.estimate_anova(crossed, score="rating")
-    assert "'rating'" in str(err.value) and "--score" in str(err.value)
+    assert "'rating'" in str(err.value) and "`score`" in str(err.value)  # the Python parameter
 
 
 def test_facet_with_one_level(crossed):
@@ -66,7 +66,7 @@ def test_facet_with_one_level(crossed):
     with pytest.raises(DesignError) as err:
         eg.estimate_anova(df, facets="system,item,judge")
     msg = str(err.value)
-    assert "facet 'judge' has one level ('j1')" in msg and "Drop it from --facets" in msg
+    assert "facet 'judge' has one level ('j1')" in msg and "Drop it from `facets`" in msg
 
 
 def test_broken_nesting_names_item_categories_and_rows():
@@ -80,7 +80,7 @@ def test_broken_nesting_names_item_categories_and_rows():
         eg.estimate_anova(df)
     msg = str(err.value)
     assert "item 'q1' appears under category 'a' (row 1) and 'b' (row 8)" in msg
-    assert "--nest none" in msg
+    assert "`nest`=none" in msg
 
 
 def test_labels_restarting_within_parent_are_not_broken_nesting():
@@ -98,7 +98,7 @@ def test_duplicates_without_replicate_column(crossed):
         eg.estimate_anova(df)
     msg = str(err.value)
     assert "no replicate column" in msg and "row 1, row 2 are the same cell" in msg
-    assert "--replicate" in msg and "--replicate auto" in msg
+    assert "`replicate` COL" in msg and "`replicate`=auto" in msg
     # the suggested fix works
     assert eg.estimate_anova(df, replicate="auto").replicates == 2
 
@@ -192,3 +192,22 @@ def test_polars_frame(crossed):
     base = eg.estimate_anova(crossed)
     again = eg.estimate_anova(pl.from_pandas(crossed.astype({"system": str, "item": str, "judge": str})))
     assert np.allclose([c.variance for c in again.components], [c.variance for c in base.components])
+
+
+def test_messages_name_python_parameters_and_the_cli_shows_options(tmp_path, crossed):
+    """The core names its parameters (`facets`); the command line shows the same message with its options."""
+    from click.testing import CliRunner
+
+    from evalgauge.cli import as_options, main
+
+    df = crossed.drop(columns="replicate")
+    with pytest.raises(DesignError) as err:
+        eg.estimate_anova(df)
+    assert "`replicate` COL" in str(err.value) and "--" not in str(err.value)
+    path = tmp_path / "dup.csv"
+    df.to_csv(path, index=False)
+    out = CliRunner().invoke(main, ["components", str(path)])
+    assert out.exit_code == 2
+    assert "--replicate COL" in out.output and "--replicate=auto" in out.output and "`" not in out.output
+    # a command in backticks is not an option
+    assert as_options("run `evalgauge run CONFIG` with `n_boot` 0") == "run `evalgauge run CONFIG` with --bootstrap 0"

@@ -66,12 +66,48 @@ estimate_by_stratum = _lazy(".estimate.strata", "estimate_by_stratum")
 simulate = _lazy(".simulate", "simulate")
 
 
+class _OptionsConsole(Console):
+    """A console that shows the core's `parameter` names as the command's options (see :func:`as_options`)."""
+
+    def print(self, *objects, **kwargs) -> None:
+        shown = []
+        for obj in objects:
+            if isinstance(obj, str):
+                obj = as_options(obj)
+            elif isinstance(obj, Text) and "`" in obj.plain:
+                obj = Text(as_options(obj.plain), style=obj.style)
+            shown.append(obj)
+        super().print(*shown, **kwargs)
+
+
 def _console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     # Piped output (logs, CI, `| less`) gets a wide table instead of rich's 80 columns.
     width = None if stream.isatty() else 160
     # markup off: labels, notes and intervals such as "[0.1, 0.2]" are data, not rich markup
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width, markup=False)
+    return _OptionsConsole(stderr=stderr, highlight=False, soft_wrap=True, width=width, markup=False)
+
+
+def _with_options(value: Any) -> Any:
+    """Every string of a JSON payload with the core's `parameter` names shown as options."""
+    if isinstance(value, str):
+        return as_options(value) if "`" in value else value
+    if isinstance(value, dict):
+        return {k: _with_options(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_options(v) for v in value]
+    return value
+
+
+def as_options(message: str) -> str:
+    """A core message names Python parameters in backticks (`facets`, `replicate`=auto); on the command line
+    they are options (--facets, --replicate=auto). Other backticked text (commands) is left alone."""
+    import re
+
+    def option(match: re.Match) -> str:
+        return vocabulary.PARAMETER_OPTIONS.get(match.group(1), match.group(0))
+
+    return re.sub(r"`(\w+)`", option, message)
 
 
 def user_errors(func: Callable) -> Callable:
@@ -82,7 +118,7 @@ def user_errors(func: Callable) -> Callable:
         try:
             return func(*args, **kwargs)
         except EvalGaugeError as exc:
-            _console(stderr=True).print(Text("error: ", style="bold red") + Text(str(exc)))
+            _console(stderr=True).print(Text("error: ", style="bold red") + Text(as_options(str(exc))))
             sys.exit(2)
         except OSError as exc:  # a file the user named cannot be read or written (permissions, disk full)
             if exc.filename is None:
@@ -584,7 +620,7 @@ def _write_frame(frame: pd.DataFrame, path: Path) -> None:
 
 
 def _emit(payload: dict, json_out: str | None, printer) -> None:
-    text = dumps(payload)  # the one sanitiser: no NaN reaches any JSON
+    text = dumps(_with_options(payload))  # the one sanitiser: no NaN reaches any JSON
     if json_out == "-":
         click.echo(text)
         return

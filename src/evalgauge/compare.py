@@ -510,7 +510,7 @@ def unmeasured(vc: VarianceComponents, columns) -> list[str]:
             continue
         out.append(f"one {what} only{f' ({col})' if col else ''}: its variance ({term}) cannot be measured, "
                    f"and these intervals leave it out. Measure it with a second {what} on a pilot (evalgauge "
-                   f"run), or state a value with --assume {term}=VALUE.")
+                   f"run), or state a value with `assume` {term}=VALUE.")
     return out
 
 

@@ -125,7 +125,7 @@ def numeric_scores(judgments: Judgments, column: str) -> np.ndarray:
             + "; and ".join(parts)
             + ". Fix or remove these rows (an empty completion or a parse failure is a missing "
             "score, not a zero); evalgauge does not drop rows silently"
-            + ("." if nonnum.any() else ": dropping missing scores (--drop-missing) removes them and says how many.")
+            + ("." if nonnum.any() else ": dropping missing scores (`drop_missing`) removes them and says how many.")
         )
     return y
 
@@ -149,7 +149,7 @@ def require_columns(judgments: Judgments, columns: list[str], *, what: str = "co
         names = ", ".join(f"'{c}'" for c in missing)
         raise DataError(
             f"{judgments.source}: no {what} {names}. The columns are: {', '.join(have)}. "
-            "Name the right column (for example --score, --facets) or rename it in the file."
+            "Name the right column (for example `score`, `facets`) or rename it in the file."
         )
 
 

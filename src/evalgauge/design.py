@@ -274,7 +274,7 @@ def infer_design(
     if score is None:
         raise DesignError(
             f"{judgments.source}: no score column found (looked for {', '.join(SCORE_NAMES)}). "
-            f"The columns are: {', '.join(columns)}. Name it with --score."
+            f"The columns are: {', '.join(columns)}. Name it with `score`."
         )
     if replicate is None:
         replicate = next((c for c in REPLICATE_NAMES if c in columns), None)
@@ -285,7 +285,7 @@ def infer_design(
         if not facet_names:
             raise DesignError(
                 f"{judgments.source}: no facet columns recognised (known names: {', '.join(FACET_NAMES)}). "
-                f"The columns are: {', '.join(columns)}. Name the facets with --facets a,b,c."
+                f"The columns are: {', '.join(columns)}. Name the facets with `facets` (a,b,c)."
             )
         facet_names, notes = _drop_single_level(judgments, facet_names)
     else:
@@ -315,7 +315,7 @@ def infer_design(
         fixed_names = [c for c in facet_names if c.lower() in FIXED_NAMES]
     for name in fixed_names:
         if name not in facet_names:
-            raise DesignError(f"--fixed '{name}' is not among the facets ({', '.join(facet_names)}).")
+            raise DesignError(f"`fixed` '{name}' is not among the facets ({', '.join(facet_names)}).")
 
     target = object
     if target is None:
@@ -422,7 +422,7 @@ def code_data(data, design: Design) -> CodedData:
         if grid.shape[1] < 2:
             raise DesignError(
                 f"{judgments.source}: facet '{f.name}' has one level within each level of '{f.parent}', "
-                f"so it is the same facet as '{f.parent}'. Drop it from --facets or drop the nesting."
+                f"so it is the same facet as '{f.parent}'. Drop it from `facets` or drop the nesting."
             )
     cell = np.ravel_multi_index(tuple(codes), tuple(shape)) if codes else np.zeros(len(y), np.int64)
     n_cells = int(np.prod(shape))
@@ -459,7 +459,7 @@ def _one_level(judgments: Judgments, name: str, uniques) -> None:
     level = uniques[0] if len(uniques) else "(none)"
     raise DesignError(
         f"{judgments.source}: facet '{name}' has one level ('{level}'), so its variance cannot be estimated. "
-        f"Drop it from --facets (its level is then part of the fixed conditions of the study)."
+        f"Drop it from `facets` (its level is then part of the fixed conditions of the study)."
     )
 
 
@@ -512,7 +512,7 @@ def _nest_within(judgments: Judgments, design: Design, name: str, g: np.ndarray,
             f"{parent} '{frame[parent].iloc[first]}' (row {first + 1}) and '{frame[parent].iloc[r0]}' "
             f"(row {r0 + 1}); {rows.size} row(s) disagree with the first parent seen. Give each {name} one "
             f"{parent} (if {name} labels restart within each {parent}, make them unique, e.g. "
-            f"'{parent}1-{name}3'), or drop the nesting (--nest none)."
+            f"'{parent}1-{name}3'), or drop the nesting (`nest`=none)."
         )
     # Rank each child among the children of its parent, in label order.
     order = np.lexsort((np.arange(n_levels), owner))
@@ -567,13 +567,13 @@ def _check_replicates(judgments: Judgments, design: Design, cell: np.ndarray, co
             first = rows[cell[rows] == cell[rows[0]]]
             differs = _columns_differing(judgments, design, first)
             hint = (f" They differ in {', '.join(repr(c) for c in differs)}: a facet the design left out? Add it "
-                    "to --facets." if differs else "")
+                    "to `facets`." if differs else "")
             raise DesignError(
                 f"{judgments.source}: {rows.size} rows share their facet levels with another row (for example "
                 f"{format_rows(first)} are the same cell of {', '.join(design.names)}), and there is no "
                 f"replicate column.{hint} If these are repeated calls, name the column that numbers them with "
-                "--replicate COL (or --replicate auto to number them in file order); if a facet is missing, "
-                "add it to --facets; if they are accidental duplicates, remove them."
+                "`replicate` COL (or `replicate`=auto to number them in file order); if a facet is missing, "
+                "add it to `facets`; if they are accidental duplicates, remove them."
             )
         return
     if design.replicate == "auto":
@@ -593,7 +593,7 @@ def _check_replicates(judgments: Judgments, design: Design, cell: np.ndarray, co
         raise DesignError(
             f"{judgments.source}: {rows.size} rows repeat both the facet levels and the replicate "
             f"'{design.replicate}' of another row ({format_rows(rows)}). Each replicate of a cell must be "
-            "one row: remove the duplicates, or check that no facet column is missing from --facets."
+            "one row: remove the duplicates, or check that no facet column is missing from `facets`."
         )
 
 

@@ -247,7 +247,7 @@ def ceiling(vc: VarianceComponents, facet: str = "judge", count: float = 1, *, o
     """
     obj = object or vc.object
     if not obj:
-        raise DesignError("the ceiling needs an object of measurement (--object).")
+        raise DesignError("the ceiling needs an object of measurement (`object`).")
     big = 1e15
     counts = {f: (float(count) if f == facet else (n if f in vc.fixed or f == obj else big))
               for f, n in observed_counts(vc).items()}
@@ -562,7 +562,7 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
                                    [vc.replicates])]
     unknown = set(grid) - set(vc.levels)
     if unknown:
-        raise DesignError(f"--n names unknown facet(s) {', '.join(sorted(unknown))}; facets are "
+        raise DesignError(f"`counts` names unknown facet(s) {', '.join(sorted(unknown))}; facets are "
                           f"{', '.join(vc.levels)} (and rep for replicates).")
     names = list(grid)
     cost = _cost_model(vc, prices, ceiling_facet)
@@ -593,7 +593,7 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
         if target is None:
             continue
         if quantity != "se" and not obj:
-            raise DesignError(f"a target {quantity} needs an object of measurement (--object).")
+            raise DesignError(f"a target {quantity} needs an object of measurement (`object`).")
         for facet in vc.levels:
             if facet == obj or facet in vc.fixed:
                 continue
@@ -611,7 +611,7 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
     out["interventions"] = json_safe(frame.to_dict(orient="records"))
     if budget is not None:
         if cost is None:
-            raise DesignError("a budget needs prices: --price JUDGE=USD per call (or --price USD for every judge).")
+            raise DesignError("a budget needs prices: `cost` (JUDGE=USD per call, or USD for every judge).")
         best = optimize_budget(vc, budget, cost, objective="sigma2_delta" if obj else "var_abs")
         out["budget"] = {"budget": budget, "counts": best["counts"], "replicates": best["replicates"],
                          "cost": best["cost"], "objective": best["objective"],

@@ -214,7 +214,7 @@ def bootstrap_derived(vc: VarianceComponents, draws: np.ndarray | None = None, *
     """
     draws = vc.draws if draws is None else draws
     if draws is None:
-        raise DesignError("no bootstrap draws: estimate the components with n_boot > 0 (--bootstrap N).")
+        raise DesignError("no bootstrap draws: estimate the components with n_boot > 0 (`n_boot`).")
     if not vc.object:
         raise DesignError("the derived numbers need an object of measurement.")
     kw = {"counts": counts, "replicates": replicates}

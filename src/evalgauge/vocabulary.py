@@ -31,6 +31,15 @@ FACET_NAMES = (*OBJECT_NAMES, "category", "task", *ITEM_NAMES, *VARIANT_NAMES, "
 #: Items nest in these when both are facets.
 DEFAULT_NESTS = (("category", "item"), ("task", "item"))
 
+#: The command-line option of each Python parameter a core message names (in backticks: `facets`); the
+#: CLI shows the option instead, so a message speaks the language of whoever reads it.
+PARAMETER_OPTIONS = {
+    "score": "--score", "facets": "--facets", "fixed": "--fixed", "nest": "--nest", "replicate": "--replicate",
+    "object": "--object", "terms": "--terms", "max_order": "--max-order", "method": "--method",
+    "drop_missing": "--drop-missing", "counts": "--n", "cost": "--price", "n_boot": "--bootstrap",
+    "assume": "--assume", "reference": "--reference", "baseline": "--baseline", "human": "--human",
+}
+
 #: Estimation methods (`--method`).
 METHODS = ("auto", "anova", "reml")
 #: The simulation presets (`evalgauge simulate NAME`): TEE's Table 8 and the sizing paper's design.

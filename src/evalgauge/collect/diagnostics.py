@@ -44,7 +44,7 @@ def diagnose(calls: pd.DataFrame, replicates_planned: int | None = None) -> Diag
         return Diagnostics(0, 0, 0, 0.0, 0, pd.DataFrame(), {}, ("no completed calls",))
     frame = calls.copy()
     cell_cols = [c for c in CELL if c in frame]
-    frame[cell_cols] = frame[cell_cols].fillna("")
+    frame[cell_cols] = frame[cell_cols].astype(object).fillna("")
     groups = frame.groupby(cell_cols, sort=False, dropna=False)
     sizes = groups.size()
     multi = sizes[sizes > 1].index

@@ -54,8 +54,8 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
         else (judgments, None)
     if formula is not None:
         if method == "anova":
-            raise DesignError("a formula is fitted by REML; use --method reml or auto, or give the design "
-                              "options (--facets, --nest, ...) for ANOVA.")
+            raise DesignError("a formula is fitted by REML; use `method`=reml or auto, or give the design "
+                              "options (`facets`, `nest`, ...) for ANOVA.")
         model = parse_formula(formula)
         result = fit_reml(judgments, model, method_reason="REML: the model was given as a formula", **boot)
         return _with_note(result, dropped_note)

@@ -717,7 +717,7 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         raise DesignError("the REML fit broke down numerically (a matrix that should be positive definite was "
                           "not). This happens when the scores are explained exactly by the facets (no variation "
                           "left within cells) or a level has a single judgment; check the scores, drop terms "
-                          "(--terms, --max-order 2) or the sparse levels.") from None
+                          "(`terms`, `max_order`=2) or the sparse levels.") from None
     if not fit.converged:
         notes.append(f"the optimiser stopped before converging ({fit.message}); check the estimates, try a "
                      "simpler model (fewer terms), or rescale the scores.")
