@@ -321,38 +321,10 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
         design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
         result = estimate_components(data, design, method=method, drop_missing=drop_missing,
                                      progress=_fit_progress(), **boot)
-    payload = components_payload(result)
+    from .report.analysis import components_summary
+
+    payload = components_summary(result)
     _emit(payload, json_out, lambda c: print_components(result, c))
-
-
-def components_payload(result: VarianceComponents) -> dict:
-    """The result's JSON plus theta-hat's intervals, Var(theta-hat) shares and bootstrapped derived numbers."""
-    from . import dstudy
-    from .inference import bootstrap_derived, default_sampling_facet, object_interval, theta_interval
-
-    payload = result.to_dict()
-    try:
-        theta = theta_interval(result)
-        if theta.df < 1:  # never printed as a result
-            raise EvalGaugeError(
-                f"theta-hat's interval rests on {theta.df:.2g} degree(s) of freedom (Satterthwaite): the components "
-                "that dominate it are barely estimated (too few levels of a facet, or a fit at its limits). More "
-                "levels of the dominant facets, or a smaller model (--max-order 2), would make it estimable.")
-        payload["theta"] = theta.to_dict()
-    except EvalGaugeError as exc:
-        payload["theta"] = {"unavailable": str(exc)}
-    sampled = default_sampling_facet(result)
-    if result.object and sampled and sampled != result.object:
-        payload["object_score"] = object_interval(result, sampling_facet=sampled).to_dict()
-    shares = dstudy.project(result, object="").shares()
-    for comp in payload["components"]:
-        comp["share_var_theta"] = shares.get(comp["component"])
-    judge = next((f for f in vocabulary.JUDGE_NAMES if f in result.levels and f != result.object), None)
-    if result.draws is not None and result.object and judge:  # the derived rows include the one-judge ceiling
-        table = bootstrap_derived(result, facet=judge)
-        payload["derived"] = [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in r.items()}
-                              for r in table.to_dict(orient="records")]
-    return payload
 
 
 @main.command()
@@ -1026,122 +998,16 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
       evalgauge pairwise arena.csv --reference gpt-4-0314 --bootstrap 1000
       evalgauge pairwise battles.csv --model-a left --model-b right --winner verdict --json -
     """
-    from .pairwise import (
-        bootstrap_bt,
-        code_battles,
-        comparison_groups,
-        fit_bt,
-        position_bias,
-        separated_systems,
-        slot_is_presentation_order,
-        system_win_rows,
-    )
+    from .report.pairwise import analyze_pairwise
 
     roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
-    battles = code_battles(read_judgments(data, encoding=encoding, sep=sep,
-                                          columns={k: v for k, v in roles.items() if v} or None))
-    for name, option in ((baseline, "--baseline"), (reference, "--reference")):
-        if name is not None and name not in battles.systems:
-            raise click.BadParameter(f"'{name}' is not among the systems ({', '.join(battles.systems)}).",
-                                     param_hint=option)
-    if human and human not in battles.frame:
-        raise EvalGaugeError(f"{data}: no column '{human}' for the human votes (--human).")
-    groups = comparison_groups(battles)
-    if len(groups) > 1:
-        parts = "; ".join("{" + ", ".join(g[:6]) + (", ..." if len(g) > 6 else "") + "}" for g in groups)
-        raise EvalGaugeError(f"{data}: the systems fall into {len(groups)} groups never compared with each other "
-                             f"({parts}): strengths across groups are not comparable. Add comparisons between "
-                             "the groups, or analyse each group on its own.")
-    notes: list[str] = []
-    weights = None
-    if "weight" in battles.frame:
-        weights = pd.to_numeric(battles.frame["weight"], errors="coerce").to_numpy(dtype=float)
-        if not np.all(np.isfinite(weights) & (weights >= 0)):
-            raise EvalGaugeError(f"{data}: column 'weight' must hold non-negative numbers on every row.")
-        notes.append("each row counts 'weight' times (arena-hard: a >> verdict is 3 battles).")
-    both_slots, slot_note = slot_is_presentation_order(battles)
-    if slot_note:
-        notes.append(slot_note)
-    separated = separated_systems(battles, weights)
-    ridge = 0.0
-    if separated:
-        ridge = 0.1
-        notes.append(f"{', '.join(separated[:6])}{' ...' if len(separated) > 6 else ''} won or lost every game "
-                     "against the rest, so their maximum-likelihood strengths are infinite; the estimates are "
-                     "penalised (a normal prior on log strengths, ridge 0.1) and bounded, and their intervals are "
-                     "wide by design. More games would identify them.")
-    from .pairwise import aggregate, arena_elo
-
-    # the fit on counts: battles with the same pair, slot and outcome are sufficient statistics
-    agg, counts = aggregate(battles, weights)
-    fit = fit_bt(agg, reference=reference, position=position and both_slots, weights=counts, ridge=ridge)
-    table = fit.table()
-    arena = dict(zip(battles.systems, arena_elo(agg, counts), strict=True))
-    table["elo_arena"] = table["system"].map(arena)
-    notes.append("elo: the model's own scale (Davidson ties, first-slot term); elo_arena: Chatbot Arena's (ties as "
-                 "half wins, no position term, 1000 at the mean or mixtral-8x7b-instruct-v0.1 at 1114), for "
-                 "comparison with published Arena ratings.")
-    payload: dict = {"systems": len(battles.systems), "judgments": battles.n, "reference": fit.reference,
-                     "ties": fit.log_nu is not None,
-                     "nu": None if fit.log_nu is None else float(np.exp(fit.log_nu)),
-                     "position_advantage_log_odds": fit.log_h, "notes": notes}
-    if weights is not None:
-        payload["weighted_win_share"] = _weighted_win_share(battles, weights)
-    comparison = None
-    if n_boot:
-        order = [fit.systems.index(s) for s in table["system"]]
-        boots = {}
-        for method in ("naive", "tee"):
-            boot = boots[method] = bootstrap_bt(battles, fit, method=method, n_boot=n_boot, seed=seed,
-                                                position=fit.log_h is not None, base_weights=weights, ridge=ridge)
-            table[f"{method}_low"] = boot.low[order]
-            table[f"{method}_high"] = boot.high[order]
-        if n_boot >= 100 and len(battles.systems) > 2:
-            from .pairwise import compare_bt
-
-            comparison = compare_bt(fit, boots["tee"], boots["naive"])
-            payload["comparison"] = comparison.to_dict()
-    payload["bradley_terry"] = table.to_dict(orient="records")
-    if both_slots and all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems))):
-        bias = position_bias(battles)
-        payload["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread,
-                                    "max": bias.maximum, "per_system": bias.per_system}
-    comps = None
-    if baseline is None and len(battles.systems) == 2:
-        baseline = fit.reference  # two systems: one's win indicator mirrors the other's
-    rows = system_win_rows(battles, baseline)
-    facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
-    if "item" in facets and "system" in facets:
-        from . import dstudy
-        from .design import Design, Facet
-
-        rows = rows.assign(replicate=rows.groupby(facets).cumcount() + 1)
-        design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
-                              for f in facets), replicate="replicate")
-        try:
-            comps = estimate_components(rows, design)
-        except EvalGaugeError as exc:
-            notes.append(f"the win-indicator components could not be estimated: {exc}")
-            comps = None
-    if comps is not None:
-        payload["components"] = comps.to_dict()
-        judge = "judge" if "judge" in facets else None
-        proj = dstudy.project(comps)
-        payload["mdd95_win_rate_points"] = 100 * proj.mdd95
-        payload["erho2"] = proj.erho2
-        if judge:
-            ceil = dstudy.ceiling(comps, judge, 1)
-            payload["ceiling"] = ceil.erho2
-            payload["mdd_floor_win_rate_points"] = 100 * ceil.mdd95
-        if components_json:
-            atomic_write_text(components_json, comps.to_json() + "\n")
-    if human:
-        from .pairwise import human_agreement
-
-        if human not in battles.frame:
-            raise EvalGaugeError(f"{data}: no column '{human}' for the human votes.")
-        judge_vote = pd.Series(np.where(battles.outcome == 1.0, "a", np.where(battles.outcome == 0.0, "b", "tie")))
-        payload["human_agreement"] = human_agreement(judge_vote, battles.frame[human].reset_index(drop=True))
+    judgments = read_judgments(data, encoding=encoding, sep=sep, columns={k: v for k, v in roles.items() if v} or None)
+    result = analyze_pairwise(judgments, reference=reference, baseline=baseline, position=position, n_boot=n_boot,
+                              seed=seed, human=human)
+    if components_json and result.components is not None:
+        atomic_write_text(components_json, result.components.to_json() + "\n")
+    battles, fit, table, notes, payload = result.battles, result.fit, result.table, result.notes, result.payload
+    comparison, comps = result.comparison, result.components
 
     def show(c):
         t = Table(title=f"Bradley-Terry ({battles.n} judgments, {len(battles.systems)} systems; reference "
@@ -1178,18 +1044,6 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
                        f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
 
     _emit(payload, json_out, show)
-
-
-def _weighted_win_share(battles, weights: np.ndarray) -> list[dict]:
-    """Each system's share of weighted battles won (ties half): arena-hard's own score against its baseline."""
-    rows = []
-    y = battles.outcome
-    for k, name in enumerate(battles.systems):
-        in_a, in_b = battles.a == k, battles.b == k
-        won = float(weights[in_a] @ y[in_a] + weights[in_b] @ (1.0 - y[in_b]))
-        total = float(weights[in_a].sum() + weights[in_b].sum())
-        rows.append({"system": name, "win_share": won / total if total else None, "battles": total})
-    return rows
 
 
 @main.command(name="import")
@@ -1483,7 +1337,9 @@ def print_components(result: VarianceComponents, console: Console) -> None:
                 ("mean square", "right")]
     for col, justify in columns:
         table.add_column(col, justify=justify)
-    payload = components_payload(result)
+    from .report.analysis import components_summary
+
+    payload = components_summary(result)
     for c, comp in zip(result.components, payload["components"], strict=True):
         name = c.name + (f" (= {c.confounded_with} + e)" if c.confounded_with else "")
         row = [name, c.kind, f"{c.variance:.6g}", _num(c.se, ".3g")]

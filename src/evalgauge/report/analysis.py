@@ -147,6 +147,34 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
     return result
 
 
+def components_summary(result: VarianceComponents) -> dict:
+    """The result's JSON plus theta-hat's intervals, Var(theta-hat) shares and bootstrapped derived numbers."""
+    from ..inference import bootstrap_derived, default_sampling_facet, object_interval
+
+    payload = result.to_dict()
+    try:
+        theta = theta_interval(result)
+        if theta.df < 1:  # never printed as a result
+            raise DesignError(
+                f"theta-hat's interval rests on {theta.df:.2g} degree(s) of freedom (Satterthwaite): the components "
+                "that dominate it are barely estimated (too few levels of a facet, or a fit at its limits). More "
+                "levels of the dominant facets, or a smaller model (`max_order`=2), would make it estimable.")
+        payload["theta"] = theta.to_dict()
+    except DesignError as exc:
+        payload["theta"] = {"unavailable": str(exc)}
+    sampled = default_sampling_facet(result)
+    if result.object and sampled and sampled != result.object:
+        payload["object_score"] = object_interval(result, sampling_facet=sampled).to_dict()
+    shares = dstudy.project(result, object="").shares()
+    for comp in payload["components"]:
+        comp["share_var_theta"] = shares.get(comp["component"])
+    judge = next((f for f in vocabulary.JUDGE_NAMES if f in result.levels and f != result.object), None)
+    if result.draws is not None and result.object and judge:  # the derived rows include the one-judge ceiling
+        table = bootstrap_derived(result, facet=judge)
+        payload["derived"] = table.to_dict(orient="records")
+    return json_safe(payload)
+
+
 def object_scores(frame: pd.DataFrame, obj: str, score: str, interval: ObjectInterval) -> pd.DataFrame:
     """Each object's mean score (a leaderboard) with the full and the naive interval.
 
@@ -163,34 +191,24 @@ def object_scores(frame: pd.DataFrame, obj: str, score: str, interval: ObjectInt
 
 
 def _analyze_pairwise(judgments, *, method: str, target_erho2: float, n_boot: int = 100) -> Analysis:
-    """Pairwise rows: Bradley-Terry with both bootstraps and position bias, and the components of the
-    win indicators with position as a fixed facet (sizing sec. 5.4)."""
-    from ..design import Facet
-    from ..pairwise import bootstrap_bt, code_battles, fit_bt, position_bias, system_win_rows
+    """Pairwise rows: the analysis `evalgauge pairwise` prints (Bradley-Terry with both bootstraps,
+    position bias) and the components of the win indicators with position a fixed facet (sizing sec. 5.4)."""
+    from .pairwise import analyze_pairwise
 
-    battles = code_battles(judgments)
-    both = all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems)))
-    fit = fit_bt(battles, position=both)
-    table = fit.table()
-    order = [fit.systems.index(s) for s in table["system"]]
-    for name in ("naive", "tee"):
-        boot = bootstrap_bt(battles, fit, method=name, n_boot=n_boot, seed=0, position=both)
-        table[f"{name}_low"], table[f"{name}_high"] = boot.low[order], boot.high[order]
-    info: dict[str, Any] = {"bradley_terry": _records(table), "reference": fit.reference,
-                            "position_log_odds": fit.log_h}
-    if both:
-        bias = position_bias(battles)
-        info["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread, "max": bias.maximum}
-    rows = system_win_rows(battles)
-    facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
-    if "item" not in facets:
+    if "item" not in judgments.frame:
         raise DesignError(f"{judgments.source}: pairwise rows need an 'item' column for the variance components "
                           "(which prompt each battle was on); `evalgauge pairwise` fits Bradley-Terry without it.")
-    rows = rows.assign(replicate=rows.groupby(facets).cumcount() + 1)
-    design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
-                          for f in facets), replicate="replicate")
-    vc = estimate_components(rows, design, method=method)
-    judge = "judge" if "judge" in facets else None
+    pw = analyze_pairwise(judgments, n_boot=n_boot, method=method)
+    vc = pw.components
+    if vc is None:
+        raise DesignError(f"{judgments.source}: the win-indicator components could not be estimated"
+                          + (f" ({pw.notes[-1]})" if pw.notes else "") + ".")
+    info: dict[str, Any] = {"bradley_terry": _records(pw.table), "reference": pw.fit.reference,
+                            "position_log_odds": pw.fit.log_h, "notes": list(pw.notes)}
+    if "position_bias" in pw.payload:
+        bias = pw.payload["position_bias"]
+        info["position_bias"] = {k: bias[k] for k in ("slot_a_advantage", "spread_sd", "max")}
+    judge = "judge" if "judge" in vc.levels else None
     result = Analysis(judgments.source, vc, _theta_or_none(vc), dstudy.project(vc), dstudy.interventions(vc),
                       judge, "item", pairwise=info)
     if judge:

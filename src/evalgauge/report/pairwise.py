@@ -1,0 +1,196 @@
+"""The analysis of pairwise judgments, shared by `evalgauge pairwise`, `evalgauge analyze` and the report.
+
+Bradley-Terry(-Davidson) on pair counts with an optional first-slot term, the Chatbot Arena Elo beside
+the model's own, the naive and the TEE-aware bootstraps, which system is better, position bias, and the
+variance components of the win indicators (sizing sec. 5.4) with their MDD and single-judge ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import dstudy
+from ..components import VarianceComponents
+from ..data import Judgments
+from ..design import Design, Facet
+from ..errors import DataError, EvalGaugeError
+from ..estimate import estimate_components
+from ..pairwise import (
+    Battles,
+    BTFit,
+    aggregate,
+    arena_elo,
+    bootstrap_bt,
+    code_battles,
+    compare_bt,
+    comparison_groups,
+    fit_bt,
+    human_agreement,
+    position_bias,
+    separated_systems,
+    slot_is_presentation_order,
+    system_win_rows,
+)
+from ..results import Result, json_safe
+
+ELO_NOTE = ("elo: the model's own scale (Davidson ties, first-slot term); elo_arena: Chatbot Arena's (ties as half "
+            "wins, no position term, 1000 at the mean or mixtral-8x7b-instruct-v0.1 at 1114), for comparison "
+            "with published Arena ratings.")
+
+
+@dataclass
+class PairwiseAnalysis(Result):
+    """Everything `evalgauge pairwise` prints: ``table`` (one row per system), ``payload`` (the JSON)."""
+
+    battles: Battles
+    fit: BTFit
+    table: pd.DataFrame
+    notes: list[str]
+    payload: dict[str, Any] = field(default_factory=dict)
+    components: VarianceComponents | None = None
+    comparison: Any = None  # evalgauge.compare.Comparison of the Bradley-Terry strengths
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(self.payload)
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.table.copy()
+
+
+def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, baseline: str | None = None,
+                     position: bool = True, n_boot: int = 200, seed: int | None = 0, human: str | None = None,
+                     method: str = "auto") -> PairwiseAnalysis:
+    """Analyse model_a / model_b / winner rows (a judgments table); see the module docstring.
+
+    ``reference`` is the system at log strength 0; ``baseline`` a fixed opponent left out of the
+    components; ``human`` a column with human votes (TEE Table 17's agreement).
+    """
+    battles = code_battles(judgments)
+    for name, param in ((baseline, "baseline"), (reference, "reference")):
+        if name is not None and name not in battles.systems:
+            raise DataError(f"`{param}` '{name}' is not among the systems ({', '.join(battles.systems)}).")
+    if human and human not in battles.frame:
+        raise DataError(f"{judgments.source}: no column '{human}' for the human votes (`human`).")
+    _connected(battles, judgments.source)
+    notes: list[str] = []
+    weights = _weights(battles, judgments.source, notes)
+    both_slots, slot_note = slot_is_presentation_order(battles)
+    if slot_note:
+        notes.append(slot_note)
+    ridge = _ridge(battles, weights, notes)
+    # the fit on counts: battles with the same pair, slot and outcome are sufficient statistics
+    agg, counts = aggregate(battles, weights)
+    fit = fit_bt(agg, reference=reference, position=position and both_slots, weights=counts, ridge=ridge)
+    table = fit.table()
+    arena = dict(zip(battles.systems, arena_elo(agg, counts), strict=True))
+    table["elo_arena"] = table["system"].map(arena)
+    notes.append(ELO_NOTE)
+    payload: dict[str, Any] = {"systems": len(battles.systems), "judgments": battles.n, "reference": fit.reference,
+                               "ties": fit.log_nu is not None,
+                               "nu": None if fit.log_nu is None else float(np.exp(fit.log_nu)),
+                               "position_advantage_log_odds": fit.log_h, "notes": notes}
+    if weights is not None:
+        payload["weighted_win_share"] = weighted_win_share(battles, weights)
+    comparison = _bootstraps(battles, fit, table, payload, n_boot, seed, weights, ridge)
+    payload["bradley_terry"] = table.to_dict(orient="records")
+    if both_slots and all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems))):
+        bias = position_bias(battles)
+        payload["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread,
+                                    "max": bias.maximum, "per_system": bias.per_system}
+    if baseline is None and len(battles.systems) == 2:
+        baseline = fit.reference  # two systems: one's win indicator mirrors the other's
+    comps = _win_components(battles, baseline, method, notes, payload)
+    if human:
+        judge_vote = pd.Series(np.where(battles.outcome == 1.0, "a", np.where(battles.outcome == 0.0, "b", "tie")))
+        payload["human_agreement"] = human_agreement(judge_vote, battles.frame[human].reset_index(drop=True))
+    return PairwiseAnalysis(battles, fit, table, notes, payload, comps, comparison)
+
+
+def _connected(battles: Battles, source: str) -> None:
+    groups = comparison_groups(battles)
+    if len(groups) > 1:
+        parts = "; ".join("{" + ", ".join(g[:6]) + (", ..." if len(g) > 6 else "") + "}" for g in groups)
+        raise DataError(f"{source}: the systems fall into {len(groups)} groups never compared with each other "
+                        f"({parts}): strengths across groups are not comparable. Add comparisons between "
+                        "the groups, or analyse each group on its own.")
+
+
+def _weights(battles: Battles, source: str, notes: list[str]) -> np.ndarray | None:
+    if "weight" not in battles.frame:
+        return None
+    weights = pd.to_numeric(battles.frame["weight"], errors="coerce").to_numpy(dtype=float)
+    if not np.all(np.isfinite(weights) & (weights >= 0)):
+        raise DataError(f"{source}: column 'weight' must hold non-negative numbers on every row.")
+    notes.append("each row counts 'weight' times (arena-hard: a >> verdict is 3 battles).")
+    return weights
+
+
+def _ridge(battles: Battles, weights: np.ndarray | None, notes: list[str]) -> float:
+    separated = separated_systems(battles, weights)
+    if not separated:
+        return 0.0
+    notes.append(f"{', '.join(separated[:6])}{' ...' if len(separated) > 6 else ''} won or lost every game "
+                 "against the rest, so their maximum-likelihood strengths are infinite; the estimates are "
+                 "penalised (a normal prior on log strengths, ridge 0.1) and bounded, and their intervals are "
+                 "wide by design. More games would identify them.")
+    return 0.1
+
+
+def _bootstraps(battles, fit, table, payload, n_boot, seed, weights, ridge):
+    """The naive and the TEE-aware bootstrap intervals (columns of ``table``) and, with enough rounds,
+    which system is better."""
+    if not n_boot:
+        return None
+    order = [fit.systems.index(s) for s in table["system"]]
+    boots = {}
+    for method in ("naive", "tee"):
+        boot = boots[method] = bootstrap_bt(battles, fit, method=method, n_boot=n_boot, seed=seed,
+                                            position=fit.log_h is not None, base_weights=weights, ridge=ridge)
+        table[f"{method}_low"] = boot.low[order]
+        table[f"{method}_high"] = boot.high[order]
+    if n_boot >= 100 and len(battles.systems) > 2:
+        comparison = compare_bt(fit, boots["tee"], boots["naive"])
+        payload["comparison"] = comparison.to_dict()
+        return comparison
+    return None
+
+
+def _win_components(battles, baseline, method, notes, payload) -> VarianceComponents | None:
+    """The variance components of the win indicators (position a fixed facet), their MDD and ceiling."""
+    rows = system_win_rows(battles, baseline)
+    facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
+    if not ("item" in facets and "system" in facets):
+        return None
+    rows = rows.assign(replicate=rows.groupby(facets).cumcount() + 1)
+    design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
+                          for f in facets), replicate="replicate")
+    try:
+        comps = estimate_components(rows, design, method=method)
+    except EvalGaugeError as exc:
+        notes.append(f"the win-indicator components could not be estimated: {exc}")
+        return None
+    payload["components"] = comps.to_dict()
+    proj = dstudy.project(comps)
+    payload["mdd95_win_rate_points"] = 100 * proj.mdd95
+    payload["erho2"] = proj.erho2
+    if "judge" in facets:
+        ceil = dstudy.ceiling(comps, "judge", 1)
+        payload["ceiling"] = ceil.erho2
+        payload["mdd_floor_win_rate_points"] = 100 * ceil.mdd95
+    return comps
+
+
+def weighted_win_share(battles: Battles, weights: np.ndarray) -> list[dict]:
+    """Each system's share of weighted battles won (ties half): arena-hard's own score against its baseline."""
+    rows = []
+    y = battles.outcome
+    for k, name in enumerate(battles.systems):
+        in_a, in_b = battles.a == k, battles.b == k
+        won = float(weights[in_a] @ y[in_a] + weights[in_b] @ (1.0 - y[in_b]))
+        total = float(weights[in_a].sum() + weights[in_b].sum())
+        rows.append({"system": name, "win_share": won / total if total else None, "battles": total})
+    return rows
