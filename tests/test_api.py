@@ -1,5 +1,5 @@
 """The fitted-object Python API, and the edge: every command reads its input once."""
-
+import json
 from pathlib import Path
 
 import numpy as np
@@ -178,3 +178,24 @@ def test_the_core_never_imports_an_edge():
     assert offenders == {}
     # and the check can see an import: the report does import the core
     assert {"dstudy", "estimate"} <= _imports(SRC / "report" / "analysis.py")
+
+
+def test_typed_plan_and_fit_summary(frame):
+    """The D-study answers with a Plan and a REML fit carries a FitSummary: typed, with to_dict/to_frame,
+    and the JSON the command line writes."""
+    fit = eg.fit(frame.sample(frac=0.9, random_state=1), object="system")  # unbalanced: REML
+    summary = fit.components.reml
+    assert isinstance(summary, eg.FitSummary) and summary.kind == "reml" and summary.converged
+    assert summary["deviance"] == summary.criterion and summary.evaluations >= summary.iterations >= 1
+    assert "beta_cov" not in summary.to_dict() and "beta_cov" in summary  # kept out of the JSON only
+    assert fit.components.to_dict()["reml"]["deviance"] == pytest.approx(summary.criterion)
+    plan = eg.plan(fit.components, {"item": [30, 300], "judge": [1, 2]}, target_erho2=0.8, best_of=5)
+    assert isinstance(plan, eg.Plan) and len(plan.to_frame()) == 4
+    assert set(plan.to_frame()["n_item"]) == {30.0, 300.0}
+    row = plan.to_frame().query("n_item == 300 and n_judge == 2").iloc[0]
+    assert row["mdd95"] == pytest.approx(fit.plan(item=300, judge=2).mdd95)
+    assert plan.ceiling.erho2 == pytest.approx(fit.ceiling("judge").erho2)
+    payload = plan.to_dict()
+    assert payload["ceiling"] == plan.ceiling.erho2 and payload["gaming"]["k"] == 5
+    assert {r["facet"] for r in payload["requirements"]} == {"item", "judge"}
+    json.loads(plan.to_json())

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# (``compare`` is a verb of a fit, ``eg.fit(...).compare()``: a top-level function would be shadowed by the
+# submodule of the same name.)
+
 #: public name -> the module that defines it
 _PUBLIC = {
     "read": "api", "fit": "api", "Fit": "api",
@@ -20,12 +23,20 @@ _PUBLIC = {
     "infer_design": "design",
     "DataError": "errors", "DesignError": "errors", "EvalGaugeError": "errors",
     "estimate_anova": "estimate", "estimate_components": "estimate",
+    "FitSummary": "components",
+    "Plan": "dstudy", "Projection": "dstudy", "Ceiling": "dstudy", "plan": "dstudy", "project": "dstudy",
+    "ceiling": "dstudy",
+    "ThetaInterval": "inference", "theta_interval": "inference",
+    "Comparison": "compare",
+    "Analysis": "report", "analyze": "report",
 }
 
 __all__ = [  # the public API (kept equal to _PUBLIC by a test)
-    "BalanceReport", "Component", "DataError", "Design", "DesignError", "EvalGaugeError", "Facet", "Fit",
-    "Judgments", "VarianceComponents", "__version__", "code_data", "estimate_anova", "estimate_components",
-    "fit", "import_files", "infer_design", "read", "read_judgments",
+    "Analysis", "BalanceReport", "Ceiling", "Comparison", "Component", "DataError", "Design", "DesignError",
+    "EvalGaugeError", "Facet", "Fit", "FitSummary", "Judgments", "Plan", "Projection", "ThetaInterval",
+    "VarianceComponents", "__version__", "analyze", "ceiling", "code_data", "estimate_anova",
+    "estimate_components", "fit", "import_files", "infer_design", "plan", "project", "read", "read_judgments",
+    "theta_interval",
 ]
 
 
@@ -43,9 +54,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs
     from .api import Fit, fit, read
-    from .components import Component, VarianceComponents
+    from .compare import Comparison
+    from .components import Component, FitSummary, VarianceComponents
     from .data import Judgments
     from .design import BalanceReport, Design, Facet, code_data, infer_design
+    from .dstudy import Ceiling, Plan, Projection, ceiling, plan, project
     from .errors import DataError, DesignError, EvalGaugeError
     from .estimate import estimate_anova, estimate_components
+    from .inference import ThetaInterval, theta_interval
     from .io import import_files, read_judgments
+    from .report import Analysis, analyze

@@ -675,7 +675,8 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
     out = make_plan(vc, counts, object=object_, target_erho2=target_erho2, target_mdd=target_mdd,
                     target_se=target_se, budget=budget, prices=price_map or None, best_of=best_of,
                     base_rate=base_rate, ceiling_facet=ceiling_facet, separation=separation)
-    _emit(out, json_out, lambda c: _print_plan(out, c))
+    payload = out.to_dict()
+    _emit(payload, json_out, lambda c: _print_plan(payload, c))
 
 
 def _plan_components(components_json, given, object_):

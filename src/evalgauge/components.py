@@ -9,6 +9,7 @@ is information, sizing paper App. D); shares use the value truncated at zero.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,65 @@ class Component:
 
 
 @dataclass(frozen=True)
+class FitSummary(Result, Mapping):
+    """How a likelihood fit went, in the manner of MixedModels.jl's ``OptSummary``: the criterion at the
+    optimum, the optimiser's work (iterations, evaluations, seconds), whether it converged and why it
+    stopped, the components that ended on the boundary (zero), and the fixed effects.
+
+    ``criterion`` is lme4's REML criterion (-2 log restricted likelihood) for ``kind="reml"`` and the
+    Laplace deviance for ``kind="glmm-laplace"``. It also reads as a mapping with the keys of its JSON
+    (``fit.reml["deviance"]``), which is what :meth:`to_dict` writes.
+    """
+
+    kind: str
+    criterion: float
+    theta: tuple[float, ...]
+    beta: dict[str, float]
+    iterations: int
+    evaluations: int
+    converged: bool
+    formula: str
+    message: str = ""
+    seconds: float = math.nan
+    cells: int | None = None
+    boundary: tuple[str, ...] = ()
+    marginal_mean: float = math.nan
+    marginal_mean_se: float = math.nan
+    #: (X'V^-1 X)^-1 at the fit, for contrasts of the fixed effects (kept out of the JSON)
+    beta_cov: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        name = "deviance" if self.kind == "reml" else "laplace_deviance"
+        out = {name: self.criterion, "theta": list(self.theta), "beta": dict(self.beta),
+               "iterations": self.iterations, "evaluations": self.evaluations, "converged": self.converged,
+               "message": self.message, "seconds": self.seconds, "formula": self.formula,
+               "boundary": list(self.boundary)}
+        if self.cells is not None:
+            out["cells"] = self.cells
+        if self.kind == "reml":
+            out.update(marginal_mean=self.marginal_mean, marginal_mean_se=self.marginal_mean_se)
+        return json_safe(out)
+
+    def _view(self) -> dict[str, Any]:
+        view = self.to_dict()
+        if self.kind == "reml":  # exact values (to_dict maps NaN to None)
+            view.update(deviance=self.criterion, marginal_mean=self.marginal_mean,
+                        marginal_mean_se=self.marginal_mean_se)
+        if self.beta_cov is not None:
+            view["beta_cov"] = self.beta_cov
+        return view
+
+    def __getitem__(self, key: str) -> Any:
+        return self._view()[key]
+
+    def __iter__(self):
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+
+@dataclass(frozen=True)
 class VarianceComponents(Result):
     """Estimated variance components of a design, with what produced them.
 
@@ -76,8 +136,8 @@ class VarianceComponents(Result):
     ems: np.ndarray | None = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()
     method_reason: str = ""
-    #: REML details: deviance (lme4's REML criterion), theta, fixed effects, iterations, time
-    reml: dict[str, Any] | None = field(default=None, compare=False)
+    #: how the likelihood fit went (REML or the GLMM's Laplace fit): criterion, theta, fixed effects, work
+    reml: FitSummary | dict[str, Any] | None = field(default=None, compare=False)
     #: how ci_low/ci_high were made: method, level, resamples, seed, failed refits
     intervals: dict[str, Any] | None = field(default=None, compare=False)
     #: sampling covariance of the estimates, components order (NaN where undefined)

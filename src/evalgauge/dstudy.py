@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pandas as pd
 from scipy import integrate, stats
@@ -543,11 +544,65 @@ def rank_inversion(separation: float, projection: Projection) -> float:
 REPLICATE_NAMES = vocabulary.REPLICATE_ALIASES
 
 
+@dataclass(frozen=True)
+class Budgeted:
+    """The integer design the budget optimiser chose."""
+
+    budget: float
+    counts: dict[str, int]
+    replicates: float
+    cost: float
+    objective: float
+    projection: Projection
+
+
+@dataclass(frozen=True)
+class Plan(Result):
+    """What the D-study calculator answers (sizing secs. 3-5; TEE eq. 3 and 4.4).
+
+    ``designs`` has one row per design tried (counts, SE, E rho^2, phi, MDD and, with prices, cost and
+    the cost frontier); ``ceiling`` the single-judge limit; ``requirements`` the count of each facet a
+    target needs; ``exchange`` items against judges at a target E rho^2; ``interventions`` the effect of
+    doubling each facet; ``budget`` the optimiser's design; ``gaming`` the best-of-K surface.
+    """
+
+    object: str | None
+    designs: pd.DataFrame
+    interventions: pd.DataFrame
+    ceiling: Ceiling | None = None
+    requirements: tuple[Requirement, ...] = ()
+    exchange: dict[str, Any] | None = None
+    budget: Budgeted | None = None
+    gaming: dict[str, Any] | None = None
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.designs.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"object": self.object, "designs": self.designs.to_dict(orient="records")}
+        if self.ceiling is not None:
+            out.update(ceiling=self.ceiling.erho2, mdd_floor=self.ceiling.mdd95, ceiling_facet=self.ceiling.facet)
+        if self.requirements:
+            out["requirements"] = [{"facet": r.facet, "quantity": r.quantity, "target": r.target, "count": r.count,
+                                    "reachable": r.reachable, "limit": r.limit, "text": str(r)}
+                                   for r in self.requirements]
+        if self.exchange is not None:
+            out["exchange"] = self.exchange
+        out["interventions"] = self.interventions.to_dict(orient="records")
+        if self.budget is not None:
+            b = self.budget
+            out["budget"] = {"budget": b.budget, "counts": b.counts, "replicates": b.replicates, "cost": b.cost,
+                             "objective": b.objective, "design": b.projection.to_dict()}
+        if self.gaming is not None:
+            out["gaming"] = self.gaming
+        return json_safe(out)
+
+
 def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = None, *,
          object: str | None = None,  # noqa: A002 - the G-theory word
          target_erho2: float | None = None, target_mdd: float | None = None, target_se: float | None = None,
          budget: float | None = None, prices: Mapping[str, float] | None = None, best_of: int | None = None,
-         base_rate: float | None = None, ceiling_facet: str = "judge", separation: float | None = None) -> dict:
+         base_rate: float | None = None, ceiling_facet: str = "judge", separation: float | None = None) -> Plan:
     """The D-study calculator: one row per design of ``grid``, ceilings, requirements, interventions, budget.
 
     ``grid`` maps facets (and ``rep``) to the counts to try; facets left out
@@ -582,43 +637,31 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
         for row in sorted(rows, key=lambda x: (x["cost"], x["se"])):
             row["pareto"] = row["se"] < best - 1e-15
             best = min(best, row["se"])
-    out: dict = {"object": obj, "designs": rows}
-    if obj and ceiling_facet in vc.levels and ceiling_facet != obj:
-        c = ceiling(vc, ceiling_facet, 1)
-        out["ceiling"] = c.erho2
-        out["mdd_floor"] = c.mdd95
-        out["ceiling_facet"] = ceiling_facet
+    the_ceiling = ceiling(vc, ceiling_facet, 1) if obj and ceiling_facet in vc.levels and ceiling_facet != obj \
+        else None
     requirements = []
     for quantity, target in (("erho2", target_erho2), ("mdd95", target_mdd), ("se", target_se)):
         if target is None:
             continue
         if quantity != "se" and not obj:
             raise DesignError(f"a target {quantity} needs an object of measurement (`object`).")
-        for facet in vc.levels:
-            if facet == obj or facet in vc.fixed:
-                continue
-            req = needed(vc, facet, target, quantity)
-            requirements.append({"facet": facet, "quantity": quantity, "target": target, "count": req.count,
-                                 "reachable": req.reachable, "limit": req.limit, "text": str(req)})
-    if requirements:
-        out["requirements"] = requirements
+        requirements += [needed(vc, facet, target, quantity) for facet in vc.levels
+                         if facet != obj and facet not in vc.fixed]
+    exchange = None
     if target_erho2 is not None and obj and {"judge", "item"} <= set(vc.levels):
         single = needed(vc, "item", target_erho2, "erho2", counts={"judge": 1})
-        out["exchange"] = {"target": target_erho2, "items_at_one_judge": single.count,
-                           "reachable_at_one_judge": single.reachable,
-                           "judges_at_observed_items": needed(vc, "judge", target_erho2, "erho2").count}
-    frame = interventions(vc)
-    out["interventions"] = json_safe(frame.to_dict(orient="records"))
+        exchange = {"target": target_erho2, "items_at_one_judge": single.count,
+                    "reachable_at_one_judge": single.reachable,
+                    "judges_at_observed_items": needed(vc, "judge", target_erho2, "erho2").count}
+    budgeted = None
     if budget is not None:
         if cost is None:
             raise DesignError("a budget needs prices: `cost` (JUDGE=USD per call, or USD for every judge).")
         best = optimize_budget(vc, budget, cost, objective="sigma2_delta" if obj else "var_abs")
-        out["budget"] = {"budget": budget, "counts": best["counts"], "replicates": best["replicates"],
-                         "cost": best["cost"], "objective": best["objective"],
-                         "design": best["projection"].to_dict()}
-    if best_of:
-        out["gaming"] = gaming_surface(project(vc), best_of, base_rate)
-    return out
+        budgeted = Budgeted(budget, best["counts"], best["replicates"], best["cost"], best["objective"],
+                            best["projection"])
+    return Plan(obj, pd.DataFrame(rows), interventions(vc), the_ceiling, tuple(requirements), exchange, budgeted,
+                gaming_surface(project(vc), best_of, base_rate) if best_of else None)
 
 
 def _cost_model(vc: VarianceComponents, prices: Mapping[str, float] | None, judge_facet: str) -> CostModel | None:

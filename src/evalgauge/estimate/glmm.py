@@ -22,7 +22,7 @@ from scipy.optimize import minimize
 from scipy.special import expit, xlogy
 from scipy.stats import spearmanr
 
-from ..components import Component, VarianceComponents
+from ..components import Component, FitSummary, VarianceComponents
 from ..data import as_judgments, numeric_scores
 from ..errors import DesignError
 from ..results import Result, json_safe
@@ -111,9 +111,10 @@ def fit_glmm_logit(data, model: MixedModel) -> VarianceComponents:
         replicates=round(cells.n_obs / cells.n_cells),
         notes=tuple(notes),
         method_reason="logit-link GLMM, Laplace approximation, fixed effects in PIRLS (lme4 nAGQ = 0)",
-        reml={"laplace_deviance": float(res.fun), "theta": theta.tolist(),
-              "beta": dict(zip(x_names, laplace.beta.tolist(), strict=True)), "iterations": int(res.nit),
-              "evaluations": laplace.calls, "converged": bool(res.success), "formula": model.formula()},
+        reml=FitSummary("glmm-laplace", float(res.fun), tuple(theta.tolist()),
+                        dict(zip(x_names, laplace.beta.tolist(), strict=True)), int(res.nit), laplace.calls,
+                        bool(res.success), model.formula(), message=str(res.message), cells=cells.n_cells,
+                        boundary=tuple(t.name for t, th in zip(terms, theta, strict=True) if th == 0.0)),
     )
 
 

@@ -689,7 +689,7 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
     ``progress(size, evaluations, seconds)``, when given, is called at every evaluation of the criterion
     with a one-line description of the model's size (judgments, cells, random effects, the dense part).
     """
-    from ..components import Component, VarianceComponents
+    from ..components import Component, FitSummary, VarianceComponents
 
     judgments = as_judgments(data)
     cells = cell_data(judgments, model)
@@ -763,14 +763,13 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         nesting=dict(model.nesting),
         notes=tuple(notes),
         method_reason=method_reason,
-        reml={"deviance": fit.deviance, "theta": fit.theta.tolist(), "beta": dict(zip(x_names, fit.beta.tolist(),
-                                                                                     strict=True)),
-              "iterations": fit.iterations, "evaluations": fit.evaluations, "converged": fit.converged,
-              "seconds": fit.seconds, "formula": model.formula(), "cells": cells.n_cells,
-              "marginal_mean": float(weights @ fit.beta) if weights.size else math.nan,
-              "marginal_mean_se": mean_se,
-              # (X'V^-1 X)^-1 at the fit, for contrasts of the fixed effects (kept out of the JSON)
-              "beta_cov": final.extra["beta_cov"]},
+        reml=FitSummary("reml", fit.deviance, tuple(fit.theta.tolist()), dict(zip(x_names, fit.beta.tolist(),
+                                                                               strict=True)),
+                        fit.iterations, fit.evaluations, fit.converged, model.formula(), message=fit.message,
+                        seconds=fit.seconds, cells=cells.n_cells,
+                        boundary=tuple(t.name for t, th in zip(terms, fit.theta, strict=True) if th == 0.0),
+                        marginal_mean=float(weights @ fit.beta) if weights.size else math.nan,
+                        marginal_mean_se=mean_se, beta_cov=final.extra["beta_cov"]),
         covariance=cov,
     )
     if n_boot:
