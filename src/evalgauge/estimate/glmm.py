@@ -26,8 +26,9 @@ from ..components import Component, FitSummary, VarianceComponents
 from ..data import as_judgments, numeric_scores
 from ..errors import DesignError
 from ..results import Result, json_safe
+from .cells import cell_data, fixed_matrix, random_structure
+from .criterion import RemlProblem
 from .model import MixedModel
-from .reml import RemlProblem, cell_data, fixed_matrix, random_structure
 
 LEVEL1 = math.pi**2 / 3
 
