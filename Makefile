@@ -23,6 +23,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[collect,test,bench]'
 	$(BIN)/python bench/bench_anova.py
 	$(BIN)/python bench/bench_reml.py
+	$(BIN)/python bench/bench_glmm.py
 	$(BIN)/python bench/bench_dstudy.py
 	$(BIN)/python bench/bench_collector.py
 	$(BIN)/python bench/bench_compare.py

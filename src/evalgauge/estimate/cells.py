@@ -169,3 +169,13 @@ def _same_partition(a: np.ndarray, b: np.ndarray, q: int) -> bool:
     owner = np.full(q, -1, dtype=np.int64)
     owner[a] = b
     return bool(np.all(owner[a] == b)) and np.unique(owner).size == q
+
+
+def grouping_candidates(cells: CellData, terms) -> list[np.ndarray]:
+    """Each facet of the random terms coded per cell: the columns the block-arrow factorisation may group
+    by (terms nested in the chosen one become local blocks; the others form the dense Schur part)."""
+    group_of = []
+    for col in dict.fromkeys(c for t in terms for c in t.columns):
+        code, _ = pd.factorize(cells.codes[col])
+        group_of.append(np.asarray(code, dtype=np.int64))
+    return group_of

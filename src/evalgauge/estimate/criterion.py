@@ -215,6 +215,7 @@ class RemlProblem:
         out.extra = {"beta_cov": (r2 / dfree) * (lx_inv.T @ lx_inv)}
         if pls:
             out.extra.update(self._pls(theta, fac, x_l, x_g, logdet))
+            out.extra.update(x_l=x_l, x_g=x_g, factor=fac)
         if gradient:
             fit = self._fitted(fac, x_l, x_g)
             out.gradient, u_sq = self._gradient(theta, fac, x_l, x_g, fit, r2)
@@ -291,16 +292,42 @@ class RemlProblem:
             v = theta[self.cell_term] * self.count * (self.mean - fit) / fac.dc
             fit = fit + theta[self.cell_term] * v
             penalty += float(v @ v)
+            return {"fitted": fit, "penalty": penalty, "logdet": logdet, "u_cell": v}
         return {"fitted": fit, "penalty": penalty, "logdet": logdet}
 
     def _gradient(self, theta, fac: _Factor, x_l, x_g, fit, r2: float) -> tuple[np.ndarray, np.ndarray]:
         """The exact gradient of the profiled deviance in theta, and |u_k|^2 per term."""
-        nb, g, m, gr = self.nb, self.g, self.m, self.gr
         dfree = self.n_obs - self.p
-        sigma_inv = _inverse_from_cholesky(fac.chol_s)
+        u_sq = self._u_squared(x_l, x_g)
+        tr_inv, lev = self._inverse_parts(fac)
+        grad = np.zeros(self.n_terms)
+        for k in self.others:
+            if theta[k] > 0:
+                grad[k] = (2.0 / theta[k]) * (self.sizes[k] - tr_inv[k] - dfree * u_sq[k] / r2)
+        if self.cell_term is not None:
+            k, dc = self.cell_term, fac.dc
+            resid = self.mean - fit
+            term1 = np.sum((self.count / dc) * (1.0 - self.count * lev / dc))
+            term2 = np.sum(self.count**2 * resid**2 / dc**2)
+            grad[k] = 2.0 * theta[k] * (term1 - dfree * term2 / r2)
+            u_sq[k] = theta[k] ** 2 * term2
+        return grad, u_sq
+
+    def _u_squared(self, x_l, x_g) -> np.ndarray:
+        """|u_k|^2 of each term but the cell term (spherical random effects of the solution)."""
         u_sq = np.zeros(self.n_terms)
+        np.add.at(u_sq, self.owner_g[:self.gr], x_g[:self.gr] ** 2)
+        if self.nb:
+            valid = self.owner_l >= 0
+            np.add.at(u_sq, self.owner_l[valid], x_l.ravel()[valid] ** 2)
+        return u_sq
+
+    def _inverse_parts(self, fac: _Factor) -> tuple[np.ndarray, np.ndarray]:
+        """Per term, the trace of its diagonal block of A^-1; per cell, the leverage m_c' A^-1 m_c (m_c the
+        cell's row of [Z Lambda, X], the cell term left out)."""
+        nb, g, m, gr = self.nb, self.g, self.m, self.gr
+        sigma_inv = _inverse_from_cholesky(fac.chol_s)
         tr_inv = np.zeros(self.n_terms)
-        np.add.at(u_sq, self.owner_g[:gr], x_g[:gr] ** 2)
         np.add.at(tr_inv, self.owner_g[:gr], np.diagonal(sigma_inv)[:gr])
         s_g = fac.s_g
         lev = np.bincount(self.gg_cell, weights=(np.outer(s_g, s_g) * sigma_inv).ravel()[self.gg_idx]
@@ -318,7 +345,6 @@ class RemlProblem:
                 hs = (h.reshape(nb * self.bmax, g) @ sigma_inv).reshape(nb, self.bmax, g)
                 inv_ll = fac.linv_t @ fac.linv + hs @ np.swapaxes(h, 1, 2)
             valid = self.owner_l >= 0
-            np.add.at(u_sq, self.owner_l[valid], x_l.ravel()[valid] ** 2)
             diag_ll = np.diagonal(inv_ll, axis1=1, axis2=2).ravel()
             np.add.at(tr_inv, self.owner_l[valid], diag_ll[valid])
             s_lb = fac.s_lb
@@ -326,18 +352,32 @@ class RemlProblem:
                                [self.ll_idx], minlength=m)
             lev -= 2.0 * np.bincount(self.lg_cell, weights=(hs * (s_lb[:, :, None] * s_g[None, None, :]))
                                      .ravel()[self.lg_idx] * self.lg_val, minlength=m)
-        grad = np.zeros(self.n_terms)
+        return tr_inv, lev
+
+    def logdet_derivatives(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For a problem without fixed effects (p = 0) and weights W (``count``): the derivatives of
+        log|A|, A = Lambda' Z' W Z Lambda + I, in theta at fixed W, and in each cell's W_c at fixed theta.
+
+        d/dtheta_k = (2 / theta_k)(q_k - tr_k(A^-1)); d/dW_c = g_c' A^-1 g_c (g_c the cell's row of Z Lambda),
+        both with the cell term in closed form. These are the pieces of the Laplace deviance's gradient.
+        """
+        theta = np.asarray(theta, dtype=np.float64)
+        fac = self._factorise(theta)
+        tr_inv, lev = self._inverse_parts(fac)
+        d_theta = np.zeros(self.n_terms)
         for k in self.others:
             if theta[k] > 0:
-                grad[k] = (2.0 / theta[k]) * (self.sizes[k] - tr_inv[k] - dfree * u_sq[k] / r2)
+                d_theta[k] = (2.0 / theta[k]) * (self.sizes[k] - tr_inv[k])
+        d_w = lev.copy()
         if self.cell_term is not None:
-            k, dc = self.cell_term, fac.dc
-            resid = self.mean - fit
-            term1 = np.sum((self.count / dc) * (1.0 - self.count * lev / dc))
-            term2 = np.sum(self.count**2 * resid**2 / dc**2)
-            grad[k] = 2.0 * theta[k] * (term1 - dfree * term2 / r2)
-            u_sq[k] = theta[k] ** 2 * term2
-        return grad, u_sq
+            k, dc, w_c = self.cell_term, fac.dc, self.count
+            d_theta[k] = 2.0 * theta[k] * np.sum((w_c / dc) * (1.0 - w_c * lev / dc))
+            d_w = theta[k] ** 2 / dc + lev / dc**2
+        return d_theta, d_w
+
+    def solve(self, fac: _Factor, r_l: np.ndarray, r_g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A^-1 r for a right-hand side in the (local, global) layout."""
+        return fac.backward(*fac.forward(r_l, r_g))
 
     def _average_information(self, theta, fac: _Factor, x_l, x_g, fit, u_sq, r2: float) -> dict:
         """The average-information Hessian in theta and the information matrix of the variances."""

@@ -21,14 +21,16 @@ import pandas as pd
 from scipy.optimize import minimize
 from scipy.special import expit, xlogy
 from scipy.stats import spearmanr
+from threadpoolctl import threadpool_limits
 
 from ..components import Component, FitSummary, VarianceComponents
 from ..data import as_judgments, numeric_scores
 from ..errors import DesignError
 from ..results import Result, json_safe
-from .cells import cell_data, fixed_matrix, random_structure
+from .cells import cell_data, fixed_matrix, grouping_candidates, random_structure
 from .criterion import RemlProblem
 from .model import MixedModel
+from .optimise import SINGLE_THREAD_BELOW
 
 LEVEL1 = math.pi**2 / 3
 
@@ -91,11 +93,17 @@ def fit_glmm_logit(data, model: MixedModel) -> VarianceComponents:
     x, x_names, dropped = fixed_matrix(cells, model)
     if dropped:
         notes.append(f"fixed-effect columns not estimable were dropped: {', '.join(dropped)}.")
-    problem = RemlProblem(cells.n_obs, cells.count, cells.mean, 0.0, x, levels, sizes, cell_term)
-    laplace = _Laplace(problem, cells.count, cells.mean)
+    problem = RemlProblem(cells.n_obs, cells.count, cells.mean, 0.0, x, levels, sizes, cell_term,
+                          grouping_candidates(cells, terms))  # block-arrow, as the REML path
+    problem_u = RemlProblem(cells.n_obs, cells.count, cells.mean, 0.0, np.zeros((cells.n_cells, 0)), levels, sizes,
+                            cell_term, grouping_candidates(cells, terms))
+    laplace = _Laplace(problem, cells.count, cells.mean, problem_u)
     theta = np.full(problem.n_terms, 0.5)
-    res = minimize(laplace.deviance, theta, method="L-BFGS-B", jac=laplace.gradient,
-                   bounds=[(0.0, None)] * problem.n_terms, options={"maxiter": 500, "ftol": 1e-12, "gtol": 1e-7})
+    # BLAS threads only where the dense part is large enough to use them (idle threads spinning between
+    # small products cost more than they give; measured in bench/bench_glmm.py)
+    with threadpool_limits(limits=1 if problem.g < SINGLE_THREAD_BELOW else None, user_api="blas"):
+        res = minimize(laplace.value_and_gradient, theta, method="L-BFGS-B", jac=True,
+                       bounds=[(0.0, None)] * problem.n_terms, options={"maxiter": 500, "ftol": 1e-12, "gtol": 1e-7})
     theta = np.maximum(res.x, 0.0)
     if not res.success:
         notes.append(f"the GLMM optimiser stopped early ({res.message}); read the logit-scale ranking with care.")
@@ -120,16 +128,31 @@ def fit_glmm_logit(data, model: MixedModel) -> VarianceComponents:
 
 
 class _Laplace:
-    """The Laplace deviance of a binomial-logit GLMM at theta, by PIRLS with warm starts."""
+    """The Laplace deviance of a binomial-logit GLMM at theta (lme4's nAGQ = 0 criterion), by PIRLS with
+    warm starts, and its exact gradient.
 
-    def __init__(self, problem: RemlProblem, trials: np.ndarray, proportion: np.ndarray):
+    With spherical effects u (eta = X beta + Z Lambda_theta u) and (u~, beta~) the PIRLS optimum,
+
+        L(theta) = D(y, mu~) + |u~|^2 + log|A|,   A = Lambda' Z' W Z Lambda + I,  W = n mu (1 - mu),
+
+    and dL/dtheta_k = -2 |u_k|^2 / theta_k (the envelope theorem: PIRLS is stationary in u and beta, and
+    Z_k' n (y - mu) = u_k / theta_k there) + d log|A| / dtheta_k at fixed W + sum_c (d log|A| / dW_c)
+    W'_c d eta~_c / dtheta_k, where W'_c = n_c mu_c (1 - mu_c)(1 - 2 mu_c) and d eta~ / dtheta_k follows
+    from the implicit function theorem on the PIRLS equations: H db = [u_k / theta_k; 0] - M' W t_k with
+    t_k = Z_k u_k, M = [Z Lambda, X], H = M' W M + diag(I, 0), and d eta~ = t_k + M db.
+    """
+
+    def __init__(self, problem: RemlProblem, trials: np.ndarray, proportion: np.ndarray,
+                 problem_u: RemlProblem | None = None):
         self.problem = problem
+        self.problem_u = problem_u  # the same random terms without fixed effects: log|A| and its derivatives
         self.n = trials
         self.y = proportion
         p = np.clip((proportion * trials + 0.5) / (trials + 1.0), 1e-6, 1 - 1e-6)
         self.eta = np.log(p / (1 - p))
         self.beta = np.zeros(problem.p)
         self.calls = 0
+        self._last = None  # (theta, evaluation of the final PIRLS step, its weights)
 
     def _binomial_deviance(self, eta: np.ndarray) -> float:
         mu = expit(eta)
@@ -140,41 +163,82 @@ class _Laplace:
         self.calls += 1
         theta = np.maximum(np.asarray(theta, dtype=float), 0.0)
         eta = self.eta.copy()
-        pdev_old, pdev, logdet = math.inf, math.inf, 0.0
+        pdev_old, pdev, logdet, last = math.inf, math.inf, 0.0, None
         for _ in range(100):
             mu = np.clip(expit(eta), 1e-12, 1 - 1e-12)
             var = mu * (1 - mu)
             z = eta + (self.y - mu) / var
-            ev = self.problem.with_weights(self.n * var, z).evaluate(theta, pls=True)
+            weights = self.n * var
+            ev = self.problem.with_weights(weights, z).evaluate(theta, pls=True)
             new_eta = ev.extra["fitted"]
             pdev = self._binomial_deviance(new_eta) + ev.extra["penalty"]
             if pdev > pdev_old + 1e-9 * abs(pdev_old):
                 eta = 0.5 * (eta + new_eta)  # damped step; re-solve at the damped point
                 continue
             done = abs(pdev_old - pdev) < 1e-11 * (1.0 + abs(pdev))
-            eta, pdev_old, logdet, self.beta = new_eta, pdev, ev.extra["logdet"], ev.beta
+            eta, pdev_old, logdet, self.beta, last = new_eta, pdev, ev.extra["logdet"], ev.beta, (ev, weights, z)
             if done:
                 break
         self.eta = eta
+        self._last = (theta.copy(), *last) if last is not None else None
         return pdev_old + logdet
 
-    def gradient(self, theta: np.ndarray) -> np.ndarray:
-        """Central differences (one-sided at the boundary) of the Laplace deviance."""
+    def value_and_gradient(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """The Laplace deviance and its exact gradient (see the class docstring)."""
         theta = np.maximum(np.asarray(theta, dtype=float), 0.0)
-        saved = self.eta.copy()
-        grad = np.zeros_like(theta)
-        for k in range(theta.size):
-            h = 1e-5 * max(1.0, theta[k])
-            up, down = theta.copy(), theta.copy()
-            up[k] += h
-            down[k] = max(theta[k] - h, 0.0)
-            self.eta = saved.copy()
-            f_up = self.deviance(up)
-            self.eta = saved.copy()
-            f_down = self.deviance(down)
-            grad[k] = (f_up - f_down) / (up[k] - down[k])
-        self.eta = saved
+        value = self.deviance(theta)
+        return value, self._gradient(theta)
+
+    def _gradient(self, theta: np.ndarray) -> np.ndarray:
+        _, ev, weights, z = self._last
+        prob = self.problem.with_weights(weights, z)
+        fac, x_l, x_g = ev.extra["factor"], ev.extra["x_l"], ev.extra["x_g"]
+        mu = np.clip(expit(self.eta), 1e-12, 1 - 1e-12)
+        w_prime = self.n * mu * (1 - mu) * (1 - 2 * mu)
+        d_theta, d_w = self.problem_u.with_weights(weights, z).logdet_derivatives(theta)
+        u_sq = prob._u_squared(x_l, x_g)
+        ct = prob.cell_term
+        if ct is not None:
+            u_sq[ct] = float(ev.extra["u_cell"] @ ev.extra["u_cell"])
+        grad = np.zeros(prob.n_terms)
+        for k in range(prob.n_terms):
+            if theta[k] <= 0:
+                continue  # the deviance is even in theta_k: zero slope at the boundary
+            d_eta = self._eta_derivative(prob, fac, k, theta, weights, x_l, x_g, ev)
+            grad[k] = -2.0 * u_sq[k] / theta[k] + d_theta[k] + float(d_w @ (w_prime * d_eta))
         return grad
+
+    @staticmethod
+    def _eta_derivative(prob: RemlProblem, fac, k: int, theta, weights, x_l, x_g, ev) -> np.ndarray:
+        """d eta~ / d theta_k at the PIRLS optimum, with the cell term eliminated in closed form."""
+        ct = prob.cell_term
+        th_c = theta[ct] if ct is not None else 0.0
+        dc = fac.dc
+        if k == ct:
+            t_k = ev.extra["u_cell"]
+        elif k in prob.glob:
+            t_k = x_g[prob.g_off[k] + prob.levels[k]]
+        else:
+            pk = next(p for kk, p in prob.slots_l if kk == k)
+            t_k = x_l.ravel()[prob.block_of_cell * prob.bmax + pk]
+        # the right-hand side [u_k / theta_k; 0] - M' W t_k, split into the cell term and the rest
+        rhs_c = -th_c * weights * t_k
+        if k == ct:
+            rhs_c = rhs_c + t_k / theta[k]
+        r_l, r_g = prob._rhs(weights * t_k + th_c * weights * rhs_c / dc, fac.s_l, fac.s_g)
+        r_l, r_g = -r_l, -r_g
+        if k != ct:
+            own_g = prob.owner_g == k
+            r_g[own_g] += x_g[own_g] / theta[k]
+            if prob.nb:
+                own_l = (prob.owner_l == k).reshape(r_l.shape)
+                r_l[own_l] += x_l[own_l] / theta[k]
+        b_l, b_g = prob.solve(fac, r_l, r_g)
+        m_b = prob._fitted(fac, b_l, b_g)
+        d_eta = t_k + m_b
+        if ct is not None:
+            d_eta = d_eta + th_c * (rhs_c - th_c * weights * m_b) / dc
+        return d_eta
 
 
 def glmm_check(data, design=None, *, formula: str | None = None, method: str = "auto",

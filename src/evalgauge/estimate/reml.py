@@ -31,11 +31,10 @@ import math
 from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 
 from ..data import as_judgments
 from ..errors import DesignError
-from .cells import CellData, cell_data, fixed_matrix, random_structure, term_levels, total_levels
+from .cells import CellData, cell_data, fixed_matrix, grouping_candidates, random_structure, term_levels, total_levels
 from .criterion import Evaluation, RemlProblem
 from .model import MixedModel
 from .optimise import RemlFit, optimise
@@ -68,12 +67,8 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         notes.append(f"fixed-effect columns not estimable from these data were dropped: {', '.join(dropped)}.")
     if cells.n_obs - x.shape[1] <= 0:
         raise DesignError("more fixed-effect columns than observations.")
-    group_of = []
-    for col in dict.fromkeys(c for t in terms for c in t.columns):
-        code, _ = pd.factorize(cells.codes[col])
-        group_of.append(np.asarray(code, dtype=np.int64))
     problem = RemlProblem(cells.n_obs, cells.count, cells.mean, cells.ss_within, x, levels, sizes, cell_term,
-                          group_of)
+                          grouping_candidates(cells, terms))
     size = (f"REML: {cells.n_obs:,} judgments in {problem.m:,} cells; {len(terms)} random term(s) with "
             f"{int(sum(sizes)):,} effects ({problem.g:,} in the dense part)")
     report = None if progress is None else (lambda n, sec: progress(size, n, sec))
