@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -36,7 +37,25 @@ def test_bootstrap_derived_numbers(fitted):
     assert table.loc["judges_needed", "estimate"] == (need.count if need.reachable else math.inf)
     for q in ("erho2", "ceiling", "mdd95", "sigma2_delta"):
         assert table.loc[q, "low"] <= table.loc[q, "estimate"] <= table.loc[q, "high"]
-    assert 0.0 <= table.loc["P(ceiling >= 0.8)", "estimate"] <= 1.0
+    # every derived number, recomputed draw by draw with the D-study's own functions (not the matrix
+    # shortcut under test): the ceiling's exceedance probability and the percentile intervals
+    ceilings, erho2s, needs = [], [], []
+    for row in vc.draws:
+        comps = tuple(replace(c, variance=float(v)) for c, v in zip(vc.components, row, strict=True))
+        drawn = replace(vc, components=comps)
+        ceilings.append(dstudy.ceiling(drawn).erho2)
+        erho2s.append(dstudy.project(drawn).erho2)
+        req = dstudy.needed(drawn, "judge", 0.8)
+        needs.append(req.count if req.reachable else math.inf)
+    assert table.loc["P(ceiling >= 0.8)", "estimate"] == pytest.approx(np.mean(np.array(ceilings) >= 0.8))
+    assert 0.0 < table.loc["P(ceiling >= 0.8)", "estimate"] < 1.0  # this fixture straddles the threshold
+    def q(values, p):  # percentiles that are draws (an infinite requirement stays infinite)
+        return np.quantile(values, p, method="inverted_cdf")
+
+    assert table.loc["erho2", "low"] == pytest.approx(q(erho2s, 0.025), rel=1e-9)
+    assert table.loc["erho2", "high"] == pytest.approx(q(erho2s, 0.975), rel=1e-9)
+    assert table.loc["ceiling", "high"] == pytest.approx(q(ceilings, 0.975), rel=1e-9)
+    assert table.loc["judges_needed", "high"] == q(needs, 0.975)
     # the MDD's bootstrap interval is narrow relative to E rho^2's (sizing sec. 3: MDD is precisely estimable)
     rel_mdd = (table.loc["mdd95", "high"] - table.loc["mdd95", "low"]) / table.loc["mdd95", "estimate"]
     rel_erho2 = (table.loc["erho2", "high"] - table.loc["erho2", "low"]) / table.loc["erho2", "estimate"]

@@ -51,12 +51,16 @@ def test_report_escapes_untrusted_labels(tmp_path):
     spec = sizing_preset(systems=4, items=5, judges=3, replicates=2)
     frame = simulate(spec, seed=1)
     frame["judge"] = frame["judge"].astype(str).replace({"j1": "<script>alert(1)</script>"})
-    frame["system"] = frame["system"].astype(str).replace({"s1": "a&b<i>"})
+    frame["system"] = frame["system"].astype(str).replace({"s1": "a&b<i>", "s3": "<script>alert(2)</script>"})
     result = analyze(frame)
     html = render(result)
-    # the system label is shown (leaderboard), escaped; the judge label never as markup
-    assert "a&amp;b&lt;i&gt;" in html and "a&b<i>" not in html
-    assert "<script>" not in html
+    assert "<script>" not in html and "a&b<i>" not in html
+    # each hostile system label is shown, escaped, wherever a plain one is (leaderboard, comparison,
+    # figures): a report that dropped or mangled them would fail here, not pass
+    shown = html.count(">s2<") + html.count(">s2 ")
+    assert shown >= 2
+    assert html.count("a&amp;b&lt;i&gt;") >= shown
+    assert html.count("&lt;script&gt;alert(2)&lt;/script&gt;") >= shown
 
 
 def test_tee_design_report(tmp_path):
