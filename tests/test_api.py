@@ -199,3 +199,26 @@ def test_typed_plan_and_fit_summary(frame):
     assert payload["ceiling"] == plan.ceiling.erho2 and payload["gaming"]["k"] == 5
     assert {r["facet"] for r in payload["requirements"]} == {"item", "judge"}
     json.loads(plan.to_json())
+
+
+def test_the_model_is_resolved_once(frame, monkeypatch):
+    """A design, a formula or the design options become one ModelSpec; the fits take it as it is and
+    never infer a design again."""
+    from evalgauge import design as design_module
+    from evalgauge.estimate import ModelSpec, resolve_model
+
+    spec = resolve_model(eg.read(frame), object="system")
+    assert spec.score == "score" and spec.facets == ["system", "item", "judge"]
+    inferred = []
+    original = design_module.infer_design
+    monkeypatch.setattr(design_module, "infer_design", lambda *a, **k: inferred.append(1) or original(*a, **k))
+    by_spec = eg.estimate_components(frame, spec)
+    assert inferred == []
+    formula = ModelSpec(formula="score ~ (1|system) + (1|item) + (1|judge) + (1|system:item) + (1|system:judge)"
+                                " + (1|item:judge) + (1|system:item:judge)")
+    reml = eg.estimate_components(frame, formula)
+    assert reml["system:judge"].variance == pytest.approx(by_spec["system:judge"].variance, rel=1e-5)
+    with pytest.raises(eg.DesignError, match="either a design or a formula"):
+        ModelSpec()
+    with pytest.raises(eg.DesignError, match="not both"):
+        resolve_model(eg.read(frame), spec.design, formula.formula)

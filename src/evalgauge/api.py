@@ -21,7 +21,7 @@ from typing import Any
 
 from .components import VarianceComponents
 from .data import Judgments
-from .design import Design, infer_design
+from .design import Design
 from .errors import DesignError
 from .io import read_judgments
 
@@ -101,11 +101,9 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
     The design comes from ``design``, or from the columns with ``object``, ``facets`` and the other
     :func:`evalgauge.design.infer_design` options; or the model from an lme4-style ``formula`` (REML).
     """
-    from .estimate import estimate_components
+    from .estimate import estimate_components, resolve_model
 
     judgments = read_judgments(judgments)
-    if formula is None and design is None:
-        design = infer_design(judgments, object=object, facets=facets, **design_options)
-    vc = estimate_components(judgments, design, method=method, formula=formula, drop_missing=drop_missing,
-                             n_boot=n_boot, seed=seed)
-    return Fit(judgments, design, vc, drop_missing)
+    spec = resolve_model(judgments, design, formula, object=object, facets=facets, **design_options)
+    vc = estimate_components(judgments, spec, method=method, drop_missing=drop_missing, n_boot=n_boot, seed=seed)
+    return Fit(judgments, spec.design, vc, drop_missing)

@@ -264,9 +264,18 @@ def _load(data: str, encoding=None, sep=None, col_system=None, col_item=None, co
     return judgments, record
 
 
-def _design(data: str, score, facets, nest, replicate, fixed, object_, terms, max_order):
+def _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order):
     return infer_design(data, score=score, facets=facets, nest=nest, replicate=replicate, fixed=fixed,
                         object=object_, terms=terms, max_order=max_order)
+
+
+def _model(data, formula, score, facets, nest, replicate, fixed, object_, terms, max_order):
+    """The model of the design options or of --formula, resolved once for every fit of the command."""
+    from .estimate.spec import ModelSpec
+
+    if formula:
+        return ModelSpec(formula=formula)
+    return ModelSpec(design=_design(data, score, facets, nest, replicate, fixed, object_, terms, max_order))
 
 
 @main.command()
@@ -303,24 +312,17 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     """
     boot = {"n_boot": n_boot, "level": level, "seed": seed}
     data, _ = _load(data, keep=keep, **read)
+    model = _model(data, formula, score, facets, nest, replicate, fixed, object_, terms, max_order)
     if glmm:
-        design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
-        check = glmm_check(data, design, formula=formula, method=method)
+        check = glmm_check(data, model, method=method)
         _emit(check.to_dict(), json_out, lambda c: print_glmm(check, c))
         return
     if by:
-        design = None if formula else _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
-        strata = estimate_by_stratum(data, by, design, formula=formula, method=method, drop_missing=drop_missing,
-                                     **boot)
+        strata = estimate_by_stratum(data, by, model, method=method, drop_missing=drop_missing, **boot)
         _emit(strata.to_dict(), json_out, lambda c: print_strata(strata, c))
         return
-    if formula:
-        result = estimate_components(data, method=method, formula=formula, drop_missing=drop_missing,
-                                     progress=_fit_progress(), **boot)
-    else:
-        design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
-        result = estimate_components(data, design, method=method, drop_missing=drop_missing,
-                                     progress=_fit_progress(), **boot)
+    result = estimate_components(data, model, method=method, drop_missing=drop_missing, progress=_fit_progress(),
+                                 **boot)
     from .report.analysis import components_summary
 
     payload = components_summary(result)
@@ -798,18 +800,18 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     _check_supported(data)
     data, record = _load(data, keep=keep, **read)
     pairwise_rows = {"model_a", "model_b", "winner"} <= set(data.frame.columns)
-    design = None if formula or pairwise_rows else _design(data, score, facets, nest, replicate, fixed, object_,
-                                                           terms, max_order)
-    result = run_analysis(data, design, run=record, method=method, formula=formula, drop_missing=drop_missing or None,
+    model = None if pairwise_rows else _model(data, formula, score, facets, nest, replicate, fixed, object_, terms,
+                                              max_order)
+    result = run_analysis(data, model, run=record, method=method, drop_missing=drop_missing or None,
                           target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed, progress=_fit_progress())
     payload = result.to_dict()
     extra = []
     if by and not pairwise_rows:
-        strata = estimate_by_stratum(data, by, design, formula=formula, method=method, drop_missing=drop_missing)
+        strata = estimate_by_stratum(data, by, model, method=method, drop_missing=drop_missing)
         payload["by_stratum"] = strata.to_dict()
         extra.append(lambda c: print_strata(strata, c))
     if glmm and not pairwise_rows:
-        check = glmm_check(data, design, formula=formula, method=method)
+        check = glmm_check(data, model, method=method)
         payload["glmm"] = check.to_dict()
         extra.append(lambda c: print_glmm(check, c))
 

@@ -10,20 +10,23 @@ from __future__ import annotations
 from .. import vocabulary
 from ..components import VarianceComponents
 from ..data import Judgments, as_judgments, format_rows, without_empty
-from ..design import Design, code_data, infer_design
+from ..design import Design, code_data
 from ..errors import DesignError
 from .anova import anova_bootstrap, anova_from_coded, estimate_anova
 from .model import MixedModel, model_from_design, parse_formula
 from .reml import fit_reml
+from .spec import ModelSpec, resolve_model
 
 METHODS = vocabulary.METHODS
 
-__all__ = ["METHODS", "MixedModel", "estimate_anova", "estimate_components", "fit_reml", "parse_formula"]
+__all__ = ["METHODS", "MixedModel", "ModelSpec", "estimate_anova", "estimate_components", "fit_reml", "parse_formula",
+           "resolve_model"]
 
 
-def estimate_components(data, design: Design | None = None, *, method: str = "auto", formula: str | None = None,
-                        drop_missing: bool = False, n_boot: int = 0, level: float = 0.95, seed: int | None = None,
-                        progress=None, **design_options) -> VarianceComponents:
+def estimate_components(data, design: Design | ModelSpec | None = None, *, method: str = "auto",
+                        formula: str | None = None, drop_missing: bool = False, n_boot: int = 0,
+                        level: float = 0.95, seed: int | None = None, progress=None,
+                        **design_options) -> VarianceComponents:
     """Variance components of ``data`` by ANOVA, REML, or whichever fits the data (``auto``).
 
     The model comes from ``design`` (or one inferred from the columns and
@@ -50,17 +53,20 @@ def estimate_components(data, design: Design | None = None, *, method: str = "au
 
 
 def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot, design_options):
-    judgments, dropped_note = _drop_missing(judgments, design, formula, design_options) if drop_missing \
-        else (judgments, None)
-    if formula is not None:
+    spec = resolve_model(judgments, design, formula, **design_options)
+    dropped_note = None
+    if drop_missing:
+        judgments, rows = without_empty(judgments, spec.score)
+        if rows.size:
+            dropped_note = (f"{rows.size} row(s) with an empty score were dropped as requested "
+                            f"({format_rows(rows)}); the design is then unbalanced unless whole levels were empty.")
+    if spec.formula is not None:
         if method == "anova":
             raise DesignError("a formula is fitted by REML; use `method`=reml or auto, or give the design "
                               "options (`facets`, `nest`, ...) for ANOVA.")
-        model = parse_formula(formula)
-        result = fit_reml(judgments, model, method_reason="REML: the model was given as a formula", **boot)
+        result = fit_reml(judgments, spec.mixed, method_reason="REML: the model was given as a formula", **boot)
         return _with_note(result, dropped_note)
-    if design is None:
-        design = infer_design(judgments, **design_options)
+    design = spec.design
     for note in design.notes:  # e.g. facets with one level left out of an inferred design
         dropped_note = note if dropped_note is None else f"{note} {dropped_note}"
     coded = code_data(judgments, design)
@@ -81,20 +87,6 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
     result = fit_reml(judgments, model_from_design(design), object_facet=design.object,
                       fixed_facets=design.fixed, method_reason=reason, facet_order=design.names, **boot)
     return _with_note(result, dropped_note)
-
-
-def _drop_missing(judgments: Judgments, design, formula, design_options) -> tuple[Judgments, str | None]:
-    if formula is not None:
-        score = parse_formula(formula).response
-    elif design is not None:
-        score = design.score
-    else:
-        score = infer_design(judgments, **design_options).score
-    kept, rows = without_empty(judgments, score)
-    if not rows.size:
-        return judgments, None
-    return kept, (f"{rows.size} row(s) with an empty score were dropped as requested ({format_rows(rows)}); "
-                  "the design is then unbalanced unless whole levels were empty.")
 
 
 def _replace(result: VarianceComponents, **changes) -> VarianceComponents:

@@ -244,16 +244,10 @@ class _Laplace:
 def glmm_check(data, design=None, *, formula: str | None = None, method: str = "auto",
                **options) -> GlmmCheck:
     """Fit the LPM (as usual) and the logit GLMM with the same random terms; compare rankings."""
-    from ..design import infer_design
     from . import estimate_components
-    from .model import model_from_design, parse_formula
+    from .spec import resolve_model
 
     judgments = as_judgments(data)
-    if formula is not None:
-        lpm = estimate_components(judgments, method=method, formula=formula)
-        model = parse_formula(formula)
-    else:
-        design = design or infer_design(judgments, **options)
-        lpm = estimate_components(judgments, design, method=method)
-        model = model_from_design(design)
-    return compare_lpm_glmm(lpm, fit_glmm_logit(judgments, model))
+    spec = resolve_model(judgments, design, formula, **options)
+    lpm = estimate_components(judgments, spec, method=method)
+    return compare_lpm_glmm(lpm, fit_glmm_logit(judgments, spec.mixed))

@@ -20,10 +20,10 @@ import pandas as pd
 
 from ..components import VarianceComponents
 from ..data import Judgments, as_judgments, require_columns
-from ..design import Design, Facet, infer_design
+from ..design import Design, Facet
 from ..errors import DesignError
 from ..results import Result
-from .model import MixedModel, Term, parse_formula
+from .model import MixedModel, Term
 
 
 @dataclass(frozen=True)
@@ -69,20 +69,19 @@ def estimate_by_stratum(data, stratum: str, design: Design | None = None, *, for
     formula, to :func:`evalgauge.design.infer_design`.
     """
     from . import estimate_components
+    from .spec import resolve_model
 
     judgments = as_judgments(data)
     require_columns(judgments, [stratum], what="stratum column")
     fit_options = {k: options.pop(k) for k in ("drop_missing", "n_boot", "level", "seed") if k in options}
     notes: list[str] = []
-    if formula is not None:
-        model = parse_formula(formula)
-        pooled = estimate_components(judgments, method=method, formula=formula, **fit_options)
-        within_formula = _without_stratum(model, stratum, notes).formula()
+    spec = resolve_model(judgments, design, formula, **options)
+    pooled = estimate_components(judgments, spec, method=method, **fit_options)
+    if spec.formula is not None:
+        within_formula = _without_stratum(spec.mixed, stratum, notes).formula()
         within_design = None
     else:
-        design = design or infer_design(judgments, **options)
-        pooled = estimate_components(judgments, design, method=method, **fit_options)
-        within_design = _design_without(design, stratum, notes)
+        within_design = _design_without(spec.design, stratum, notes)
         within_formula = None
     fits = {}
     for level, rows in _levels(judgments, stratum):

@@ -20,10 +20,9 @@ import pandas as pd
 
 from .. import dstudy, vocabulary
 from ..components import VarianceComponents
-from ..design import Design, infer_design
+from ..design import Design
 from ..errors import DesignError
-from ..estimate import estimate_components
-from ..estimate.model import parse_formula
+from ..estimate import estimate_components, resolve_model
 from ..inference import ITEM_NAMES, ObjectInterval, ThetaInterval, object_interval, theta_interval
 from ..io import read_input
 from ..results import Result, json_safe
@@ -102,9 +101,8 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
     if record is not None:
         diagnostics, run_meta = _run_info(record)
         drop_missing = True if drop_missing is None else drop_missing  # failed parses are in the diagnostics
-    if formula is None and design is None:
-        design = infer_design(judgments, **design_options)
-    vc = estimate_components(judgments, design, method=method, formula=formula, drop_missing=bool(drop_missing),
+    spec = resolve_model(judgments, design, formula, **design_options)
+    vc = estimate_components(judgments, spec, method=method, drop_missing=bool(drop_missing),
                              n_boot=n_boot, level=level, seed=seed, progress=progress)
     stopped = [n for n in vc.notes if "stopped before converging" in n]
     if stopped:  # never shown as a result
@@ -129,15 +127,15 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
         result.ceiling = dstudy.ceiling(vc, judge, 1)
         result.judges_needed = dstudy.needed(vc, judge, target_erho2)
     if vc.object and item and item != vc.object and vc.object in judgments.frame:
-        score = parse_formula(formula).response if formula else design.score
+        score = spec.score
         result.object_interval = object_interval(vc, sampling_facet=item)
         result.object_scores = object_scores(judgments.frame, vc.object, score, result.object_interval)
-        if judgments.frame[vc.object].nunique() > 1 and formula is None:
+        if judgments.frame[vc.object].nunique() > 1 and spec.design is not None:
             from ..compare import compare
 
             # which system is better: each system's own interval (its own cells) and every pair
             result.comparison = compare(judgments.frame, vc, score=score, n_boot=n_boot_compare,
-                                        facets=list(design.names), design=design)
+                                        facets=spec.facets, design=spec.design)
             sysf = result.comparison.systems
             result.object_scores = pd.DataFrame({
                 vc.object: sysf["object"], "mean": sysf["mean"], "n": sysf["n"], "low": sysf["low"],
