@@ -290,14 +290,31 @@ def test_reml_reports_its_size_and_progress():
                                                                                                 random_state=3)
     seen = []
     eg.estimate_components(frame, eg.infer_design(frame), progress=lambda size, n, sec: seen.append((size, n)))
-    assert seen and seen[0][0].startswith("REML: ") and "random term(s)" in seen[0][0]
-    assert [n for _, n in seen] == list(range(1, len(seen) + 1))
+    size = seen[0][0]
+    assert str(size).startswith("REML: ") and "random effects" in str(size) and "expected about" in str(size)
+    assert [n for _, n in seen] == list(range(len(seen)))  # once before the fit, then every evaluation
+    # the size is known before the fit: effects of every term, and the cells of the frame
+    assert size.cells == frame.groupby(["system", "item", "judge"]).ngroups
+    assert size.effects == 5 + 10 + 3 + 50 + 15 + 30 + size.cells  # s, i, j, s:i, s:j, i:j, s:i:j
+
+
+def test_a_model_too_large_for_memory_is_refused_before_any_work():
+    from evalgauge.estimate.reml import ModelTooLarge, fit_reml
+
+    frame = simulate(sizing_preset(systems=5, items=10, judges=3, replicates=2), seed=2).sample(frac=0.9,
+                                                                                                random_state=3)
+    evaluations = []
+    model = eg.estimate.model_from_design(eg.infer_design(frame))
+    with pytest.raises(ModelTooLarge) as err:
+        fit_reml(frame, model, max_memory=10_000, progress=lambda size, n, sec: evaluations.append(n))
+    assert evaluations == [] and "`max_order`=2" in str(err.value) and "MiB" in str(err.value)
 
 
 def test_cli_progress_line_after_a_few_seconds(capsys):
     from evalgauge.cli import _fit_progress
 
     show = _fit_progress(after=2.0, every=10.0)
+    show("REML: 10 judgments", 0, 0.0)  # before the fit: a plain description, no estimate
     show("REML: 10 judgments", 1, 0.5)  # a quick fit says nothing
     assert capsys.readouterr().err == ""
     show("REML: 10 judgments", 5, 3.0)
@@ -306,3 +323,34 @@ def test_cli_progress_line_after_a_few_seconds(capsys):
     err = capsys.readouterr().err
     assert err.count("REML: 10 judgments; fitting") == 1 and "5 evaluations" in err and "9 evaluations" in err
     assert "6 evaluations" not in err
+
+
+def test_cli_says_the_size_first_when_the_fit_is_expected_to_be_long(capsys):
+    from evalgauge.cli import _fit_progress
+    from evalgauge.estimate.criterion import ModelSize
+
+    long = ModelSize(10**6, 5 * 10**5, 6 * 10**5, 606, 1000, 106, 4e12, 2**30)
+    assert long.seconds > 60
+    show = _fit_progress(after=3.0)
+    show(long, 0, 0.0)
+    assert "expected about" in capsys.readouterr().err
+
+
+def test_an_unaffordable_default_model_falls_back_to_two_way_interactions(monkeypatch):
+    """A default model (every interaction) expected to cost more than the machine affords is replaced by
+    the two-way model, with a note that says what the full one would cost and how to ask for it; a model
+    the user asked for is never changed behind their back."""
+    import evalgauge.estimate as estimate
+
+    rng = np.random.default_rng(4)
+    grid = pd.MultiIndex.from_product([[f"s{k}" for k in range(4)], [f"i{k}" for k in range(8)],
+                                       [f"j{k}" for k in range(3)], ["v1", "v2"], [1, 2]],
+                                      names=["system", "item", "judge", "variant", "replicate"]).to_frame(index=False)
+    grid["score"] = rng.normal(size=len(grid)) + grid["item"].map({f"i{k}": rng.normal() for k in range(8)})
+    frame = grid.sample(frac=0.9, random_state=3)
+    monkeypatch.setattr(estimate, "AFFORDABLE_SECONDS", 1e-9)  # every model is 'too slow' for this test
+    fit = eg.estimate_components(frame)
+    assert "system:item:judge" not in fit.names and "system:item" in fit.names
+    assert any("more than this machine affords" in n and "`max_order`" in n for n in fit.notes)
+    asked = eg.estimate_components(frame, eg.infer_design(frame))  # a model the user gave: fitted as given
+    assert "system:item:judge" in asked.names and not any("affords" in n for n in asked.notes)

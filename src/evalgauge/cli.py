@@ -131,16 +131,17 @@ def user_errors(func: Callable) -> Callable:
 
 
 def _fit_progress(after: float = 3.0, every: float = 10.0) -> Callable:
-    """A REML fit that takes more than a few seconds says how big the model is and that it is working."""
-    state = {"last": None}
+    """A REML fit expected (or found) to take more than a few seconds says how big the model is, what it
+    is expected to cost, and that it is working."""
+    state: dict = {"last": None, "said": False}
 
-    def show(size: str, evaluations: int, seconds: float) -> None:
-        if seconds < after:
-            return
+    def show(size, evaluations: int, seconds: float) -> None:
         err = _console(stderr=True)
-        if state["last"] is None:
+        expected = getattr(size, "seconds", 0.0)
+        if not state["said"] and (seconds >= after or (evaluations == 0 and expected >= after)):
             err.print(Text(f"{size}; fitting ...", style="dim"))
-        if state["last"] is None or seconds - state["last"] >= every:
+            state["said"] = True
+        if seconds >= after and (state["last"] is None or seconds - state["last"] >= every):
             err.print(Text(f"  {evaluations} evaluations of the REML criterion, {seconds:.0f} s", style="dim"))
             state["last"] = seconds
 

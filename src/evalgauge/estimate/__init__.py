@@ -14,7 +14,7 @@ from ..design import Design, code_data
 from ..errors import DesignError
 from .anova import anova_bootstrap, anova_from_coded, estimate_anova
 from .model import MixedModel, model_from_design, parse_formula
-from .reml import fit_reml
+from .reml import ModelTooLarge, fit_reml
 from .spec import ModelSpec, resolve_model
 
 METHODS = vocabulary.METHODS
@@ -52,7 +52,13 @@ def estimate_components(data, design: Design | ModelSpec | None = None, *, metho
         raise DesignError(f"{judgments.source}: {exc}") from None
 
 
+#: A default model expected to take longer than this (10 minutes) is replaced by the two-way model.
+AFFORDABLE_SECONDS = 600.0
+
+
 def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot, design_options):
+    # a design inferred with its default terms may be reduced when unaffordable; a model the user gave, never
+    inferred = design is None and formula is None and not {"terms", "max_order"} & design_options.keys()
     spec = resolve_model(judgments, design, formula, **design_options)
     dropped_note = None
     if drop_missing:
@@ -84,8 +90,22 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
         reason = f"auto: REML, because the data are {report.summary()}"
     else:
         reason = "REML (requested)"
-    result = fit_reml(judgments, model_from_design(design), object_facet=design.object,
-                      fixed_facets=design.fixed, method_reason=reason, facet_order=design.names, **boot)
+    try:
+        result = fit_reml(judgments, model_from_design(spec.design), object_facet=spec.design.object,
+                          fixed_facets=spec.design.fixed, method_reason=reason, facet_order=spec.design.names,
+                          max_seconds=AFFORDABLE_SECONDS if inferred else None, **boot)
+    except ModelTooLarge as exc:
+        every = spec.design.model_effects()
+        if not inferred or max(e.order for e in every[:-1] or every) <= 2:
+            raise
+        # The default model (every interaction) is more than this machine affords: fit the two-way model,
+        # and say what the full one would cost and how to ask for it.
+        smaller = resolve_model(judgments, None, None, **design_options, max_order=2).design
+        note = (f"the model with every interaction ({exc.size}) is more than this machine affords, so "
+                f"interactions of up to two facets were fitted; ask for more with `max_order` or `terms`.")
+        result = fit_reml(judgments, model_from_design(smaller), object_facet=smaller.object,
+                          fixed_facets=smaller.fixed, method_reason=reason, facet_order=smaller.names, **boot)
+        result = _with_note(result, note)
     return _with_note(result, dropped_note)
 
 

@@ -19,6 +19,69 @@ LOG_2PI = math.log(2 * math.pi)
 # The REML problem: structure fixed at set-up, numbers at each evaluation
 # ---------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class ModelSize:
+    """The size of a REML problem, known before it is fitted, and what fitting it is expected to cost.
+
+    ``seconds`` assumes about a dozen evaluations (Newton steps with the exact gradient and the
+    average-information Hessian converge in 6-15 on the designs of ``bench/``) at a rate measured on
+    a 2-core machine; it is an order of magnitude, shown so that a user can stop an unaffordable fit.
+    """
+
+    n_obs: int
+    cells: int
+    effects: int
+    dense: int  # random effects (and fixed columns) in the dense Schur part
+    blocks: int
+    block_size: int
+    flops: float  # per evaluation of the criterion with its gradient
+    memory: int  # bytes of the dense work arrays of one evaluation
+
+    #: floating-point operations per second of the dense factorisations, and seconds per cell and
+    #: evaluation of the scatter-adds (bench/bench_reml.py, 2-core machine)
+    RATE = 1.5e10
+    PER_CELL = 2e-6
+    EVALUATIONS = 12
+
+    @property
+    def seconds(self) -> float:
+        return self.EVALUATIONS * (self.flops / self.RATE + self.PER_CELL * self.cells)
+
+    def __str__(self) -> str:
+        return (f"REML: {self.n_obs:,} judgments in {self.cells:,} cells; {self.effects:,} random effects "
+                f"({self.dense:,} in the dense part); expected about {_duration(self.seconds)} and "
+                f"{self.memory / 2**20:,.0f} MiB")
+
+
+class ModelTooLarge(DesignError):
+    """A REML problem whose dense work arrays would not fit in memory; raised before any work."""
+
+    def __init__(self, size: ModelSize, limit: int | None, why: str | None = None):
+        self.size = size
+        why = why or (f"available: {limit / 2**30:.1f} GiB" if limit else "too much memory")
+        super().__init__(f"the model is too large for this machine: {size} ({why}). "
+                         "Fit fewer interactions (`max_order`=2, or `terms` naming the terms you need), or fit "
+                         "a subset of the levels.")
+
+
+def available_memory() -> int | None:
+    """Bytes of physical memory available now (Linux, macOS), or None where the system does not say."""
+    import os
+
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - platforms without these names
+        return None
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{max(seconds, 0.1):.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 @dataclass
 class Evaluation:
     deviance: float
@@ -169,6 +232,16 @@ class RemlProblem:
         for k in self.glob:
             self.owner_g[g_off[k]:g_off[k] + self.sizes[k]] = k
         self.g_off = g_off
+
+    def size(self) -> ModelSize:
+        """How big one evaluation is: effects, the dense part, the batched blocks, and their memory."""
+        g, nb, bm = self.g, self.nb, self.bmax
+        sparse = nb and bm == 1 and self.sparse_ok
+        dense_lg = 0 if sparse else nb * bm * g  # A_LG, L^-1 A_LG, A_LL^-1 A_LG and its product with S^-1
+        scatter = sum(a.size for a in (self.ll_idx, self.lg_idx, self.gg_idx, self.rl_idx, self.rg_idx))
+        memory = 8 * (4 * dense_lg + 4 * nb * bm * bm + 4 * g * g) + 16 * scatter + 64 * self.m
+        flops = self._cost(set(self.local), self.grouping) if self.local else g**3 / 3
+        return ModelSize(self.n_obs, self.m, int(sum(self.sizes)), g, nb, bm, float(flops), int(memory))
 
     def with_data(self, mean: np.ndarray, ss_within: float) -> RemlProblem:
         """The same design with other cell means and within-cell sum of squares (for resampling)."""

@@ -35,12 +35,12 @@ import numpy as np
 from ..data import as_judgments
 from ..errors import DesignError
 from .cells import CellData, cell_data, fixed_matrix, grouping_candidates, random_structure, term_levels, total_levels
-from .criterion import Evaluation, RemlProblem
+from .criterion import Evaluation, ModelSize, ModelTooLarge, RemlProblem, available_memory
 from .model import MixedModel
 from .optimise import RemlFit, optimise
 
-__all__ = ["CellData", "Evaluation", "RemlFit", "RemlProblem", "bootstrap_workers", "cell_data", "fit_reml",
-           "fixed_matrix", "optimise", "random_structure", "term_levels"]
+__all__ = ["CellData", "Evaluation", "ModelSize", "ModelTooLarge", "RemlFit", "RemlProblem", "bootstrap_workers",
+           "cell_data", "fit_reml", "fixed_matrix", "optimise", "random_structure", "term_levels"]
 
 
 # ---------------------------------------------------------------------------
@@ -50,11 +50,15 @@ __all__ = ["CellData", "Evaluation", "RemlFit", "RemlProblem", "bootstrap_worker
 def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
              fixed_facets: tuple[str, ...] = (), method_reason: str = "REML (requested)",
              facet_order: tuple[str, ...] | None = None, n_boot: int = 0, level: float = 0.95,
-             seed: int | None = None, progress=None):
+             seed: int | None = None, progress=None, max_memory: int | None = None,
+             max_seconds: float | None = None):
     """REML variance components of ``model`` on ``data`` (a judgments table or data frame).
 
-    ``progress(size, evaluations, seconds)``, when given, is called at every evaluation of the criterion
-    with a one-line description of the model's size (judgments, cells, random effects, the dense part).
+    ``progress(size, evaluations, seconds)``, when given, is called once before fitting (evaluations 0)
+    and at every evaluation of the criterion; ``size`` is the :class:`ModelSize` (judgments, cells, random
+    effects, the dense part, expected time and memory; ``str(size)`` is a one-line description). A model
+    whose work arrays would need more than 70% of ``max_memory`` bytes (default: the memory available
+    now) raises :class:`ModelTooLarge` before any work, as does one expected to take over ``max_seconds``.
     """
     from ..components import Component, FitSummary, VarianceComponents
 
@@ -69,8 +73,14 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         raise DesignError("more fixed-effect columns than observations.")
     problem = RemlProblem(cells.n_obs, cells.count, cells.mean, cells.ss_within, x, levels, sizes, cell_term,
                           grouping_candidates(cells, terms))
-    size = (f"REML: {cells.n_obs:,} judgments in {problem.m:,} cells; {len(terms)} random term(s) with "
-            f"{int(sum(sizes)):,} effects ({problem.g:,} in the dense part)")
+    size = problem.size()
+    limit = available_memory() if max_memory is None else max_memory
+    if limit and size.memory > 0.7 * limit:
+        raise ModelTooLarge(size, limit)
+    if max_seconds is not None and size.seconds > max_seconds:
+        raise ModelTooLarge(size, limit, f"expected to take more than {max_seconds:.0f} s")
+    if progress is not None:
+        progress(size, 0, 0.0)  # the size and the expected cost, before any work
     report = None if progress is None else (lambda n, sec: progress(size, n, sec))
     try:
         with np.errstate(invalid="ignore", divide="ignore"):
