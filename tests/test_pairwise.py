@@ -183,7 +183,8 @@ def test_analytic_information_equals_the_numerical_hessian():
 
     orig = pw._information
     try:
-        pw._information = lambda x, unpack, a, b, total, m, free, has_ties, position, ridge: _hessian(
+        # numerically, over every original judgment (the fit itself works on one row per ordered pair)
+        pw._information = lambda x, unpack, _a, _b, total, structure, has_ties, ridge: _hessian(
             lambda z: -_loglik(z, unpack, a, b, y, has_ties), x)
         numeric = fit_bt(battles, position=True)
     finally:

@@ -160,6 +160,13 @@ def fit_bt(battles: Battles, *, reference: str | None = None, ties: bool | None 
     if not has_ties and tie.sum() > 0:
         win_a, win_b = win_a + 0.5 * tie, win_b + 0.5 * tie  # ties as half wins for plain BT
         tie = np.zeros_like(tie)
+    # the likelihood depends on a judgment only through its ordered pair: one row per pair, three counts
+    key = a * m + b
+    pairs, row_of = np.unique(key, return_inverse=True)
+    if pairs.size < key.size:
+        win_a, win_b, tie = (np.bincount(row_of, weights=v, minlength=pairs.size) for v in (win_a, win_b, tie))
+        a, b = np.divmod(pairs, m)
+    structure = _information_structure(a, b, m, free, has_ties, position)
 
     def unpack(x):
         theta = np.zeros(m)
@@ -206,8 +213,7 @@ def fit_bt(battles: Battles, *, reference: str | None = None, ties: bool | None 
             x0[len(free)] = start.log_nu
         if position and start.log_h is not None:
             x0[-1] = start.log_h
-    x, value = _newton(negll, lambda z: _information(z, unpack, a, b, total, m, free, has_ties, position, ridge),
-                       x0)
+    x, value = _newton(negll, lambda z: _information(z, unpack, a, b, total, structure, has_ties, ridge), x0)
     if x is None:  # Newton could not make progress (a degenerate resample): quasi-Newton from the start
         res = minimize(lambda z: negll(z, grad=True), x0, jac=True, method="BFGS",
                        options={"gtol": 1e-9, "maxiter": 10_000})
@@ -215,7 +221,7 @@ def fit_bt(battles: Battles, *, reference: str | None = None, ties: bool | None 
     se_free = np.full(len(free), math.nan)
     if se:
         try:
-            info = _information(x, unpack, a, b, total, m, free, has_ties, position, ridge)
+            info = _information(x, unpack, a, b, total, structure, has_ties, ridge)
             cov = np.linalg.inv(info)
             se_free = np.sqrt(np.clip(np.diag(cov)[:len(free)], 0.0, None))
         except np.linalg.LinAlgError:
@@ -252,7 +258,22 @@ def _newton(negll, information, x0: np.ndarray, max_iter: int = 100):
     return x, value
 
 
-def _information(x, unpack, a, b, total, m, free, has_ties, position, ridge) -> np.ndarray:
+def _information_structure(a, b, m, free, has_ties, position) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Where each judgment's 4 x 4 information block lands in the parameters' matrix: computed once per
+    fit (it depends only on who met whom), used at every Newton step."""
+    n_free = len(free)
+    pos = np.full(m, -1)
+    pos[free] = np.arange(n_free)
+    n_par = n_free + int(has_ties) + int(position)
+    idx = np.stack([pos[a], pos[b], np.full(a.size, n_free if has_ties else -1),
+                    np.full(a.size, n_par - 1 if position else -1)], axis=1)  # judgments x 4
+    ii = np.repeat(idx, 4, axis=1)  # judgments x 16: (i, j) pairs row-major
+    jj = np.tile(idx, (1, 4))
+    ok = (ii >= 0) & (jj >= 0)
+    return ok, ii[ok] * n_par + jj[ok], n_par, n_free
+
+
+def _information(x, unpack, a, b, total, structure, has_ties, ridge) -> np.ndarray:
     """The observed information of the Bradley-Terry(-Davidson) likelihood, analytically.
 
     Each judgment's outcome is multinomial over (A wins, B wins, tie) with log-odds scores
@@ -278,17 +299,8 @@ def _information(x, unpack, a, b, total, m, free, has_ties, position, ridge) -> 
     gg = np.einsum("ki,kj->kij", g, g).reshape(k, 16)
     q = p.T @ g
     local = total[:, None] * (p.T @ gg - (q[:, :, None] * q[:, None, :]).reshape(-1, 16))
-    n_free = len(free)
-    pos = np.full(m, -1)
-    pos[free] = np.arange(n_free)
-    n_par = n_free + int(has_ties) + int(position)
-    idx = np.stack([pos[a], pos[b], np.full(a.size, n_free if has_ties else -1),
-                    np.full(a.size, n_par - 1 if position else -1)], axis=1)  # judgments x 4
     # scatter the 4 x 4 blocks into the parameters' matrix with one bincount
-    ii = np.repeat(idx, 4, axis=1)  # judgments x 16: (i, j) pairs row-major
-    jj = np.tile(idx, (1, 4))
-    ok = (ii >= 0) & (jj >= 0)
-    flat = ii[ok] * n_par + jj[ok]
+    ok, flat, n_par, n_free = structure
     info = np.bincount(flat, weights=local[ok], minlength=n_par * n_par).reshape(n_par, n_par)
     info[np.arange(n_free), np.arange(n_free)] += ridge
     return info
@@ -427,6 +439,14 @@ def bootstrap_bt(battles: Battles, fit: BTFit, *, method: str = "naive", n_boot:
     also resamples, within each battle, its judge x variant (x order) cells,
     so the interval carries the pipeline's variance too.
     """
+    from threadpoolctl import threadpool_limits
+
+    # each refit solves a small (systems x systems) system: BLAS threads only cost here
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _bootstrap_bt(battles, fit, method, n_boot, level, seed, position, base_weights, ridge)
+
+
+def _bootstrap_bt(battles, fit, method, n_boot, level, seed, position, base_weights, ridge) -> BTBootstrap:
     rng = np.random.default_rng(seed)
     ties = fit.log_nu is not None
     if "battle" in battles.frame and battles.frame["battle"].nunique() == battles.n:
