@@ -24,6 +24,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_anova.py
 	$(BIN)/python bench/bench_reml.py
 	$(BIN)/python bench/bench_glmm.py
+	$(BIN)/python bench/bench_reml_bootstrap.py
+	$(BIN)/python bench/bench_large.py
+	$(BIN)/python bench/bench_cli.py
 	$(BIN)/python bench/bench_dstudy.py
 	$(BIN)/python bench/bench_collector.py
 	$(BIN)/python bench/bench_compare.py

@@ -262,6 +262,7 @@ class RemlProblem:
     def with_weights(self, weights: np.ndarray, response: np.ndarray) -> RemlProblem:
         """The same design as a weighted penalized least-squares problem (one PIRLS step of a GLMM)."""
         clone = copy.copy(self)
+        clone._pinned = None  # a factorisation depends on the weights
         clone.count = weights
         clone.mean = response
         clone.ss_within = 0.0
@@ -273,7 +274,7 @@ class RemlProblem:
         with ``hessian`` also the average-information approximation of its Hessian; with ``pls`` the
         penalised least-squares solution (fitted values, |u|^2, log|L|^2) a GLMM's PIRLS step needs."""
         theta = np.asarray(theta, dtype=np.float64)
-        fac = self._factorise(theta)
+        fac = self._factor_at(theta)
         f_l, f_g = fac.forward(*self._rhs(fac.w * self.mean, fac.s_l, fac.s_g))
         diag_s = np.log(np.diagonal(fac.chol_s))
         logdet = fac.logdet + 2.0 * float(np.sum(diag_s[:self.gr]))
@@ -296,6 +297,25 @@ class RemlProblem:
             if hessian:
                 out.extra.update(self._average_information(theta, fac, x_l, x_g, fit, u_sq, r2))
         return out
+
+    def pin(self, theta: np.ndarray) -> None:
+        """Keep the factorisation at ``theta`` and the traces of its inverse: every bootstrap refit starts
+        there, and both depend on theta and the cell counts only, not on the resampled means."""
+        theta = np.asarray(theta, dtype=np.float64).copy()
+        fac = self._factorise(theta)
+        fac.inverse_parts = self._inverse_parts(fac)
+        self._pinned = (theta, fac)
+
+    def _factor_at(self, theta: np.ndarray) -> _Factor:
+        pinned = getattr(self, "_pinned", None)
+        if pinned is not None and np.array_equal(pinned[0], theta):
+            return pinned[1]
+        return self._factorise(theta)
+
+    def _inverse_parts_of(self, fac: _Factor) -> tuple[np.ndarray, np.ndarray]:
+        if fac.inverse_parts is None:
+            fac.inverse_parts = self._inverse_parts(fac)
+        return fac.inverse_parts
 
     def _factorise(self, theta: np.ndarray) -> _Factor:
         """The Cholesky factor of A = Lambda' M' W M Lambda + I, block-arrow: batched blocks of the local
@@ -372,7 +392,7 @@ class RemlProblem:
         """The exact gradient of the profiled deviance in theta, and |u_k|^2 per term."""
         dfree = self.n_obs - self.p
         u_sq = self._u_squared(x_l, x_g)
-        tr_inv, lev = self._inverse_parts(fac)
+        tr_inv, lev = self._inverse_parts_of(fac)
         grad = np.zeros(self.n_terms)
         for k in self.others:
             if theta[k] > 0:
@@ -509,6 +529,7 @@ class _Factor:
     f_blocks: np.ndarray | None = None
     f_flat: np.ndarray | None = None
     chol_s: np.ndarray | None = None
+    inverse_parts: tuple[np.ndarray, np.ndarray] | None = None  # (traces, leverages), once computed
 
     def forward(self, rl, rg):
         """Half solve: L^-1 rhs, for quadratic forms rhs' A^-1 rhs."""

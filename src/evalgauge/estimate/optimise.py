@@ -30,7 +30,8 @@ class RemlFit:
     seconds: float
 
 
-def optimise(problem: RemlProblem, theta0: np.ndarray | None = None, progress=None) -> RemlFit:
+def optimise(problem: RemlProblem, theta0: np.ndarray | None = None, progress=None,
+             tol: float = 1e-12, decrement: bool = False) -> RemlFit:
     """Minimise the profiled REML deviance over theta >= 0.
 
     Newton steps with the average-information Hessian and the exact gradient do
@@ -41,18 +42,23 @@ def optimise(problem: RemlProblem, theta0: np.ndarray | None = None, progress=No
     gradient in theta vanishes by symmetry, so every boundary estimate is
     checked with the one-sided derivative in theta_k^2 and released when the
     deviance falls away from zero.
+
+    ``tol`` is the relative change of the deviance that ends the Newton steps. A fit confirms it with one
+    more evaluation (quadratic convergence then leaves the estimates at machine precision);
+    ``decrement=True`` (bootstrap refits) stops as soon as a full step is predicted to gain less.
     """
     # Small dense parts run faster on one BLAS thread: idle worker threads spinning
     # after each small GEMM slow the scatter-adds in between.
     with threadpool_limits(limits=1 if problem.g < SINGLE_THREAD_BELOW else None, user_api="blas"):
-        return _optimise(problem, theta0, progress)
+        return _optimise(problem, theta0, progress, tol, decrement)
 
 
 #: global dense size under which REML runs BLAS on one thread (measured on 2 cores)
 SINGLE_THREAD_BELOW = 700
 
 
-def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None) -> RemlFit:
+def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None, tol: float = 1e-12,
+              decrement: bool = False) -> RemlFit:
     start = time.perf_counter()
     k = problem.n_terms
     theta = np.ones(k) if theta0 is None else np.asarray(theta0, dtype=float).copy()
@@ -62,9 +68,11 @@ def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None) ->
         count["n"] += 1
         if progress is not None:  # the caller decides whether (and how often) to show it
             progress(count["n"], time.perf_counter() - start)
-        return problem.evaluate(t, gradient=True, hessian=hessian)
+        out = problem.evaluate(t, gradient=True, hessian=hessian)
+        out.extra["theta"] = np.array(t, dtype=float)
+        return out
 
-    theta, cur, info = _ai_newton(theta, ev)
+    theta, cur, info = _ai_newton(theta, ev, tol=tol, decrement=decrement)
     nit = info["n"]
     message = "average-information Newton converged" if info["converged"] else "AI Newton stopped early"
     keep_free: set[int] = set()
@@ -84,15 +92,16 @@ def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None) ->
             changed = True
         if not changed:
             break
-        theta, cur, info = _ai_newton(theta, ev)
+        theta, cur, info = _ai_newton(theta, ev, tol=tol, decrement=decrement)
         nit += info["n"]
     if not info["converged"]:
         theta, cur, res = _lbfgsb(theta, cur, ev)
         nit += int(res.nit)
         message = f"L-BFGS-B: {res.message}"
         info["converged"] = bool(res.success)
-    final = problem.evaluate(theta)
-    return RemlFit(theta, final.sigma2, final.deviance, final.beta, nit, count["n"], bool(info["converged"]),
+    if not np.array_equal(cur_theta(cur, theta), theta):  # pragma: no cover - every path re-evaluates at theta
+        cur = problem.evaluate(theta)
+    return RemlFit(theta, cur.sigma2, cur.deviance, cur.beta, nit, count["n"], bool(info["converged"]),
                    message, time.perf_counter() - start)
 
 
@@ -124,7 +133,15 @@ def _release_boundary(theta: np.ndarray, problem: RemlProblem) -> np.ndarray | N
     return out
 
 
-def _ai_newton(theta: np.ndarray, ev, max_iter: int = 50) -> tuple[np.ndarray, Evaluation, dict]:
+def cur_theta(cur: Evaluation, theta: np.ndarray) -> np.ndarray:
+    return cur.extra.get("theta", theta)
+
+
+def _ai_newton(theta: np.ndarray, ev, max_iter: int = 50, tol: float = 1e-12,
+               decrement: bool = False) -> tuple[np.ndarray, Evaluation, dict]:
+    """Newton steps with the average-information Hessian. Stops when the deviance falls by less than ``tol``
+    (relative), or, with ``decrement``, when the Newton decrement g'H^-1 g / 2 (the fall a full step would
+    give) is below it, so the last, confirming evaluation is not spent."""
     cur = ev(theta, hessian=True)
     info = {"n": 0, "converged": False}
     for it in range(max_iter):
@@ -140,6 +157,10 @@ def _ai_newton(theta: np.ndarray, ev, max_iter: int = 50) -> tuple[np.ndarray, E
             break
         if not np.all(np.isfinite(step)) or g[free] @ step >= 0:
             break  # the AI matrix is not positive definite here: leave it to L-BFGS-B
+        if decrement and -0.5 * float(g[free] @ step) < tol * max(1.0, abs(cur.deviance)) \
+                and np.all(theta[free] + step > 0):
+            info["converged"] = True  # a full step would change the deviance by less than the tolerance
+            break
         alpha, accepted = 1.0, False
         while alpha > 1e-3:
             cand = theta.copy()
@@ -153,7 +174,7 @@ def _ai_newton(theta: np.ndarray, ev, max_iter: int = 50) -> tuple[np.ndarray, E
             break
         change = cur.deviance - trial.deviance
         theta, cur = cand, trial
-        if change < 1e-12 * max(1.0, abs(cur.deviance)):
+        if change < tol * max(1.0, abs(cur.deviance)):
             info["converged"] = True
             break
     return theta, cur, info
