@@ -1122,6 +1122,45 @@ def _next_command(frame: pd.DataFrame, out: str) -> str:
             "or collect them with `evalgauge run`, then `evalgauge analyze`.")
 
 
+def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json_out) -> None:
+    """`run --target-...`: the adaptive loop, with the plan printed before anything beyond the pilot is spent."""
+    from .collect.adaptive import Target, adaptive_run, pilot_design, stage_config
+    from .collect.runner import dry_run as plan_run
+    from .collect.runner import run
+
+    goal = Target(*target)
+    pilot = pilot_design(cfg, pilot_items)
+    if dry_run:
+        plan = plan_run(stage_config(cfg, pilot))
+        payload = {"target": str(goal), "pilot": {"items": len(pilot.items), "judges": list(pilot.judges),
+                                                  "variants": list(pilot.variants), "replicates": pilot.replicates},
+                   **plan}
+
+        def show(c):
+            c.print(f"{cfg.path}: adaptive run to {goal}. Pilot: {len(pilot.items)} of {len(cfg.items)} items x "
+                    f"{len(pilot.judges)} judge(s) x {len(pilot.variants)} variant(s) x {pilot.replicates} "
+                    f"replicate(s) = {plan['planned']} calls ({plan['already_done']} stored), worst-case "
+                    f"${plan['worst_case_usd']:.4f}. Then a fit, and the plan with its cost before more is spent.")
+        _emit(payload, json_out, show)
+        return
+    console = _console(stderr=True)
+    result = adaptive_run(cfg, goal, pilot_items=pilot_items, max_stages=max_stages, proceed=yes,
+                          run_stage=lambda stage: run(stage),
+                          say=lambda text: console.print(Text(text, style="dim")) if progress else None)
+    payload = {"database": str(cfg.database), **result.to_dict()}
+
+    def show_result(c):
+        for st in result.stages:
+            got = "" if st.achieved is None else f"; {st.achieved:.4g} after it"
+            c.print(f"{st.name}: {len(st.design.items)} items x {len(st.design.judges)} judge(s) x "
+                    f"{len(st.design.variants)} variant(s) x {st.design.replicates} replicate(s); {st.calls_sent} "
+                    f"calls sent; ${st.spent_usd:.4f} spent in all{got}")
+        c.print(f"{result.outcome}: {result.message}")
+    _emit(payload, json_out, show_result)
+    if result.outcome not in ("met", "awaiting --yes"):
+        sys.exit(3)
+
+
 @main.command(name="run")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--base-url", help="Send every judge's calls to this OpenAI-compatible endpoint (e.g. serve-sim).")
@@ -1131,16 +1170,35 @@ def _next_command(frame: pd.DataFrame, out: str) -> str:
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the summary and diagnostics as JSON.")
 @click.option("--dry-run", is_flag=True, help="Check the configuration and print the calls and their worst-case "
               "cost against the budget; send nothing.")
+@click.option("--target-mdd", type=click.FloatRange(0, min_open=True),
+              help="Adaptive: pilot, plan and collect only what a minimum detectable difference this small needs.")
+@click.option("--target-erho2", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Adaptive: collect to this E rho^2 (between 0 and 1).")
+@click.option("--target-se", type=click.FloatRange(0, min_open=True), help="Adaptive: collect to this SE.")
+@click.option("--budget-usd", type=click.FloatRange(0, min_open=True), help="Spending cap (overrides budget_usd).")
+@click.option("--pilot-items", type=click.IntRange(min=2), help="Adaptive: items in the pilot (default 30).")
+@click.option("--max-stages", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Adaptive: stages after the pilot at most.")
+@click.option("--yes", is_flag=True, help="Adaptive: go on and collect the planned design (without it the run "
+              "stops after the pilot and shows the plan and its cost).")
 @user_errors
 @writes(("config", "database"), json_out="--json")
-def run_cmd(config, base_url, database, limit, progress, json_out, dry_run) -> None:
+def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, target_mdd, target_erho2, target_se,
+            budget_usd, pilot_items, max_stages, yes) -> None:
     """Run (or resume) the factorial of judge calls a CONFIG.toml describes, into a SQLite run database.
 
+    With a target (--target-mdd, --target-erho2 or --target-se) the run is adaptive: a pilot on a random
+    subset of the item pool, a fit, the cheapest design that reaches the target (or why none can, before
+    spending more), then only the missing calls, refitting until the target is met.
+
     \b
-    Example:
+    Examples:
       evalgauge run examples/sim/run.toml --base-url http://127.0.0.1:8765/v1 --dry-run
+      evalgauge run examples/sim/run.toml --target-mdd 0.3 --budget-usd 2 --yes
     """
     _need_collector()
+    from dataclasses import replace
+
     from .collect.config import load_config
     from .collect.diagnostics import diagnose
     from .collect.runner import run
@@ -1149,6 +1207,14 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run) -> N
 
     cfg = load_config(config, base_url=base_url, database=database)
     check_outputs([config, cfg.database], {"--json": json_out})
+    if budget_usd is not None:
+        cfg = replace(cfg, budget_usd=budget_usd)
+    targets = [(q, v) for q, v in (("mdd95", target_mdd), ("erho2", target_erho2), ("se", target_se)) if v]
+    if len(targets) > 1:
+        raise click.UsageError("give one target: --target-mdd, --target-erho2 or --target-se.")
+    if targets:
+        _adaptive(cfg, targets[0], pilot_items, max_stages, yes, dry_run, progress, json_out)
+        return
     if dry_run:
         from .collect.runner import dry_run as plan_run
 

@@ -80,6 +80,8 @@ class RunConfig:
     generation_template: str = "{item}"
     generation_temperature: float = 0.0
     notes: tuple[str, ...] = field(default=(), compare=False)
+    #: a stage of an adaptive run is part of its pool's factorial: it carries the pool's fingerprint
+    fingerprint_override: str | None = field(default=None, compare=False)
 
     @property
     def pairwise(self) -> bool:
@@ -87,6 +89,8 @@ class RunConfig:
 
     def fingerprint(self) -> str:
         """A hash of what defines the calls (not keys, paths or concurrency), stored with the run."""
+        if self.fingerprint_override is not None:
+            return self.fingerprint_override
         payload = {
             "items": [asdict(i) for i in self.items], "responses": sorted(map(list, self.responses.items())),
             "variants": [asdict(v) for v in self.variants],

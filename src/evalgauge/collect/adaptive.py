@@ -1,0 +1,346 @@
+"""From question to answer: collect to a target precision at the least cost (the sizing paper's workflow).
+
+1. **Pilot**: a fully crossed factorial on a random subset of the item pool: every system, every
+   candidate judge, up to two prompt variants and two replicates (sizing sec. 4: the pilot must estimate
+   every component the design implies; 30 items give each item-related component 29 or more df).
+2. **Fit and plan**: REML (or ANOVA when balanced) on everything collected, then the D-study over every
+   design the pools allow (the cheapest J judges, V variants, R replicates, and the fewest items that
+   reach the target, sizing eqs. 2-4), priced at each judge's observed cost per call; the cheapest
+   design that reaches the target, or, when none does (the single-judge ceiling, sizing eq. 4), the best
+   value the pools can give and what would have to change, before anything more is spent.
+3. **Collect only what is missing**: the chosen items (the pilot's first, then new ones drawn from the
+   pool in a fixed random order), judges, variants and replicates, into the same run database: its
+   unique keys make every call exactly once across stages, crashes and resumes, within the budget.
+4. **Refit and stop**: refit on all data; stop when the target is met at the design collected, else plan
+   and collect again (at most ``max_stages`` stages).
+
+The path taken (stages, the plan at each, spend, achieved precision) is stored in the run database
+(metadata ``adaptive``) for the report.
+
+Inference after adapting: the final sample size depends on the pilot's estimates (an internal pilot,
+Wittes and Brittain 1990). Whether the final intervals keep their coverage is a Monte Carlo question
+this module does not yet answer; see the README.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from ..errors import DataError
+from .config import RunConfig
+
+QUANTITIES = {"mdd95": "MDD", "erho2": "E rho^2", "se": "SE"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the user wants: ``mdd95`` or ``se`` at most ``value``, or ``erho2`` at least ``value``."""
+
+    quantity: str
+    value: float
+
+    def met(self, achieved: float) -> bool:
+        if not math.isfinite(achieved):
+            return False
+        return achieved >= self.value if self.quantity == "erho2" else achieved <= self.value
+
+    def __str__(self) -> str:
+        op = ">=" if self.quantity == "erho2" else "<="
+        return f"{QUANTITIES[self.quantity]} {op} {self.value:g}"
+
+
+@dataclass(frozen=True)
+class Design:
+    """One stage's factorial: which items, judges, variants, and how many replicates."""
+
+    items: tuple[str, ...]
+    judges: tuple[str, ...]
+    variants: tuple[str, ...]
+    replicates: int
+
+    def calls(self, n_systems: int, n_temperatures: int, positions: int = 1) -> int:
+        return (len(self.items) * n_systems * len(self.variants) * n_temperatures * len(self.judges)
+                * self.replicates * positions)
+
+
+@dataclass
+class StagePlan:
+    """The D-study's answer after a fit: the cheapest design reaching the target, or why none does."""
+
+    design: Design | None
+    predicted: float  # the target quantity at the chosen design (or at the best reachable one)
+    cost_usd: float  # to collect what is missing
+    reachable: bool
+    message: str
+    options: list[dict] = field(default_factory=list)  # every design considered, for the record
+
+
+@dataclass
+class Stage:
+    name: str
+    design: Design
+    calls_sent: int
+    spent_usd: float
+    achieved: float | None = None
+    plan: dict | None = None
+
+
+def item_order(cfg: RunConfig) -> list[str]:
+    """The pool's items in a fixed random order (the run's seed): the pilot takes the first ones, and
+    each later stage the next, so a resumed or repeated run draws the same items."""
+    ids = [i.id for i in cfg.items]
+    rng = np.random.default_rng(cfg.seed)
+    return [ids[k] for k in rng.permutation(len(ids))]
+
+
+def pilot_design(cfg: RunConfig, items: int | None = None) -> Design:
+    """Every system and candidate judge, up to two variants and two replicates, on ``items`` pool items
+    (default 30, or the whole pool when smaller)."""
+    order = item_order(cfg)
+    n = min(len(order), items or 30)
+    if n < 2:
+        raise DataError(f"{cfg.path}: the item pool has {len(order)} item(s); a pilot needs at least 2.")
+    return Design(tuple(order[:n]), tuple(j.name for j in cfg.judges), tuple(v.id for v in cfg.variants[:2]),
+                  min(2, cfg.replicates))
+
+
+def stage_config(cfg: RunConfig, design: Design) -> RunConfig:
+    """The pool's configuration restricted to one design, with the pool's fingerprint: a stage is part
+    of the pool's factorial, so its calls share the run database and its keys."""
+    items = {i.id: i for i in cfg.items}
+    judges = {j.name: j for j in cfg.judges}
+    variants = {v.id: v for v in cfg.variants}
+    return replace(cfg, items=tuple(items[i] for i in design.items), judges=tuple(judges[j] for j in design.judges),
+                   variants=tuple(variants[v] for v in design.variants), replicates=design.replicates,
+                   fingerprint_override=cfg.fingerprint())
+
+
+def cost_per_call(calls, judges: list[str]) -> dict[str, float]:
+    """Each judge's mean recorded cost per call in the run so far (what the provider billed, from usage)."""
+    out = {}
+    for j in judges:
+        rows = calls.loc[calls["judge"].astype(str) == j, "cost_usd"]
+        out[j] = float(rows.mean()) if len(rows) and rows.notna().any() else 0.0
+    return out
+
+
+def _quantity(projection, quantity: str) -> float:
+    return {"mdd95": projection.mdd95, "erho2": projection.erho2, "se": projection.se}[quantity]
+
+
+def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], done: Design,
+               budget_left: float = math.inf) -> StagePlan:
+    """The cheapest design the pools allow that reaches ``target`` at the fitted components ``vc``.
+
+    Designs: the J cheapest judges (J = 1..all), the first V variants, R replicates (up to the config's),
+    and the fewest items reaching the target (up to the pool). Cost: the calls not yet in ``done`` at
+    each judge's observed price. Without a design that reaches the target, the best the pools give.
+    """
+    from .. import dstudy
+
+    order = item_order(cfg)
+    pool = len(order)
+    n_sys = max(len(cfg.systems), 1)
+    n_temp = len(cfg.temperatures)
+    positions = 2 if cfg.pairwise else 1
+    by_price = sorted(prices, key=lambda j: (prices[j], j))
+    has = {f: f in vc.levels for f in ("judge", "variant", "item")}
+    options, best, best_value = [], None, None
+    for n_judges in range(1, len(by_price) + 1):
+        for n_var in range(1, len(cfg.variants) + 1):
+            for reps in range(1, cfg.replicates + 1):
+                counts = {}
+                if has["judge"]:
+                    counts["judge"] = n_judges
+                if has["variant"]:
+                    counts["variant"] = n_var
+                need = dstudy.needed(vc, "item", target.value, target.quantity, counts=counts, replicates=reps,
+                                     max_count=pool) if has["item"] else None
+                n_items = pool if need is None or not need.reachable or need.count > pool else need.count
+                n_items = max(n_items, 2)
+                value = _quantity(dstudy.project(vc, {**counts, "item": n_items}, reps), target.quantity)
+                design = Design(tuple(order[:n_items]), tuple(by_price[:n_judges]),
+                                tuple(v.id for v in cfg.variants[:n_var]), reps)
+                cost = _missing_cost(design, done, prices, n_sys, n_temp, positions)
+                options.append({"items": n_items, "judges": n_judges, "variants": n_var, "replicates": reps,
+                                "value": value, "cost_usd": cost, "reaches": target.met(value)})
+                if target.met(value) and (best is None or cost < best[1]):
+                    best = (design, cost, value)
+                if best_value is None or _better(target, value, best_value[0]):
+                    best_value = (value, design, cost)
+    if best is not None:
+        design, cost, value = best
+        fits = cost <= budget_left
+        message = (f"cheapest design reaching {target}: {len(design.items)} items x {len(design.judges)} judge(s) "
+                   f"({', '.join(design.judges)}) x {len(design.variants)} variant(s) x {design.replicates} "
+                   f"replicate(s): {QUANTITIES[target.quantity]} {value:.4g} predicted, ${cost:.4f} to collect"
+                   + ("" if fits else f", more than the ${budget_left:.4f} left in the budget"))
+        return StagePlan(design if fits else None, value, cost, fits, message, options)
+    value, design, cost = best_value
+    hint = _what_would_help(vc, target, pool, len(by_price), len(cfg.variants), cfg.replicates)
+    message = (f"{target} is out of reach with these pools: the best is {QUANTITIES[target.quantity]} {value:.4g} "
+               f"with all {pool} items, {len(design.judges)} judge(s), {len(design.variants)} variant(s) and "
+               f"{design.replicates} replicate(s) (${cost:.4f} more). {hint}")
+    return StagePlan(None, value, cost, False, message, options)
+
+
+def _better(target: Target, a: float, b: float) -> bool:
+    return a > b if target.quantity == "erho2" else a < b
+
+
+def _missing_cost(design: Design, done: Design, prices: dict[str, float], n_sys: int, n_temp: int,
+                  positions: int) -> float:
+    """Calls of ``design`` not in ``done`` (its items, variants, replicates and judges overlap), priced."""
+    per_judge = len(design.items) * len(design.variants) * design.replicates
+    overlap_cells = (len(set(design.items) & set(done.items)) * len(set(design.variants) & set(done.variants))
+                     * min(design.replicates, done.replicates))
+    total = 0.0
+    for j in design.judges:
+        cells = per_judge - (overlap_cells if j in done.judges else 0)
+        total += cells * n_sys * n_temp * positions * prices[j]
+    return total
+
+
+def _what_would_help(vc, target: Target, pool: int, n_judges: int, n_var: int, reps: int) -> str:
+    """The cheapest change beyond the pools: more judges (the ceiling, sizing eq. 4) or more items."""
+    from .. import dstudy
+
+    parts = []
+    if "judge" in vc.levels:
+        need = dstudy.needed(vc, "judge", target.value, target.quantity,
+                             counts={"item": pool, **({"variant": n_var} if "variant" in vc.levels else {})},
+                             replicates=reps)
+        if need.reachable:
+            parts.append(f"With the {pool} items, {need.count} judges would reach it ({n_judges} are configured): "
+                         "add judges to the panel.")
+    if "item" in vc.levels:
+        counts = {f: c for f, c in (("judge", n_judges), ("variant", n_var)) if f in vc.levels}
+        need = dstudy.needed(vc, "item", target.value, target.quantity, counts=counts, replicates=reps)
+        if need.reachable:
+            parts.append(f"With {n_judges} judge(s), {need.count} items would reach it (the pool has {pool}): "
+                         "add items.")
+        else:
+            parts.append(f"No number of items reaches it with {n_judges} judge(s): the judges' disagreement "
+                         "about the systems sets a ceiling (sizing eq. 4).")
+    return " ".join(parts) or "Lower the target."
+
+
+def achieved(vc, target: Target) -> float:
+    """The target quantity at the design the data hold."""
+    from .. import dstudy
+
+    return _quantity(dstudy.project(vc), target.quantity)
+
+
+def record(store, stages: list[Stage], target: Target, outcome: str) -> None:
+    """The path taken, in the run database's metadata (read by the report)."""
+    store.set_meta("adaptive", json.dumps({"target": asdict(target), "outcome": outcome,
+                                          "stages": [_stage_dict(s) for s in stages]}, default=str))
+
+
+def _stage_dict(stage: Stage) -> dict:
+    d = asdict(stage)
+    d["design"] = {"items": len(stage.design.items), "judges": list(stage.design.judges),
+                   "variants": list(stage.design.variants), "replicates": stage.design.replicates}
+    return d
+
+
+@dataclass
+class AdaptiveResult:
+    target: Target
+    stages: list[Stage]
+    outcome: str  # "met", "unreachable", "stages exhausted", "budget", "awaiting --yes", "stopped"
+    message: str
+    plan: StagePlan | None = None
+    achieved: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"target": asdict(self.target), "outcome": self.outcome, "message": self.message,
+                "achieved": self.achieved, "stages": [_stage_dict(s) for s in self.stages],
+                "plan": None if self.plan is None else {"reachable": self.plan.reachable, "message": self.plan.message,
+                                                        "cost_usd": self.plan.cost_usd,
+                                                        "predicted": self.plan.predicted}}
+
+
+def fit_run(database) -> tuple[object, object]:
+    """The components of everything collected so far (empty scores dropped), and the run's calls."""
+    from ..estimate import estimate_components
+    from ..io.runs import read_run_record
+
+    rec = read_run_record(database)
+    from ..data import Judgments
+
+    judgments = Judgments(rec.judgments(), str(database))
+    object_ = "system" if "system" in judgments.frame else None
+    vc = estimate_components(judgments, object=object_, drop_missing=True)
+    return vc, rec.calls
+
+
+def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = None, max_stages: int = 3,
+                 proceed: bool = False, run_stage=None, say=print) -> AdaptiveResult:
+    """Pilot, fit, plan, collect what is missing, refit; see the module docstring.
+
+    ``run_stage(stage_cfg)`` runs one stage's configuration (the collector's ``run``; returns its
+    summary). Without ``proceed`` the loop stops after planning the first stage beyond the pilot and
+    says what it would collect and spend. Spending never passes ``cfg.budget_usd``.
+    """
+    from .runner import run as run_config
+
+    run_stage = run_stage or run_config
+    stages: list[Stage] = []
+    pilot = pilot_design(cfg, pilot_items)
+    done = pilot
+    summary = run_stage(stage_config(cfg, pilot))
+    stages.append(Stage("pilot", pilot, summary.completed, summary.cost_usd))
+    if not summary.ok or summary.stopped_by_budget:
+        return _finish(cfg, target, stages, "stopped", "the pilot did not complete: " + "; ".join(
+            summary.notes or [f"{summary.failed} call(s) failed"]))
+    plan = None
+    for stage_no in range(1, max_stages + 1):
+        vc, calls = fit_run(cfg.database)
+        now = achieved(vc, target)
+        stages[-1].achieved = now
+        say(f"after the {stages[-1].name}: {QUANTITIES[target.quantity]} {now:.4g} at the design collected "
+            f"(target {target}); spent ${summary.cost_usd:.4f}")
+        if target.met(now):
+            return _finish(cfg, target, stages, "met", f"{target} met: {QUANTITIES[target.quantity]} {now:.4g}.",
+                           plan, now)
+        prices = cost_per_call(calls, [j.name for j in cfg.judges])
+        plan = plan_stage(vc, cfg, target, prices, done, cfg.budget_usd - summary.cost_usd)
+        stages[-1].plan = {"message": plan.message, "cost_usd": plan.cost_usd, "predicted": plan.predicted}
+        say(plan.message)
+        if plan.design is None:
+            outcome = "unreachable" if not any(o["reaches"] for o in plan.options) else "budget"
+            return _finish(cfg, target, stages, outcome, plan.message, plan, now)
+        if not proceed:
+            return _finish(cfg, target, stages, "awaiting --yes", plan.message + ". Run again with --yes to "
+                           "collect it (the pilot is kept).", plan, now)
+        design = plan.design  # the runner skips every call already stored (by key)
+        summary = run_stage(stage_config(cfg, design))
+        stages.append(Stage(f"stage {stage_no}", design, summary.completed, summary.cost_usd))
+        done = design
+        if not summary.ok or summary.stopped_by_budget:
+            return _finish(cfg, target, stages, "budget" if summary.stopped_by_budget else "stopped",
+                           "; ".join(summary.notes) or "the stage did not complete.", plan)
+    vc, _ = fit_run(cfg.database)
+    now = achieved(vc, target)
+    stages[-1].achieved = now
+    outcome = "met" if target.met(now) else "stages exhausted"
+    return _finish(cfg, target, stages, outcome, f"{QUANTITIES[target.quantity]} {now:.4g} after {max_stages} "
+                   f"stage(s) ({'met' if target.met(now) else 'not met'}: {target}).", plan, now)
+
+
+def _finish(cfg: RunConfig, target: Target, stages: list[Stage], outcome: str, message: str,
+            plan: StagePlan | None = None, now: float | None = None) -> AdaptiveResult:
+    from .store import RunStore
+
+    store = RunStore(cfg.database, writer=True)
+    try:
+        record(store, stages, target, outcome)
+    finally:
+        store.close()
+    return AdaptiveResult(target, stages, outcome, message, plan, now)

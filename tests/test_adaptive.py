@@ -1,0 +1,138 @@
+"""Adaptive collection (`run --target-...`): pilot, fit, plan, collect only what is missing, refit."""
+
+import json
+import math
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.collect.adaptive import Design, Target, plan_stage
+from evalgauge.components import VarianceComponents
+from test_collector import KEY, Server, free_port, write_config
+
+
+@pytest.fixture
+def sim(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    cfg = write_config(tmp_path, port, items=60, systems=4, reps=3, judges=3)
+    server = Server(cfg, port)
+    yield cfg
+    server.stop()
+
+
+def _calls(db):
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT key, cost_usd FROM calls").fetchall()
+
+
+def test_pilot_then_plan_then_only_the_missing_calls(sim):
+    db = sim.parent / "t.sqlite"
+    base = ["run", str(sim), "--database", str(db), "--target-mdd", "0.5", "--pilot-items", "12", "--no-progress"]
+    # without --yes: the pilot, a fit and the plan with its cost; nothing more is spent
+    first = CliRunner().invoke(main, [*base, "--json", "-"])
+    assert first.exit_code == 0, first.output
+    out = json.loads(first.output)
+    assert out["outcome"] == "awaiting --yes" and out["plan"]["reachable"]
+    pilot_calls = len(_calls(db))
+    assert pilot_calls == 12 * 4 * 2 * 3 * 2  # items x systems x 2 variants x 3 judges x 2 replicates
+    assert out["plan"]["predicted"] <= 0.5
+    # with --yes: the pilot is not sent again, the stage adds only its new cells, the target is met
+    second = CliRunner().invoke(main, [*base, "--yes", "--json", "-"])
+    assert second.exit_code == 0, second.output
+    res = json.loads(second.output)
+    assert res["outcome"] == "met" and res["achieved"] <= 0.5
+    pilot, stage = res["stages"][0], res["stages"][1]
+    assert pilot["calls_sent"] == 0
+    keys = [k for k, _ in _calls(db)]
+    assert len(keys) == len(set(keys)) == pilot_calls + stage["calls_sent"]  # every cell exactly once
+    d = stage["design"]
+    new_cells = (d["items"] * 4 * len(d["variants"]) * d["replicates"] * len(d["judges"])
+                 - min(d["items"], 12) * 4 * min(len(d["variants"]), 2) * min(d["replicates"], 2) * len(d["judges"]))
+    assert stage["calls_sent"] == new_cells
+    with sqlite3.connect(db) as con:
+        path = json.loads(con.execute("SELECT value FROM run WHERE key = 'adaptive'").fetchone()[0])
+    assert path["outcome"] == "met" and len(path["stages"]) == 2
+
+
+def test_an_unreachable_target_is_said_before_spending_more(sim):
+    db = sim.parent / "t.sqlite"
+    out = CliRunner().invoke(main, ["run", str(sim), "--database", str(db), "--target-mdd", "0.01",
+                                    "--pilot-items", "12", "--yes", "--no-progress"])
+    assert out.exit_code == 3, out.output
+    assert "out of reach" in out.output and "the best is MDD" in out.output
+    assert len(_calls(db)) == 12 * 4 * 2 * 3 * 2  # the pilot only
+
+
+def test_the_budget_caps_every_stage(sim):
+    db = sim.parent / "t.sqlite"
+    out = CliRunner().invoke(main, ["run", str(sim), "--database", str(db), "--target-mdd", "0.3",
+                                    "--pilot-items", "12", "--yes", "--budget-usd", "0.02", "--no-progress"])
+    assert out.exit_code == 3, out.output
+    assert sum(c for _, c in _calls(db)) <= 0.02
+
+
+def test_dry_run_spends_nothing(sim):
+    db = sim.parent / "t.sqlite"
+    out = CliRunner().invoke(main, ["run", str(sim), "--database", str(db), "--target-erho2", "0.8", "--dry-run"])
+    assert out.exit_code == 0 and "Pilot: 30 of 60 items" in out.output
+    assert not db.exists() or _calls(db) == []
+
+
+def _vc(sj: float) -> VarianceComponents:
+    return VarianceComponents.from_dict({
+        "object": "system", "levels": {"system": 4, "item": 12, "judge": 3, "variant": 2}, "replicates": 2,
+        "components": {"system": 0.3, "item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.25,
+                       "system:judge": sj, "item:judge": 0.1, "residual": 0.15}})
+
+
+class _Cfg:
+    """The pools of a configuration, as plan_stage reads them."""
+
+    def __init__(self, items=60, judges=3, variants=2, replicates=3):
+        from evalgauge.collect.config import Item, Judge, Variant
+
+        self.items = tuple(Item(f"q{k}", "") for k in range(items))
+        self.judges = tuple(Judge(f"j{k}", f"m{k}") for k in range(judges))
+        self.variants = tuple(Variant(f"v{k}", "{item}") for k in range(variants))
+        self.replicates, self.systems, self.temperatures, self.pairwise, self.seed = replicates, ("a",) * 4, (0.0,), \
+            False, 0
+
+
+def test_the_plan_is_the_cheapest_design_that_reaches_the_target():
+    """Against brute force over the same grid, with the D-study's own projection."""
+    from evalgauge import dstudy
+
+    cfg = _Cfg()
+    prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
+    done = Design(tuple(f"q{k}" for k in range(12)), ("j0", "j1", "j2"), ("v0", "v1"), 2)
+    vc = _vc(0.02)
+    plan = plan_stage(vc, cfg, Target("mdd95", 0.45), prices, done)
+    assert plan.reachable and plan.predicted <= 0.45
+    reaching = [o for o in plan.options if o["reaches"]]
+    assert plan.cost_usd == min(o["cost_usd"] for o in reaching)
+    d = plan.design
+    proj = dstudy.project(vc, {"item": len(d.items), "judge": len(d.judges), "variant": len(d.variants)},
+                          d.replicates)
+    assert proj.mdd95 == pytest.approx(plan.predicted) and proj.mdd95 <= 0.45
+    # one item fewer would miss it (the fewest items)
+    fewer = dstudy.project(vc, {"item": len(d.items) - 1, "judge": len(d.judges), "variant": len(d.variants)},
+                           d.replicates)
+    assert fewer.mdd95 > 0.45 or len(d.items) == 2
+    assert d.judges == tuple(sorted(prices, key=prices.get)[:len(d.judges)])  # the cheapest judges
+
+
+def test_a_ceiling_makes_the_target_unreachable_and_says_what_would_help():
+    """sigma2_sj large: with three judges no number of items reaches the target (sizing eq. 4)."""
+    from evalgauge import dstudy
+
+    vc = _vc(0.6)
+    cfg = _Cfg(items=2000)
+    limit = dstudy.project(vc, {"item": 1e9, "judge": 3, "variant": 2}, 3).mdd95
+    plan = plan_stage(vc, cfg, Target("mdd95", 0.9 * limit), {"j0": 1e-4, "j1": 1e-4, "j2": 1e-4},
+                      Design((), (), (), 1))
+    assert not plan.reachable and plan.design is None
+    assert "out of reach" in plan.message and ("judges would reach it" in plan.message or "ceiling" in plan.message)
+    assert math.isfinite(plan.predicted) and plan.predicted > 0.9 * limit
