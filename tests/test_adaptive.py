@@ -55,6 +55,13 @@ def test_pilot_then_plan_then_only_the_missing_calls(sim):
     with sqlite3.connect(db) as con:
         path = json.loads(con.execute("SELECT value FROM run WHERE key = 'adaptive'").fetchone()[0])
     assert path["outcome"] == "met" and len(path["stages"]) == 2
+    # the report shows the path taken
+    report = sim.parent / "report.html"
+    analysis = CliRunner().invoke(main, ["analyze", str(db), "--report", str(report), "--json", "-"])
+    assert analysis.exit_code == 0, analysis.output
+    assert json.loads(analysis.output)["adaptive"]["stages"][1]["calls_sent"] == stage["calls_sent"]
+    html = report.read_text()
+    assert "How the data were collected" in html and "stage 1" in html and "pilot" in html
 
 
 def test_an_unreachable_target_is_said_before_spending_more(sim):
@@ -136,3 +143,54 @@ def test_a_ceiling_makes_the_target_unreachable_and_says_what_would_help():
     assert not plan.reachable and plan.design is None
     assert "out of reach" in plan.message and ("judges would reach it" in plan.message or "ceiling" in plan.message)
     assert math.isfinite(plan.predicted) and plan.predicted > 0.9 * limit
+
+
+def test_kill_during_the_second_stage_then_resume(tmp_path, monkeypatch):
+    """kill -9 while the stage after the pilot is collecting; the rerun resumes: every cell once, the cap holds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    cfg = write_config(tmp_path, port, items=60, systems=4, reps=3, judges=3, in_flight=4)
+    db = tmp_path / "t.sqlite"
+    args = ["run", str(cfg), "--database", str(db), "--target-mdd", "0.45", "--pilot-items", "12", "--yes",
+            "--budget-usd", "0.5", "--no-progress"]
+    pilot_calls = 12 * 4 * 2 * 3 * 2
+    server = Server(cfg, port)
+    try:  # the pilot, quickly, and the plan (no --yes)
+        first = CliRunner().invoke(main, [a for a in args if a != "--yes"])
+        assert first.exit_code == 0, first.output
+        assert len(_calls(db)) == pilot_calls
+    finally:
+        server.stop()
+    server = Server(cfg, port, "latency_ms=300")  # slow calls: the kill lands mid-stage
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "evalgauge.cli", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env={**os.environ, "SIM_KEY": KEY})
+        deadline = time.time() + 90
+        while time.time() < deadline and len(_calls(db)) < pilot_calls + 4:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        server.stop()
+    killed_at = len(_calls(db))
+    assert pilot_calls < killed_at
+    server = Server(cfg, port)
+    try:
+        out = CliRunner().invoke(main, [*args, "--json", "-"])
+    finally:
+        server.stop()
+    assert out.exit_code == 0, out.output
+    res = json.loads(out.output)
+    keys = [k for k, _ in _calls(db)]
+    assert len(keys) == len(set(keys))  # exactly once across the kill
+    assert res["outcome"] == "met" and res["stages"][0]["calls_sent"] == 0
+    assert sum(c for _, c in _calls(db)) <= 0.5
+    with sqlite3.connect(db) as con:
+        unaccounted = con.execute("SELECT COALESCE(SUM(usd), 0) FROM unaccounted").fetchone()[0]
+    assert sum(c for _, c in _calls(db)) + unaccounted <= 0.5  # calls lost in flight count as spent

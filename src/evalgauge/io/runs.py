@@ -34,7 +34,7 @@ def read_run_record(path: str | Path) -> RunRecord:
     store = RunStore(path)
     try:
         calls = store.calls()
-        meta = {k: store.get_meta(k) for k in ("config", "mode", "fingerprint")}
+        meta = {k: store.get_meta(k) for k in ("config", "mode", "fingerprint", "adaptive")}
     finally:
         store.close()
     return RunRecord(path, calls, meta)

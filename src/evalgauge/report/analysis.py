@@ -10,6 +10,7 @@ warnings, and TEE's three-tier reporting checklist (Table 15).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ class Analysis(Result):
     judges_needed: dstudy.Requirement | None = None
     diagnostics: dict | None = None
     run_meta: dict = field(default_factory=dict)
+    adaptive: dict | None = None  # the path of an adaptive run: target, stages, outcome
     checklist: list[dict] = field(default_factory=list)
     curves: dict[str, Any] = field(default_factory=dict)
     pairwise: dict | None = None  # Bradley-Terry table and position bias, for pairwise data
@@ -71,6 +73,8 @@ class Analysis(Result):
                                     "limit": req.limit, "text": str(req)}
         if self.diagnostics:
             out["diagnostics"] = self.diagnostics
+        if self.adaptive:
+            out["adaptive"] = self.adaptive
         if self.pairwise:
             out["pairwise"] = self.pairwise
         if self.object_interval is not None:
@@ -140,6 +144,8 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
             result.object_scores = pd.DataFrame({
                 vc.object: sysf["object"], "mean": sysf["mean"], "n": sysf["n"], "low": sysf["low"],
                 "high": sysf["high"], "naive_low": sysf["naive_low"], "naive_high": sysf["naive_high"]})
+    if run_meta.get("adaptive"):
+        result.adaptive = json.loads(run_meta["adaptive"])
     result.checklist = checklist(vc, run_meta, diagnostics)
     result.curves = _curves(vc, judge, item, theta)
     return result

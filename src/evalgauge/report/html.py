@@ -130,6 +130,8 @@ def render(a: Analysis) -> str:
             parts.append(f"<p>Position bias: a system presented first wins {100 * b['slot_a_advantage']:+.1f} "
                          f"points more often than presented second (sd {100 * b['spread_sd']:.1f} across systems, "
                          f"max {100 * b['max']:+.1f}; sizing sec. 5.4). Run both orders.</p>")
+    if a.adaptive:
+        parts.append(_adaptive_section(a.adaptive))
     if a.diagnostics and a.diagnostics.get("warnings"):
         parts.append("<h2>Integrity warnings from the collector</h2>" + "".join(
             f"<p class='warn'>{escape(w)}</p>" for w in a.diagnostics["warnings"]))
@@ -173,3 +175,23 @@ def write_report(a: Analysis, path: str | Path) -> Path:
 
     atomic_write_text(path, render(a))
     return path
+
+
+def _adaptive_section(path: dict) -> str:
+    """The path an adaptive run took: each stage's design, calls, spend and the precision after it."""
+    target = path.get("target", {})
+    names = {"mdd95": "MDD", "erho2": "E rho^2", "se": "SE"}
+    what = names.get(target.get("quantity"), str(target.get("quantity")))
+    rows = []
+    for st in path.get("stages", []):
+        d = st["design"]
+        rows.append([st["name"], f"{d['items']} items x {len(d['judges'])} judge(s) x {len(d['variants'])} "
+                     f"variant(s) x {d['replicates']} replicate(s)", str(st["calls_sent"]), f"${st['spent_usd']:.4f}",
+                     _num(st.get("achieved")), (st.get("plan") or {}).get("message", "")])
+    return (f"<h2>How the data were collected</h2><p>An adaptive run to {escape(what)} "
+            f"{'&ge;' if target.get('quantity') == 'erho2' else '&le;'} {_num(target.get('value'))}: a pilot, a fit, "
+            f"the cheapest design reaching the target, then only the missing calls. Outcome: "
+            f"{escape(str(path.get('outcome')))}.</p>"
+            + _table(["stage", "design", "calls sent", "spent (all stages)", what + " after it", "plan"], rows)
+            + "<p class='muted'>The final sample size depended on the pilot's estimates (an internal pilot); "
+            "see the README on the coverage of intervals after adapting.</p>")
