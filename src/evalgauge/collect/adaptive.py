@@ -267,7 +267,8 @@ class AdaptiveResult:
 
 
 def fit_run(database) -> tuple[object, object]:
-    """The components of everything collected so far (empty scores dropped), and the run's calls."""
+    """The components of everything collected so far (empty scores dropped; main effects and two-facet
+    interactions), and the run's calls."""
     from ..estimate import estimate_components
     from ..io.runs import read_run_record
 
@@ -276,7 +277,9 @@ def fit_run(database) -> tuple[object, object]:
 
     judgments = Judgments(rec.judgments(), str(database))
     object_ = "system" if "system" in judgments.frame else None
-    vc = estimate_components(judgments, object=object_, drop_missing=True)
+    # main effects and two-facet interactions (and the cell): what a pilot can estimate, and a fit that
+    # stays quick with many facets; `evalgauge analyze` fits the full model on the final data
+    vc = estimate_components(judgments, object=object_, drop_missing=True, max_order=2)
     return vc, rec.calls
 
 
