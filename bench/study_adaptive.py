@@ -1,0 +1,179 @@
+"""Monte Carlo study of adaptive collection (`evalgauge run --target-mdd`), in process.
+
+Each run draws a full pool of judgments from known components (the linear model serve-sim scores
+with: 8 systems x 300 items x 4 judges x 2 prompt variants x 3 replicates, system effects drawn and
+kept as the truth), then follows the procedure of `evalgauge.collect.adaptive` with its own functions:
+a pilot (30 items, every judge, 2 variants, 2 replicates), a fit, the cheapest design reaching the
+target at the judges' prices, only the missing cells, a refit, at most 3 stages. "Collecting" a cell
+reads it from the drawn pool, which is what serve-sim would have answered.
+
+Per scenario it prints: how often the target was met at the TRUE components (at the last design's
+counts), the coverage of the final 95% intervals of every pairwise system difference (`compare`,
+marginal) for the true differences, the spend against the cheapest design chosen knowing the true
+components, and what the fixed design a user would pick (all 300 items, one judge, one variant, one
+replicate) gives at the truth and costs. Issue 15's targets: coverage 94-96%, target met in >= 90% of
+runs, spend within 1.3x of the oracle's.
+
+Run: `python bench/study_adaptive.py [--runs 200] [--scenarios a,b,c]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+from evalgauge import dstudy
+from evalgauge.collect.adaptive import Design, Target, plan_stage
+from evalgauge.compare import compare
+from evalgauge.components import VarianceComponents
+from evalgauge.estimate import estimate_components
+from evalgauge.simulate import SimulationSpec, simulate
+
+SYSTEMS, ITEMS, JUDGES, VARIANTS, REPS = 8, 300, 4, 2, 3
+PRICES = {"j0": 1e-4, "j1": 1.5e-4, "j2": 2e-4, "j3": 4e-4}  # USD per call
+
+SCENARIOS = {
+    # name: (components without the system's own, sigma2_system, target MDD, what it shows)
+    "a": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.25, "system:judge": 0.02,
+           "item:judge": 0.1, "system:variant": 0.01, "residual": 0.3}, 0.3, 0.35,
+          "items dominate: more items, few judges"),
+    "b": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.2, "system:judge": 0.08,
+           "item:judge": 0.1, "system:variant": 0.01, "residual": 0.3}, 0.3, 0.45,
+          "a single judge's ceiling misses the target: the plan needs two or more judges"),
+    "c": ({"item": 0.3, "judge": 0.1, "variant": 0.02, "system:item": 0.1, "system:judge": 0.01,
+           "item:judge": 0.05, "system:variant": 0.0, "residual": 1.2}, 0.2, 0.3,
+          "noisy calls: replicates and items"),
+}
+
+
+class Pools:
+    """The pools as `plan_stage` reads a configuration."""
+
+    def __init__(self):
+        from evalgauge.collect.config import Item, Judge, Variant
+
+        self.items = tuple(Item(f"i{k:03d}", "") for k in range(ITEMS))
+        self.judges = tuple(Judge(name, name) for name in PRICES)
+        self.variants = tuple(Variant(f"v{k}", "{item}") for k in range(VARIANTS))
+        self.replicates, self.systems, self.temperatures, self.pairwise = REPS, tuple(range(SYSTEMS)), (0.0,), False
+        self.seed = 0
+
+
+def draw(components: dict, sigma2_s: float, rng) -> tuple[pd.DataFrame, pd.Series]:
+    spec = SimulationSpec({"system": SYSTEMS, "item": ITEMS, "judge": JUDGES, "variant": VARIANTS}, components,
+                          replicates=REPS, object="system")
+    frame = simulate(spec, rng)
+    for col in ("system", "item", "judge", "variant"):
+        frame[col] = frame[col].astype(str)
+    frame["item"] = frame["item"].map(lambda s: f"i{int(s[1:]) - 1:03d}")
+    effects = pd.Series(rng.normal(0, math.sqrt(sigma2_s), SYSTEMS), index=sorted(frame["system"].unique()))
+    frame["score"] = frame["score"] + frame["system"].map(effects).to_numpy()
+    return frame, effects
+
+
+def cells(frame: pd.DataFrame, design: Design) -> np.ndarray:
+    return (frame["item"].isin(design.items) & frame["judge"].isin(design.judges)
+            & frame["variant"].isin(design.variants) & (frame["replicate"].astype(int) <= design.replicates)).to_numpy()
+
+
+def fit(frame: pd.DataFrame) -> VarianceComponents:
+    return estimate_components(frame.reset_index(drop=True), object="system", max_order=2)
+
+
+def truth(components: dict, sigma2_s: float) -> VarianceComponents:
+    return VarianceComponents.from_dict({"object": "system", "replicates": REPS, "components": {
+        "system": sigma2_s, **components}, "levels": {"system": SYSTEMS, "item": ITEMS, "judge": JUDGES,
+                                                      "variant": VARIANTS}})
+
+
+def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    full, effects = draw(components, sigma2_s, rng)
+    judge_names = sorted(full["judge"].unique())
+    full["judge"] = full["judge"].map(dict(zip(judge_names, PRICES, strict=True)))
+    variant_names = sorted(full["variant"].unique())
+    full["variant"] = full["variant"].map({v: f"v{k}" for k, v in enumerate(variant_names)})
+    order = [pools.items[k].id for k in rng.permutation(ITEMS)]
+    pools_run = Pools()
+    pools_run.items = tuple(next(i for i in pools.items if i.id == x) for x in order)  # this run's item order
+    design = Design(tuple(order[:30]), tuple(PRICES), ("v0", "v1"), 2)
+    collected = cells(full, design)
+    outcome = "stages exhausted"
+    for _ in range(4):  # the pilot and at most 3 stages
+        vc = fit(full[collected])
+        if target.met(dstudy.project(vc).mdd95):
+            outcome = "met"
+            break
+        plan = plan_stage(vc, pools_run, target, PRICES, design)
+        if plan.design is None:
+            outcome = "unreachable"
+            break
+        design = plan.design
+        collected = collected | cells(full, design)
+    data = full[collected].reset_index(drop=True)
+    vc = fit(data)
+    true_vc = truth(components, sigma2_s)
+    at_truth = dstudy.project(true_vc, {"item": len(design.items), "judge": len(design.judges),
+                                        "variant": len(design.variants)}, design.replicates).mdd95
+    spend = float(data["judge"].map(PRICES).sum())
+    comp = compare(data, vc, score="score", n_boot=200, facets=["system", "item", "judge", "variant"])
+    pairs = comp.pairs
+    true_diff = effects.reindex(pairs["a"]).to_numpy() - effects.reindex(pairs["b"]).to_numpy()
+    covered = (pairs["low"].to_numpy() <= true_diff) & (true_diff <= pairs["high"].to_numpy())
+    return {"outcome": outcome, "met_at_truth": at_truth <= target.value, "covered": covered.mean(),
+            "spend": spend, "items": len(design.items), "judges": len(design.judges)}
+
+
+def oracle(components, sigma2_s, target: Target, pools: Pools) -> tuple[float, str]:
+    plan = plan_stage(truth(components, sigma2_s), pools, target, PRICES, Design((), (), (), 1))
+    d = plan.design
+    what = "unreachable" if d is None else (f"{len(d.items)} items x {len(d.judges)} judge(s) x {len(d.variants)} "
+                                            f"variant(s) x {d.replicates} rep(s)")
+    return (plan.cost_usd if d is not None else math.nan), what
+
+
+def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--scenarios", default="a,b,c")
+    args = parser.parse_args()
+    pools = Pools()
+    print(f"Adaptive collection, Monte Carlo: {args.runs} seeded runs per scenario; pool {SYSTEMS} systems x "
+          f"{ITEMS} items x {JUDGES} judges x {VARIANTS} variants x {REPS} replicates")
+    for name in args.scenarios.split(","):
+        components, sigma2_s, mdd, what = SCENARIOS[name]
+        target = Target("mdd95", mdd)
+        t = time.perf_counter()
+        runs = [one_run(components, sigma2_s, target, pools, 1000 * ord(name) + r) for r in range(args.runs)]
+        cost, best = oracle(components, sigma2_s, target, pools)
+        true_vc = truth(components, sigma2_s)
+        fixed = dstudy.project(true_vc, {"item": ITEMS, "judge": 1, "variant": 1}, 1).mdd95
+        fixed_cost = ITEMS * SYSTEMS * PRICES["j0"]
+        met = np.mean([r["met_at_truth"] for r in runs])
+        cover = np.mean([r["covered"] for r in runs])
+        mc_se = math.sqrt(0.95 * 0.05 / (args.runs * SYSTEMS * (SYSTEMS - 1) / 2))  # if pairs were independent
+        spend = np.median([r["spend"] for r in runs])
+        ratio = spend / cost if math.isfinite(cost) else math.nan
+        outcomes = pd.Series([r["outcome"] for r in runs]).value_counts().to_dict()
+        print(f"\nscenario {name} ({what}); target MDD <= {mdd}; {time.perf_counter() - t:.0f} s")
+        print(f"  outcomes: {outcomes}; final design: median {np.median([r['items'] for r in runs]):.0f} items, "
+              f"{np.median([r['judges'] for r in runs]):.0f} judge(s)")
+        print(f"  target met at the true components: {100 * met:.1f}% of runs (target >= 90%: "
+              f"{'met' if met >= 0.9 else 'NOT met'})")
+        print(f"  coverage of the final 95% pair intervals: {100 * cover:.1f}% (MC SE >= {100 * mc_se:.1f}; "
+              f"target 94-96%: {'met' if 0.94 <= cover <= 0.96 else 'NOT met'})")
+        print(f"  median spend ${spend:.4f} against ${cost:.4f} for the cheapest design knowing the truth ({best}): "
+              f"{ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'})")
+        print(f"  the fixed design a user would pick (all {ITEMS} items, one judge, one variant, one replicate, "
+              f"${fixed_cost:.4f}): MDD {fixed:.3f} at the truth, "
+              + ("reaches the target" if fixed <= mdd else "does not reach the target"))
+
+
+if __name__ == "__main__":
+    main()
