@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from evalgauge import dstudy
-from evalgauge.collect.adaptive import Design, Target, plan_stage
+from evalgauge.collect.adaptive import Design, Target, achieved, plan_stage
 from evalgauge.compare import compare
 from evalgauge.components import VarianceComponents
 from evalgauge.estimate import estimate_components
@@ -106,7 +106,7 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int) -> di
     outcome = "stages exhausted"
     for _ in range(4):  # the pilot and at most 3 stages
         vc = fit(full[collected])
-        if target.met(dstudy.project(vc).mdd95):
+        if target.met(achieved(vc, target, design)):
             outcome = "met"
             break
         plan = plan_stage(vc, pools_run, target, PRICES, design)

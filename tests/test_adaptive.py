@@ -31,7 +31,7 @@ def _calls(db):
 
 def test_pilot_then_plan_then_only_the_missing_calls(sim):
     db = sim.parent / "t.sqlite"
-    base = ["run", str(sim), "--database", str(db), "--target-mdd", "0.58", "--pilot-items", "12", "--no-progress"]
+    base = ["run", str(sim), "--database", str(db), "--target-mdd", "0.59", "--pilot-items", "12", "--no-progress"]
     # without --yes: the pilot, a fit and the plan with its cost; nothing more is spent
     first = CliRunner().invoke(main, [*base, "--json", "-"])
     assert first.exit_code == 0, first.output
@@ -39,12 +39,12 @@ def test_pilot_then_plan_then_only_the_missing_calls(sim):
     assert out["outcome"] == "awaiting --yes" and out["plan"]["reachable"]
     pilot_calls = len(_calls(db))
     assert pilot_calls == 12 * 4 * 2 * 3 * 2  # items x systems x 2 variants x 3 judges x 2 replicates
-    assert out["plan"]["predicted"] <= 0.58
+    assert out["plan"]["predicted"] <= 0.59
     # with --yes: the pilot is not sent again, the stage adds only its new cells, the target is met
     second = CliRunner().invoke(main, [*base, "--yes", "--json", "-"])
     assert second.exit_code == 0, second.output
     res = json.loads(second.output)
-    assert res["outcome"] == "met" and res["achieved"] <= 0.58
+    assert res["outcome"] == "met" and res["achieved"] <= 0.59
     pilot, stage = res["stages"][0], res["stages"][1]
     assert pilot["calls_sent"] == 0
     keys = [k for k, _ in _calls(db)]
@@ -160,7 +160,7 @@ def test_kill_during_the_second_stage_then_resume(tmp_path, monkeypatch):
     port = free_port()
     cfg = write_config(tmp_path, port, items=60, systems=4, reps=3, judges=3, in_flight=4)
     db = tmp_path / "t.sqlite"
-    args = ["run", str(cfg), "--database", str(db), "--target-mdd", "0.58", "--pilot-items", "12", "--yes",
+    args = ["run", str(cfg), "--database", str(db), "--target-mdd", "0.59", "--pilot-items", "12", "--yes",
             "--budget-usd", "0.5", "--no-progress"]
     pilot_calls = 12 * 4 * 2 * 3 * 2
     server = Server(cfg, port)

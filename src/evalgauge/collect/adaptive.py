@@ -273,9 +273,13 @@ def _what_would_help(vc, target: Target, pool: int, n_judges: int, n_var: int, r
     return " ".join(parts) or "Lower the target."
 
 
-def achieved(vc, target: Target) -> float:
-    """The target quantity at the design the data hold, at its planning bound (see :func:`bound`)."""
-    return bound(vc, target.quantity)
+def achieved(vc, target: Target, design: Design) -> float:
+    """The target quantity at the planning bound (see :func:`bound`) for ``design``, the last design
+    collected in full. The data hold more (the pilot's extra judges, variants and replicates on its items),
+    but not across every item: the levels of the unbalanced union would overstate its precision, while
+    the full design is a floor under it."""
+    counts = {"item": len(design.items), "judge": len(design.judges), "variant": len(design.variants)}
+    return bound(vc, target.quantity, {f: n for f, n in counts.items() if f in vc.levels}, design.replicates)
 
 
 def record(store, stages: list[Stage], target: Target, outcome: str) -> None:
@@ -347,7 +351,7 @@ def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = No
     plan = None
     for stage_no in range(1, max_stages + 1):
         vc, calls = fit_run(cfg.database)
-        now = achieved(vc, target)
+        now = achieved(vc, target, done)
         stages[-1].achieved = now
         say(f"after the {stages[-1].name}: {QUANTITIES[target.quantity]} {now:.4g} at the design collected "
             f"(target {target}); spent ${summary.cost_usd:.4f}")
@@ -372,7 +376,7 @@ def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = No
             return _finish(cfg, target, stages, "budget" if summary.stopped_by_budget else "stopped",
                            "; ".join(summary.notes) or "the stage did not complete.", plan)
     vc, _ = fit_run(cfg.database)
-    now = achieved(vc, target)
+    now = achieved(vc, target, done)
     stages[-1].achieved = now
     outcome = "met" if target.met(now) else "stages exhausted"
     return _finish(cfg, target, stages, outcome, f"{QUANTITIES[target.quantity]} {now:.4g} after {max_stages} "
