@@ -103,17 +103,19 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int) -> di
     pools_run.items = tuple(next(i for i in pools.items if i.id == x) for x in order)  # this run's item order
     design = Design(tuple(order[:30]), tuple(PRICES), ("v0", "v1"), 2)
     collected = cells(full, design)
+    designs = [design]  # everything collected: the run database's union
     outcome = "stages exhausted"
     for _ in range(4):  # the pilot and at most 3 stages
         vc = fit(full[collected])
         if target.met(achieved(vc, target, design)):
             outcome = "met"
             break
-        plan = plan_stage(vc, pools_run, target, PRICES, design)
+        plan = plan_stage(vc, pools_run, target, PRICES, designs)
         if plan.design is None:
             outcome = "unreachable"
             break
         design = plan.design
+        designs.append(design)
         collected = collected | cells(full, design)
     data = full[collected].reset_index(drop=True)
     vc = fit(data)

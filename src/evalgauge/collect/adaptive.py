@@ -187,8 +187,9 @@ def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], don
     Designs: the J cheapest judges (J = 1..all), the first V variants, R replicates (up to the config's),
     and the fewest items reaching the target (up to the pool). Cost: the calls not yet in ``done`` at
     each judge's observed price. Without a design that reaches the target, the best the pools give.
+    ``done`` is the design collected so far, or the list of every design collected (their union is done).
     """
-
+    done = list(done) if isinstance(done, list | tuple) and done and isinstance(done[0], Design) else [done]
     order = item_order(cfg)
     pool = len(order)
     n_sys = max(len(cfg.systems), 1)
@@ -238,16 +239,16 @@ def _better(target: Target, a: float, b: float) -> bool:
     return a > b if target.quantity == "erho2" else a < b
 
 
-def _missing_cost(design: Design, done: Design, prices: dict[str, float], n_sys: int, n_temp: int,
+def _missing_cost(design: Design, done: list[Design], prices: dict[str, float], n_sys: int, n_temp: int,
                   positions: int) -> float:
-    """Calls of ``design`` not in ``done`` (its items, variants, replicates and judges overlap), priced."""
-    per_judge = len(design.items) * len(design.variants) * design.replicates
-    overlap_cells = (len(set(design.items) & set(done.items)) * len(set(design.variants) & set(done.variants))
-                     * min(design.replicates, done.replicates))
+    """Calls of ``design`` not in any design of ``done`` (the run database's union), priced per judge."""
     total = 0.0
     for j in design.judges:
-        cells = per_judge - (overlap_cells if j in done.judges else 0)
-        total += cells * n_sys * n_temp * positions * prices[j]
+        want = {(i, v, r) for i in design.items for v in design.variants for r in range(1, design.replicates + 1)}
+        for d in done:
+            if j in d.judges:
+                want -= {(i, v, r) for i in d.items for v in d.variants for r in range(1, d.replicates + 1)}
+        total += len(want) * n_sys * n_temp * positions * prices[j]
     return total
 
 
@@ -359,7 +360,7 @@ def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = No
             return _finish(cfg, target, stages, "met", f"{target} met: {QUANTITIES[target.quantity]} {now:.4g}.",
                            plan, now)
         prices = cost_per_call(calls, [j.name for j in cfg.judges])
-        plan = plan_stage(vc, cfg, target, prices, done, cfg.budget_usd - summary.cost_usd)
+        plan = plan_stage(vc, cfg, target, prices, [st.design for st in stages], cfg.budget_usd - summary.cost_usd)
         stages[-1].plan = {"message": plan.message, "cost_usd": plan.cost_usd, "predicted": plan.predicted}
         say(plan.message)
         if plan.design is None:
