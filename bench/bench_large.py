@@ -22,11 +22,13 @@ from pathlib import Path
 FIT = """
 import json, sys, time
 import pandas as pd
+from evalgauge.design import infer_design
 from evalgauge.estimate import estimate_components
 frame = pd.read_parquet(sys.argv[1])
 sizes = []
 t = time.perf_counter()
-vc = estimate_components(frame, object="system", progress=lambda size, n, sec: sizes.append(str(size)))
+design = infer_design(frame, object="system")  # given explicitly: the full model, never the fallback
+vc = estimate_components(frame, design, progress=lambda size, n, sec: sizes.append(str(size)))
 print(json.dumps({"seconds": time.perf_counter() - t, "method": vc.method, "size": sizes[0] if sizes else "",
                   "system:judge": vc["system:judge"].variance}))
 """
