@@ -87,6 +87,7 @@ def test_dry_run_spends_nothing(sim):
     db = sim.parent / "t.sqlite"
     out = CliRunner().invoke(main, ["run", str(sim), "--database", str(db), "--target-erho2", "0.8", "--dry-run"])
     assert out.exit_code == 0 and "Pilot: 30 of 60 items" in out.output
+    assert "degrees of freedom: systems 3, items 29, judges 2, variants 1; replicates 2 per cell" in out.output
     assert not db.exists() or _calls(db) == []
 
 

@@ -1124,7 +1124,7 @@ def _next_command(frame: pd.DataFrame, out: str) -> str:
 
 def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json_out) -> None:
     """`run --target-...`: the adaptive loop, with the plan printed before anything beyond the pilot is spent."""
-    from .collect.adaptive import Target, adaptive_run, pilot_design, stage_config
+    from .collect.adaptive import Target, adaptive_run, pilot_design, pilot_df, stage_config
     from .collect.runner import dry_run as plan_run
     from .collect.runner import run
 
@@ -1133,14 +1133,16 @@ def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json
     if dry_run:
         plan = plan_run(stage_config(cfg, pilot))
         payload = {"target": str(goal), "pilot": {"items": len(pilot.items), "judges": list(pilot.judges),
-                                                  "variants": list(pilot.variants), "replicates": pilot.replicates},
+                                                  "variants": list(pilot.variants), "replicates": pilot.replicates,
+                                                  "df": pilot_df(cfg, pilot)},
                    **plan}
 
         def show(c):
             c.print(f"{cfg.path}: adaptive run to {goal}. Pilot: {len(pilot.items)} of {len(cfg.items)} items x "
                     f"{len(pilot.judges)} judge(s) x {len(pilot.variants)} variant(s) x {pilot.replicates} "
                     f"replicate(s) = {plan['planned']} calls ({plan['already_done']} stored), worst-case "
-                    f"${plan['worst_case_usd']:.4f}. Then a fit, and the plan with its cost before more is spent.")
+                    f"${plan['worst_case_usd']:.4f}; {pilot_df(cfg, pilot)}. Then a fit, and the plan with its "
+                    "cost before more is spent.")
         _emit(payload, json_out, show)
         return
     console = _console(stderr=True)

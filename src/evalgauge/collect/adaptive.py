@@ -111,6 +111,17 @@ def pilot_design(cfg: RunConfig, items: int | None = None) -> Design:
                   min(2, cfg.replicates))
 
 
+def pilot_df(cfg: RunConfig, design: Design) -> str:
+    """What the pilot can estimate, in degrees of freedom of each facet's main effect (the interactions
+    have the products): the statement the sizing paper asks a pilot to make (sec. 4)."""
+    facets = [("items", len(design.items)), ("judges", len(design.judges)), ("variants", len(design.variants))]
+    if cfg.systems:
+        facets.insert(0, ("systems", len(cfg.systems)))
+    parts = [f"{name} {n - 1}" for name, n in facets if n > 1]
+    reps = f"; replicates {design.replicates} per cell" if design.replicates > 1 else ""
+    return "degrees of freedom: " + ", ".join(parts) + reps
+
+
 def stage_config(cfg: RunConfig, design: Design) -> RunConfig:
     """The pool's configuration restricted to one design, with the pool's fingerprint: a stage is part
     of the pool's factorial, so its calls share the run database and its keys."""
@@ -346,6 +357,8 @@ def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = No
     done = pilot
     summary = run_stage(stage_config(cfg, pilot))
     stages.append(Stage("pilot", pilot, summary.completed, summary.cost_usd))
+    say(f"pilot: {len(pilot.items)} items x {len(pilot.judges)} judge(s) x {len(pilot.variants)} variant(s) x "
+        f"{pilot.replicates} replicate(s); {pilot_df(cfg, pilot)}")
     if not summary.ok or summary.stopped_by_budget:
         return _finish(cfg, target, stages, "stopped", "the pilot did not complete: " + "; ".join(
             summary.notes or [f"{summary.failed} call(s) failed"]))
