@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from evalgauge import dstudy
-from evalgauge.collect.adaptive import Design, Target, achieved, plan_stage
+from evalgauge.collect.adaptive import StageDesign, Target, achieved, plan_stage
 from evalgauge.compare import compare
 from evalgauge.components import VarianceComponents
 from evalgauge.estimate import estimate_components
@@ -76,7 +76,7 @@ def draw(components: dict, sigma2_s: float, rng) -> tuple[pd.DataFrame, pd.Serie
     return frame, effects
 
 
-def cells(frame: pd.DataFrame, design: Design) -> np.ndarray:
+def cells(frame: pd.DataFrame, design: StageDesign) -> np.ndarray:
     return (frame["item"].isin(design.items) & frame["judge"].isin(design.judges)
             & frame["variant"].isin(design.variants) & (frame["replicate"].astype(int) <= design.replicates)).to_numpy()
 
@@ -101,7 +101,7 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int) -> di
     order = [pools.items[k].id for k in rng.permutation(ITEMS)]
     pools_run = Pools()
     pools_run.items = tuple(next(i for i in pools.items if i.id == x) for x in order)  # this run's item order
-    design = Design(tuple(order[:30]), tuple(PRICES), ("v0", "v1"), 2)
+    design = StageDesign(tuple(order[:30]), tuple(PRICES), ("v0", "v1"), 2)
     collected = cells(full, design)
     designs = [design]  # everything collected: the run database's union
     outcome = "stages exhausted"
@@ -132,7 +132,7 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int) -> di
 
 
 def oracle(components, sigma2_s, target: Target, pools: Pools) -> tuple[float, str]:
-    plan = plan_stage(truth(components, sigma2_s), pools, target, PRICES, Design((), (), (), 1))
+    plan = plan_stage(truth(components, sigma2_s), pools, target, PRICES, StageDesign((), (), (), 1))
     d = plan.design
     what = "unreachable" if d is None else (f"{len(d.items)} items x {len(d.judges)} judge(s) x {len(d.variants)} "
                                             f"variant(s) x {d.replicates} rep(s)")

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from evalgauge.cli import main
-from evalgauge.collect.adaptive import Design, Target, bound, plan_stage
+from evalgauge.collect.adaptive import StageDesign, Target, bound, plan_stage
 from evalgauge.components import VarianceComponents
 from test_collector import KEY, Server, free_port, write_config
 
@@ -117,7 +117,7 @@ def test_the_plan_is_the_cheapest_design_that_reaches_the_target():
 
     cfg = _Cfg()
     prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
-    done = Design(tuple(f"q{k}" for k in range(12)), ("j0", "j1", "j2"), ("v0", "v1"), 2)
+    done = StageDesign(tuple(f"q{k}" for k in range(12)), ("j0", "j1", "j2"), ("v0", "v1"), 2)
     vc = _vc(0.02)
     plan = plan_stage(vc, cfg, Target("mdd95", 0.45), prices, done)
     assert plan.reachable and plan.predicted <= 0.45
@@ -143,7 +143,7 @@ def test_a_ceiling_makes_the_target_unreachable_and_says_what_would_help():
     cfg = _Cfg(items=2000)
     limit = dstudy.project(vc, {"item": 1e9, "judge": 3, "variant": 2}, 3).mdd95
     plan = plan_stage(vc, cfg, Target("mdd95", 0.9 * limit), {"j0": 1e-4, "j1": 1e-4, "j2": 1e-4},
-                      Design((), (), (), 1))
+                      StageDesign((), (), (), 1))
     assert not plan.reachable and plan.design is None
     assert "out of reach" in plan.message and ("judges would reach it" in plan.message or "ceiling" in plan.message)
     assert math.isfinite(plan.predicted) and plan.predicted > 0.9 * limit

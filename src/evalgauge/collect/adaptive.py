@@ -57,7 +57,7 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Design:
+class StageDesign:
     """One stage's factorial: which items, judges, variants, and how many replicates."""
 
     items: tuple[str, ...]
@@ -74,7 +74,7 @@ class Design:
 class StagePlan:
     """The D-study's answer after a fit: the cheapest design reaching the target, or why none does."""
 
-    design: Design | None
+    design: StageDesign | None
     predicted: float  # the target quantity at the chosen design (or at the best reachable one)
     cost_usd: float  # to collect what is missing
     reachable: bool
@@ -85,7 +85,7 @@ class StagePlan:
 @dataclass
 class Stage:
     name: str
-    design: Design
+    design: StageDesign
     calls_sent: int
     spent_usd: float
     achieved: float | None = None
@@ -100,18 +100,18 @@ def item_order(cfg: RunConfig) -> list[str]:
     return [ids[k] for k in rng.permutation(len(ids))]
 
 
-def pilot_design(cfg: RunConfig, items: int | None = None) -> Design:
+def pilot_design(cfg: RunConfig, items: int | None = None) -> StageDesign:
     """Every system and candidate judge, up to two variants and two replicates, on ``items`` pool items
     (default 30, or the whole pool when smaller)."""
     order = item_order(cfg)
     n = min(len(order), items or 30)
     if n < 2:
         raise DataError(f"{cfg.path}: the item pool has {len(order)} item(s); a pilot needs at least 2.")
-    return Design(tuple(order[:n]), tuple(j.name for j in cfg.judges), tuple(v.id for v in cfg.variants[:2]),
+    return StageDesign(tuple(order[:n]), tuple(j.name for j in cfg.judges), tuple(v.id for v in cfg.variants[:2]),
                   min(2, cfg.replicates))
 
 
-def pilot_df(cfg: RunConfig, design: Design) -> str:
+def pilot_df(cfg: RunConfig, design: StageDesign) -> str:
     """What the pilot can estimate, in degrees of freedom of each facet's main effect (the interactions
     have the products): the statement the sizing paper asks a pilot to make (sec. 4)."""
     facets = [("items", len(design.items)), ("judges", len(design.judges)), ("variants", len(design.variants))]
@@ -122,7 +122,7 @@ def pilot_df(cfg: RunConfig, design: Design) -> str:
     return "degrees of freedom: " + ", ".join(parts) + reps
 
 
-def stage_config(cfg: RunConfig, design: Design) -> RunConfig:
+def stage_config(cfg: RunConfig, design: StageDesign) -> RunConfig:
     """The pool's configuration restricted to one design, with the pool's fingerprint: a stage is part
     of the pool's factorial, so its calls share the run database and its keys."""
     items = {i.id: i for i in cfg.items}
@@ -191,7 +191,7 @@ def _fewest_items(vc, target: Target, counts: dict, reps: int, pool: int) -> int
     return hi
 
 
-def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], done: Design,
+def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], done: StageDesign | list[StageDesign],
                budget_left: float = math.inf) -> StagePlan:
     """The cheapest design the pools allow that reaches ``target`` at the fitted components ``vc``.
 
@@ -200,7 +200,7 @@ def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], don
     each judge's observed price. Without a design that reaches the target, the best the pools give.
     ``done`` is the design collected so far, or the list of every design collected (their union is done).
     """
-    done = list(done) if isinstance(done, list | tuple) and done and isinstance(done[0], Design) else [done]
+    done = [done] if isinstance(done, StageDesign) else list(done)
     order = item_order(cfg)
     pool = len(order)
     n_sys = max(len(cfg.systems), 1)
@@ -220,7 +220,7 @@ def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], don
                 fewest = _fewest_items(vc, target, counts, reps, pool) if has["item"] else None
                 n_items = pool if fewest is None else fewest
                 value = bound(vc, target.quantity, {**counts, "item": n_items}, reps)
-                design = Design(tuple(order[:n_items]), tuple(by_price[:n_judges]),
+                design = StageDesign(tuple(order[:n_items]), tuple(by_price[:n_judges]),
                                 tuple(v.id for v in cfg.variants[:n_var]), reps)
                 cost = _missing_cost(design, done, prices, n_sys, n_temp, positions)
                 options.append({"items": n_items, "judges": n_judges, "variants": n_var, "replicates": reps,
@@ -250,7 +250,7 @@ def _better(target: Target, a: float, b: float) -> bool:
     return a > b if target.quantity == "erho2" else a < b
 
 
-def _missing_cost(design: Design, done: list[Design], prices: dict[str, float], n_sys: int, n_temp: int,
+def _missing_cost(design: StageDesign, done: list[StageDesign], prices: dict[str, float], n_sys: int, n_temp: int,
                   positions: int) -> float:
     """Calls of ``design`` not in any design of ``done`` (the run database's union), priced per judge."""
     total = 0.0
@@ -285,7 +285,7 @@ def _what_would_help(vc, target: Target, pool: int, n_judges: int, n_var: int, r
     return " ".join(parts) or "Lower the target."
 
 
-def achieved(vc, target: Target, design: Design) -> float:
+def achieved(vc, target: Target, design: StageDesign) -> float:
     """The target quantity at the planning bound (see :func:`bound`) for ``design``, the last design
     collected in full. The data hold more (the pilot's extra judges, variants and replicates on its items),
     but not across every item: the levels of the unbalanced union would overstate its precision, while
@@ -328,12 +328,9 @@ def fit_run(database) -> tuple[object, object]:
     """The components of everything collected so far (empty scores dropped; main effects and two-facet
     interactions), and the run's calls."""
     from ..estimate import estimate_components
-    from ..io.runs import read_run_record
+    from ..io import read_input
 
-    rec = read_run_record(database)
-    from ..data import Judgments
-
-    judgments = Judgments(rec.judgments(), str(database))
+    judgments, rec = read_input(str(database))  # the one reader of run databases: judgments and calls at once
     object_ = "system" if "system" in judgments.frame else None
     # main effects and two-facet interactions (and the cell): what a pilot can estimate, and a fit that
     # stays quick with many facets; `evalgauge analyze` fits the full model on the final data

@@ -106,22 +106,33 @@ def frontier(a: Analysis) -> str:
         return _png(fig)
 
 
-def forest(a: Analysis) -> str:
-    """The leaderboard: each system's mean with its full interval and the naive (item-only) one."""
+def _per_system(a: Analysis, draw, labels, xlabel: str, title: str) -> str:
+    """A figure with one row per system (best at the top): ``draw(ax, systems, rows)`` plots the rows, the
+    y labels come from ``labels(systems)``; the legend sits outside the axes."""
     sysf = a.comparison.systems.iloc[::-1]
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(7, 0.32 * len(sysf) + 1.3))
-        y = range(len(sysf))
+        y = list(range(len(sysf)))
+        draw(ax, sysf, y)
+        ax.set_yticks(y, labels(sysf))
+        ax.set_xlabel(xlabel)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+        ax.set_title(title)
+        return _png(fig)
+
+
+def forest(a: Analysis) -> str:
+    """The leaderboard: each system's mean with its full interval and the naive (item-only) one."""
+
+    def draw(ax, sysf, y):
         ax.errorbar(sysf["mean"], [k + 0.12 for k in y], xerr=[sysf["mean"] - sysf["low"], sysf["high"] - sysf["mean"]],
                     fmt="o", color="#c53", ms=4, capsize=2, label="full interval (every source of error)")
         ax.errorbar(sysf["mean"], [k - 0.12 for k in y],
                     xerr=[sysf["mean"] - sysf["naive_low"], sysf["naive_high"] - sysf["mean"]],
                     fmt="none", color="#9ab", capsize=2, label="naive (item bootstrap)")
-        ax.set_yticks(list(y), [f"{r} {g}" for r, g in zip(sysf["object"], sysf["group"], strict=True)])
-        ax.set_xlabel("mean score")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
-        ax.set_title("Leaderboard (letters: groups the design cannot tell apart)")
-        return _png(fig)
+
+    return _per_system(a, draw, lambda sysf: [f"{r} {g}" for r, g in zip(sysf["object"], sysf["group"], strict=True)],
+                       "mean score", "Leaderboard (letters: groups the design cannot tell apart)")
 
 
 def pair_matrix(a: Analysis) -> str:
@@ -155,21 +166,17 @@ def pair_matrix(a: Analysis) -> str:
 
 def rank_sets(a: Analysis) -> str:
     """Each system's rank with its marginal and simultaneous confidence set (1 = best)."""
-    sysf = a.comparison.systems.iloc[::-1]
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(7, 0.32 * len(sysf) + 1.3))
-        y = range(len(sysf))
+
+    def draw(ax, sysf, y):
         ax.hlines([k + 0.12 for k in y], sysf["rank_low"], sysf["rank_high"], color="#c53", lw=3,
                   label="marginal rank set")
         ax.hlines([k - 0.12 for k in y], sysf["rank_low_simultaneous"], sysf["rank_high_simultaneous"],
                   color="#9ab", lw=3, label="simultaneous rank sets")
-        ax.scatter(sysf["rank"], list(y), color="k", s=12, zorder=3, label="estimated rank")
-        ax.set_yticks(list(y), list(sysf["object"]))
-        ax.set_xlabel("rank (1 = highest mean)")
+        ax.scatter(sysf["rank"], y, color="k", s=12, zorder=3, label="estimated rank")
         ax.set_xticks(range(1, len(sysf) + 1))
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
-        ax.set_title("Rank confidence sets (Mogstad, Romano, Shaikh & Wilhelm 2024)")
-        return _png(fig)
+
+    return _per_system(a, draw, lambda sysf: list(sysf["object"]), "rank (1 = highest mean)",
+                       "Rank confidence sets (Mogstad, Romano, Shaikh & Wilhelm 2024)")
 
 
 def all_figures(a: Analysis) -> dict[str, str]:
