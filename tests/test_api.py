@@ -108,7 +108,7 @@ def test_the_collector_without_its_extra_says_how_to_install_it(monkeypatch, tmp
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openai" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "aiohttp" else real(name, *a))
     out = CliRunner().invoke(main, ["run", str(tmp_path / "x.toml")])
     assert out.exit_code == 2 and "pip install 'evalgauge[collect]'" in out.output
 

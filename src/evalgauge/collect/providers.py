@@ -1,12 +1,14 @@
-"""Providers: any OpenAI-compatible endpoint (official ``openai`` async client) and Anthropic
-(official ``anthropic`` client). Keys come only from the environment variable a judge names.
+"""Providers: any OpenAI-compatible endpoint (chat completions) and Anthropic (Messages API), each
+as plain HTTP over aiohttp. Keys come only from the environment variable a judge names, and go only
+into the request's header.
 
-The clients' own retries are off: the runner retries, so it can honour
-Retry-After, count attempts and keep the key out of every message.
+Nothing here retries: the runner does, so it can honour Retry-After, count attempts and keep the
+key out of every message.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -82,8 +84,9 @@ def status_error(judge: Judge, status: int, body: object, headers) -> ProviderEr
 
 def connection_error(judge: Judge, exc: Exception) -> ProviderError:
     """A timeout or a refused connection, with the cause (e.g. 'Connection refused') and the endpoint."""
-    cause = exc.__cause__ or exc.__context__
-    reason = _clean(cause) if cause and str(cause) else type(exc).__name__
+    cause = exc.__cause__ or exc.__context__ or getattr(exc, "os_error", None)
+    reason = _clean(getattr(cause, "strerror", None) or cause) if cause and str(cause) else (
+        _clean(exc) if str(exc) else type(exc).__name__)
     timeout = "Timeout" in type(exc).__name__
     where = judge.base_url or "the provider's default endpoint"
     msg = (f"judge '{judge.name}': no answer from {where} within the timeout" if timeout
@@ -126,72 +129,117 @@ def _retry_after(headers) -> float | None:
         return None
 
 
-class OpenAIProvider:
-    def __init__(self, judge: Judge, timeout: float):
-        import openai
+class _HTTPProvider:
+    """One judge's endpoint as plain HTTP on one aiohttp session (kept alive across calls).
 
-        self._openai = openai
+    Each protocol is a few fixed JSON fields, so requests and answers are built and read directly:
+    the official SDKs' request transformation and response models cost about 2 ms of CPU a call,
+    more than the rest of the collector together (issue 16). The answer is untrusted: a missing or
+    malformed field is an empty completion (recorded and flagged), never an exception.
+    """
+
+    def __init__(self, judge: Judge, timeout: float, url: str, headers: dict[str, str]):
         self.judge = judge
-        self.client = openai.AsyncOpenAI(api_key=api_key(judge), base_url=judge.base_url, max_retries=0,
-                                         timeout=timeout)
+        self.url = url
+        self._headers = {**headers, "Content-Type": "application/json", "Accept": "application/json"}
+        self._timeout = timeout
+        self._session = None  # made on the first call, inside the running event loop
+
+    def _open(self):
+        import aiohttp
+
+        # the runner bounds the calls in flight, so the pool does not (aiohttp's default is 100)
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+                                              timeout=aiohttp.ClientTimeout(total=self._timeout))
+        return self._session
+
+    async def _post(self, body: dict) -> object:
+        """The parsed answer to one request (JSON, or its text when it is not JSON); ProviderError on failure."""
+        import aiohttp
+
+        session = self._session or self._open()
+        try:
+            async with session.post(self.url, data=json.dumps(body), headers=self._headers) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise status_error(self.judge, resp.status, _json_or_text(raw), resp.headers)
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            raise connection_error(self.judge, exc) from None
+        return _json_or_text(raw)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class OpenAIProvider(_HTTPProvider):
+    """Chat completions on any OpenAI-compatible endpoint (OpenAI, OpenRouter, vLLM, llama.cpp, Ollama)."""
+
+    DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+    def __init__(self, judge: Judge, timeout: float):
+        base = judge.base_url or os.environ.get("OPENAI_BASE_URL") or self.DEFAULT_BASE_URL
+        super().__init__(judge, timeout, base.rstrip("/") + "/chat/completions",
+                         {"Authorization": f"Bearer {api_key(judge)}"})
 
     async def complete(self, prompt: str, system_prompt: str | None, temperature: float) -> Completion:
         messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
             [{"role": "user", "content": prompt}]
-        oa = self._openai
-        try:
-            resp = await self.client.chat.completions.create(
-                model=self.judge.model, messages=messages, temperature=temperature,
-                max_tokens=self.judge.max_tokens)
-        except oa.APIStatusError as exc:
-            raise status_error(self.judge, exc.status_code, exc.body, exc.response.headers) from None
-        except (oa.APITimeoutError, oa.APIConnectionError) as exc:
-            raise connection_error(self.judge, exc) from None
-        choice = resp.choices[0] if resp.choices else None
-        text = choice.message.content if choice and choice.message else None
-        usage = resp.usage
-        return Completion(text, resp.model, resp.id, usage.prompt_tokens if usage else 0,
-                          usage.completion_tokens if usage else 0)
-
-    async def close(self) -> None:
-        await self.client.close()
+        body = await self._post({"model": self.judge.model, "messages": messages, "temperature": temperature,
+                                 "max_tokens": self.judge.max_tokens})
+        body = body if isinstance(body, dict) else {}
+        choices = body.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        return Completion(text if isinstance(text, str) else None, _str_or_none(body.get("model")),
+                          _str_or_none(body.get("id")), _count(usage.get("prompt_tokens")),
+                          _count(usage.get("completion_tokens")))
 
 
-class AnthropicProvider:
+class AnthropicProvider(_HTTPProvider):
+    """Anthropic's Messages API (``POST /v1/messages``)."""
+
+    DEFAULT_BASE_URL = "https://api.anthropic.com"
+    API_VERSION = "2023-06-01"
+
     def __init__(self, judge: Judge, timeout: float):
-        import anthropic
-
-        self._anthropic = anthropic
-        self.judge = judge
-        kwargs = {"api_key": api_key(judge), "max_retries": 0, "timeout": timeout}
-        if judge.base_url:
-            kwargs["base_url"] = judge.base_url
-        self.client = anthropic.AsyncAnthropic(**kwargs)
-        import inspect
-
-        self._takes_temperature = "temperature" in inspect.signature(self.client.messages.create).parameters
+        base = judge.base_url or os.environ.get("ANTHROPIC_BASE_URL") or self.DEFAULT_BASE_URL
+        super().__init__(judge, timeout, base.rstrip("/") + "/v1/messages",
+                         {"x-api-key": api_key(judge), "anthropic-version": self.API_VERSION})
 
     async def complete(self, prompt: str, system_prompt: str | None, temperature: float) -> Completion:
-        an = self._anthropic
-        kwargs = {"model": self.judge.model, "max_tokens": self.judge.max_tokens,
-                  "messages": [{"role": "user", "content": prompt}]}
-        if self._takes_temperature:
-            kwargs["temperature"] = temperature
-        else:  # newer SDKs dropped the keyword; the field still goes in the request body
-            kwargs["extra_body"] = {"temperature": temperature}
+        request = {"model": self.judge.model, "max_tokens": self.judge.max_tokens, "temperature": temperature,
+                   "messages": [{"role": "user", "content": prompt}]}
         if system_prompt:
-            kwargs["system"] = system_prompt
-        try:
-            resp = await self.client.messages.create(**kwargs)
-        except an.APIStatusError as exc:  # 529: Anthropic is overloaded (retryable, as 5xx)
-            raise status_error(self.judge, exc.status_code, exc.body, exc.response.headers) from None
-        except (an.APITimeoutError, an.APIConnectionError) as exc:
-            raise connection_error(self.judge, exc) from None
-        text = "".join(getattr(block, "text", "") for block in resp.content) if resp.content else None
-        return Completion(text, resp.model, resp.id, resp.usage.input_tokens, resp.usage.output_tokens)
+            request["system"] = system_prompt
+        body = await self._post(request)
+        body = body if isinstance(body, dict) else {}
+        content = body.get("content")
+        # the text blocks, in order (a thinking block has no "text"); no text block at all is an empty completion
+        texts = [b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)] \
+            if isinstance(content, list) else []
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        return Completion("".join(texts) if texts else None, _str_or_none(body.get("model")),
+                          _str_or_none(body.get("id")), _count(usage.get("input_tokens")),
+                          _count(usage.get("output_tokens")))
 
-    async def close(self) -> None:
-        await self.client.close()
+
+def _json_or_text(raw: bytes) -> object:
+    try:
+        return json.loads(raw)
+    except ValueError:  # not JSON (or not UTF-8): keep the text for the message
+        return raw.decode("utf-8", "replace")
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def make_provider(judge: Judge, timeout: float):
