@@ -28,7 +28,14 @@ import numpy as np
 import pandas as pd
 
 from evalgauge import dstudy
-from evalgauge.collect.adaptive import StageDesign, Target, achieved, plan_stage
+from evalgauge.collect.adaptive import (
+    PLAN_CONFIDENCE,
+    StageDesign,
+    Target,
+    achieved,
+    default_pilot_items,
+    plan_stage,
+)
 from evalgauge.compare import compare
 from evalgauge.components import VarianceComponents
 from evalgauge.estimate import estimate_components
@@ -44,10 +51,13 @@ SCENARIOS = {
           "items dominate: more items, few judges"),
     "b": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.2, "system:judge": 0.08,
            "item:judge": 0.1, "system:variant": 0.01, "residual": 0.3}, 0.3, 0.45,
-          "a single judge's ceiling misses the target: the plan needs two or more judges"),
+          "at the edge of the pools: only all four judges and both variants reach it"),
     "c": ({"item": 0.3, "judge": 0.1, "variant": 0.02, "system:item": 0.1, "system:judge": 0.01,
            "item:judge": 0.05, "system:variant": 0.0, "residual": 1.2}, 0.2, 0.3,
           "noisy calls: replicates and items"),
+    "d": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.2, "system:judge": 0.08,
+           "item:judge": 0.1, "system:variant": 0.01, "residual": 0.3}, 0.3, 0.55,
+          "b's components, a target one judge cannot reach (ceiling MDD 0.80) but three can"),
 }
 
 
@@ -91,7 +101,7 @@ def truth(components: dict, sigma2_s: float) -> VarianceComponents:
                                                       "variant": VARIANTS}})
 
 
-def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int) -> dict:
+def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot_items: int) -> dict:
     rng = np.random.default_rng(seed)
     full, effects = draw(components, sigma2_s, rng)
     judge_names = sorted(full["judge"].unique())
@@ -101,20 +111,23 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int) -> di
     order = [pools.items[k].id for k in rng.permutation(ITEMS)]
     pools_run = Pools()
     pools_run.items = tuple(next(i for i in pools.items if i.id == x) for x in order)  # this run's item order
-    design = StageDesign(tuple(order[:30]), tuple(PRICES), ("v0", "v1"), 2)
+    design = StageDesign(tuple(order[:pilot_items]), tuple(PRICES), ("v0", "v1"), 2)
     collected = cells(full, design)
     designs = [design]  # everything collected: the run database's union
+    levels = []
     outcome = "stages exhausted"
+    level = PLAN_CONFIDENCE
     for _ in range(4):  # the pilot and at most 3 stages
         vc = fit(full[collected])
-        if target.met(achieved(vc, target, design)):
+        if target.met(achieved(vc, target, design, level)):
             outcome = "met"
             break
         plan = plan_stage(vc, pools_run, target, PRICES, designs)
         if plan.design is None:
             outcome = "unreachable"
             break
-        design = plan.design
+        design, level = plan.design, plan.confidence
+        levels.append(level)
         designs.append(design)
         collected = collected | cells(full, design)
     data = full[collected].reset_index(drop=True)
@@ -128,7 +141,8 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int) -> di
     true_diff = effects.reindex(pairs["a"]).to_numpy() - effects.reindex(pairs["b"]).to_numpy()
     covered = (pairs["low"].to_numpy() <= true_diff) & (true_diff <= pairs["high"].to_numpy())
     return {"outcome": outcome, "met_at_truth": at_truth <= target.value, "covered": covered.mean(),
-            "spend": spend, "items": len(design.items), "judges": len(design.judges)}
+            "spend": spend, "items": len(design.items), "judges": len(design.judges),
+            "level": min(levels) if levels else None}
 
 
 def oracle(components, sigma2_s, target: Target, pools: Pools) -> tuple[float, str]:
@@ -143,16 +157,18 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--scenarios", default="a,b,c")
+    parser.add_argument("--scenarios", default="a,b,c,d")
+    parser.add_argument("--pilot-items", type=int, default=default_pilot_items(SYSTEMS, ITEMS))
     args = parser.parse_args()
     pools = Pools()
     print(f"Adaptive collection, Monte Carlo: {args.runs} seeded runs per scenario; pool {SYSTEMS} systems x "
-          f"{ITEMS} items x {JUDGES} judges x {VARIANTS} variants x {REPS} replicates")
+          f"{ITEMS} items x {JUDGES} judges x {VARIANTS} variants x {REPS} replicates; pilot {args.pilot_items} items")
     for name in args.scenarios.split(","):
         components, sigma2_s, mdd, what = SCENARIOS[name]
         target = Target("mdd95", mdd)
         t = time.perf_counter()
-        runs = [one_run(components, sigma2_s, target, pools, 1000 * ord(name) + r) for r in range(args.runs)]
+        runs = [one_run(components, sigma2_s, target, pools, 1000 * ord(name) + r, args.pilot_items)
+                for r in range(args.runs)]
         cost, best = oracle(components, sigma2_s, target, pools)
         true_vc = truth(components, sigma2_s)
         fixed = dstudy.project(true_vc, {"item": ITEMS, "judge": 1, "variant": 1}, 1).mdd95
@@ -166,6 +182,9 @@ def main() -> None:
         print(f"\nscenario {name} ({what}); target MDD <= {mdd}; {time.perf_counter() - t:.0f} s")
         print(f"  outcomes: {outcomes}; final design: median {np.median([r['items'] for r in runs]):.0f} items, "
               f"{np.median([r['judges'] for r in runs]):.0f} judge(s)")
+        lv = pd.Series([r["level"] for r in runs if r["level"] is not None]).value_counts().sort_index(ascending=False)
+        print("  lowest confidence a stage was planned at: " + (", ".join(f"{k:.0%}: {v} runs" for k, v in lv.items())
+                                                              or "no stage"))
         print(f"  target met at the true components: {100 * met:.1f}% of runs (target >= 90%: "
               f"{'met' if met >= 0.9 else 'NOT met'})")
         print(f"  coverage of the final 95% pair intervals: {100 * cover:.1f}% (MC SE >= {100 * mc_se:.1f}; "

@@ -31,10 +31,10 @@ $BIN/evalgauge run examples/sim/run.toml --base-url "http://127.0.0.1:$PORT/v1" 
 echo "== 2. analyse the collected run"
 $BIN/evalgauge analyze "$OUT/sim-demo.sqlite" \
     --terms system,item,judge,variant,item:system,item:judge,system:judge --report "$OUT/sim-report.html"
-echo "== 3. adaptive: a pilot on 4 of the 12 items, a fit, the cheapest design reaching MDD <= 1.3, only the missing calls"
+echo "== 3. adaptive: a pilot on 4 of the 12 items, a fit, the cheapest design reaching MDD <= 1.0, only the missing calls"
 rm -f "$OUT"/sim-adaptive.sqlite*
 $BIN/evalgauge run examples/sim/run.toml --base-url "http://127.0.0.1:$PORT/v1" --database "$OUT/sim-adaptive.sqlite" \
-    --target-mdd 1.3 --pilot-items 4 --yes --no-progress || [ $? -eq 3 ]  # 3: the target was out of reach (said why)
+    --target-mdd 1.0 --pilot-items 4 --yes --no-progress || [ $? -eq 3 ]  # 3: the target was out of reach (said why)
 echo "== 4. analyse real AlpacaEval 2 judgments (examples/alpacaeval)"
 $BIN/evalgauge analyze examples/alpacaeval/alpacaeval_5x805x2.csv --drop-missing --report "$OUT/report.html" \
     --json "$OUT/report.json"

@@ -1178,7 +1178,8 @@ def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json
               help="Adaptive: collect to this E rho^2 (between 0 and 1).")
 @click.option("--target-se", type=click.FloatRange(0, min_open=True), help="Adaptive: collect to this SE.")
 @click.option("--budget-usd", type=click.FloatRange(0, min_open=True), help="Spending cap (overrides budget_usd).")
-@click.option("--pilot-items", type=click.IntRange(min=2), help="Adaptive: items in the pilot (default 30).")
+@click.option("--pilot-items", type=click.IntRange(min=2),
+              help="Adaptive: items in the pilot (default: system x item gets 50 df, at least 10).")
 @click.option("--max-stages", type=click.IntRange(min=1), default=3, show_default=True,
               help="Adaptive: stages after the pilot at most.")
 @click.option("--yes", is_flag=True, help="Adaptive: go on and collect the planned design (without it the run "

@@ -80,6 +80,7 @@ class StagePlan:
     reachable: bool
     message: str
     options: list[dict] = field(default_factory=list)  # every design considered, for the record
+    confidence: float = 0.90  # of the bound the design was judged at (see PLAN_LEVELS)
 
 
 @dataclass
@@ -100,15 +101,29 @@ def item_order(cfg: RunConfig) -> list[str]:
     return [ids[k] for k in rng.permutation(len(ids))]
 
 
+#: The pilot's default size: enough items that the system x item interaction, the component items
+#: average away, has at least this many degrees of freedom ((systems - 1)(items - 1); a relative SE of
+#: sqrt(2 / 50) = 0.2), and never fewer than MIN_PILOT_ITEMS; 30 items when there are no systems.
+PILOT_SYSTEM_ITEM_DF = 50
+MIN_PILOT_ITEMS = 10
+
+
+def default_pilot_items(n_systems: int, pool: int) -> int:
+    """The default pilot size (see PILOT_SYSTEM_ITEM_DF): small, since every pilot call is paid for with
+    every judge, two variants and two replicates, while most designs it leads to use fewer of each."""
+    n = 30 if n_systems < 2 else max(MIN_PILOT_ITEMS, math.ceil(PILOT_SYSTEM_ITEM_DF / (n_systems - 1)) + 1)
+    return min(pool, n)
+
+
 def pilot_design(cfg: RunConfig, items: int | None = None) -> StageDesign:
     """Every system and candidate judge, up to two variants and two replicates, on ``items`` pool items
-    (default 30, or the whole pool when smaller)."""
+    (default :func:`default_pilot_items`, or the whole pool when smaller)."""
     order = item_order(cfg)
-    n = min(len(order), items or 30)
+    n = min(len(order), items or default_pilot_items(len(cfg.systems), len(order)))
     if n < 2:
         raise DataError(f"{cfg.path}: the item pool has {len(order)} item(s); a pilot needs at least 2.")
     return StageDesign(tuple(order[:n]), tuple(j.name for j in cfg.judges), tuple(v.id for v in cfg.variants[:2]),
-                  min(2, cfg.replicates))
+                       min(2, cfg.replicates))
 
 
 def pilot_df(cfg: RunConfig, design: StageDesign) -> str:
@@ -142,18 +157,50 @@ def cost_per_call(calls, judges: list[str]) -> dict[str, float]:
     return out
 
 
-#: One-sided normal quantile of the planning bound (90%): the design is sized, and the run stopped, on
-#: the error variance's upper 90% bound, so the target holds at the true components in about 9 runs of 10.
-Z_PLAN = 1.2816
+#: Confidence of the planning bound: the design is sized, and the run stopped, on the error variance's
+#: upper 90% bound, so the target holds at the true components in about 9 runs of 10.
+PLAN_CONFIDENCE = 0.90
+#: When no design the pools allow reaches the target at the 90% bound, the plan says so and tries the
+#: 75% bound, then the estimates themselves (0.5): a pilot whose fixed facets give few
+#: degrees of freedom (two variants and 8 systems: 7 for system x variant) often cannot rule out a miss
+#: at 90% although the target is well within reach. Out of reach means out of reach at the estimates.
+PLAN_LEVELS = (0.90, 0.75, 0.50)
+
+
+#: Satterthwaite df below this are not taken at face value: they come from an estimate near zero next
+#: to a large standard error, where the chi-square model of the estimate fails (its bound would grow
+#: without limit as the estimate shrinks); the bound then uses this many df, and never less than the
+#: normal bound.
+MIN_SATTERTHWAITE_DF = 4.0
+
+
+def upper_bound(value: float, variance: float, confidence: float = PLAN_CONFIDENCE) -> float:
+    """One-sided upper confidence bound for a linear combination of variance components, by
+    Satterthwaite's approximation (Satterthwaite 1946; Brennan 2001, sec. 6.2): the estimate ``value``
+    with sampling ``variance`` is taken as value * chi2_nu / nu with nu = 2 value^2 / variance, so the
+    bound is nu * value / chi2_nu(1 - confidence). A variance estimate from few degrees of freedom is
+    skewed to the right; the normal bound (value + z SE) under-states its upper tail, which is what
+    sizing on it must not do. The bound is at least the normal one, and nu is taken as at least
+    MIN_SATTERTHWAITE_DF (continuous in the estimate; tends to value + z SE as nu grows)."""
+    from scipy.stats import chi2, norm
+
+    if variance <= 0 or not math.isfinite(variance):
+        return value
+    normal = value + float(norm.ppf(confidence)) * math.sqrt(variance)
+    if value <= 0:
+        return normal
+    nu = max(2 * value**2 / variance, MIN_SATTERTHWAITE_DF)
+    return max(normal, nu * value / float(chi2.ppf(1 - confidence, nu)))
 
 
 def bound(vc, quantity: str, counts: dict | None = None, replicates: float | None = None,
-          z: float = Z_PLAN) -> float:
+          confidence: float | None = PLAN_CONFIDENCE) -> float:
     """The target quantity at a design, taking the pilot's own uncertainty into account (an internal
     pilot, Wittes and Brittain 1990): the error variance that sets it (sigma2_delta for MDD and E rho^2,
-    Var(theta-hat) for SE; linear in the components, sizing eqs. 2-3) at its estimate plus ``z`` standard
-    errors (from the components' sampling covariance), then MDD = 1.96 sqrt(2 sigma2_delta), E rho^2 =
-    sigma2_s / (sigma2_s + sigma2_delta), SE = sqrt(Var)."""
+    Var(theta-hat) for SE; linear in the components, sizing eqs. 2-3) at its upper ``confidence`` bound
+    (:func:`upper_bound`, with its sampling variance from the components' covariance), then
+    MDD = 1.96 sqrt(2 sigma2_delta), E rho^2 = sigma2_s / (sigma2_s + sigma2_delta), SE = sqrt(Var).
+    ``confidence=None`` (or 0.5) gives the D-study's point projection."""
     from .. import dstudy
     from ..inference import linear_coefficients
 
@@ -165,7 +212,11 @@ def bound(vc, quantity: str, counts: dict | None = None, replicates: float | Non
         cov = np.nan_to_num(np.asarray(vc.covariance, dtype=float))
     else:
         cov = np.diag(np.nan_to_num([comp.se for comp in vc.components]) ** 2)
-    upper = float(c @ values) + z * math.sqrt(max(float(c @ cov @ c), 0.0))
+    point = float(c @ values)
+    if confidence is None or confidence <= 0.5:  # the estimates themselves (a chi-square's median is below them)
+        upper = point
+    else:
+        upper = upper_bound(point, max(float(c @ cov @ c), 0.0), confidence)
     if quantity == "mdd95":
         return dstudy.Z95 * math.sqrt(2 * max(upper, 0.0))
     if quantity == "se":
@@ -174,11 +225,12 @@ def bound(vc, quantity: str, counts: dict | None = None, replicates: float | Non
     return s2p / (s2p + upper) if s2p + upper > 0 else math.nan
 
 
-def _fewest_items(vc, target: Target, counts: dict, reps: int, pool: int) -> int | None:
+def _fewest_items(vc, target: Target, counts: dict, reps: int, pool: int,
+                  confidence: float = PLAN_CONFIDENCE) -> int | None:
     """The fewest items (2..pool) whose planning bound meets the target, by bisection (the bound improves
     with items), or None when the whole pool does not."""
     def ok(n):
-        return target.met(bound(vc, target.quantity, {**counts, "item": n}, reps))
+        return target.met(bound(vc, target.quantity, {**counts, "item": n}, reps, confidence))
 
     if not ok(pool):
         return None
@@ -197,10 +249,22 @@ def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], don
 
     Designs: the J cheapest judges (J = 1..all), the first V variants, R replicates (up to the config's),
     and the fewest items reaching the target (up to the pool). Cost: the calls not yet in ``done`` at
-    each judge's observed price. Without a design that reaches the target, the best the pools give.
+    each judge's observed price. Each design is judged at the upper 90% bound of its error variance,
+    else at the 75% bound, else at the estimates (``PLAN_LEVELS``; the plan says which); without a design
+    that reaches the target even at the estimates, the best the pools give and what would help.
     ``done`` is the design collected so far, or the list of every design collected (their union is done).
     """
     done = [done] if isinstance(done, StageDesign) else list(done)
+    for level in PLAN_LEVELS:
+        plan = _plan_at(vc, cfg, target, prices, done, budget_left, level)
+        if any(o["reaches"] for o in plan.options):
+            return plan
+    return plan
+
+
+def _plan_at(vc, cfg: RunConfig, target: Target, prices: dict[str, float], done: list[StageDesign],
+             budget_left: float, level: float) -> StagePlan:
+    """plan_stage at one confidence level."""
     order = item_order(cfg)
     pool = len(order)
     n_sys = max(len(cfg.systems), 1)
@@ -217,33 +281,43 @@ def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], don
                     counts["judge"] = n_judges
                 if has["variant"]:
                     counts["variant"] = n_var
-                fewest = _fewest_items(vc, target, counts, reps, pool) if has["item"] else None
+                fewest = _fewest_items(vc, target, counts, reps, pool, level) if has["item"] else None
                 n_items = pool if fewest is None else fewest
-                value = bound(vc, target.quantity, {**counts, "item": n_items}, reps)
+                value = bound(vc, target.quantity, {**counts, "item": n_items}, reps, level)
                 design = StageDesign(tuple(order[:n_items]), tuple(by_price[:n_judges]),
-                                tuple(v.id for v in cfg.variants[:n_var]), reps)
+                                     tuple(v.id for v in cfg.variants[:n_var]), reps)
                 cost = _missing_cost(design, done, prices, n_sys, n_temp, positions)
                 options.append({"items": n_items, "judges": n_judges, "variants": n_var, "replicates": reps,
                                 "value": value, "cost_usd": cost, "reaches": target.met(value)})
-                if target.met(value) and (best is None or cost < best[1]):
+                # the cheapest; at equal cost (designs inside what is collected) the more precise
+                if target.met(value) and (best is None or cost < best[1]
+                                          or (cost == best[1] and _better(target, value, best[2]))):
                     best = (design, cost, value)
                 if best_value is None or _better(target, value, best_value[0]):
                     best_value = (value, design, cost)
+    at = _level_words(level)
     if best is not None:
         design, cost, value = best
         fits = cost <= budget_left
+        doubt = ("" if level == PLAN_CONFIDENCE else
+                 f"; no design the pools allow reaches it at the upper {PLAN_CONFIDENCE:.0%} bound, so the "
+                 f"pilot cannot rule out a miss: judged {at}")
         message = (f"cheapest design reaching {target}: {len(design.items)} items x {len(design.judges)} judge(s) "
                    f"({', '.join(design.judges)}) x {len(design.variants)} variant(s) x {design.replicates} "
-                   f"replicate(s): {QUANTITIES[target.quantity]} {value:.4g} predicted (upper 90% bound), "
-                   f"${cost:.4f} to collect"
+                   f"replicate(s): {QUANTITIES[target.quantity]} {value:.4g} predicted ({at}), "
+                   f"${cost:.4f} to collect" + doubt
                    + ("" if fits else f", more than the ${budget_left:.4f} left in the budget"))
-        return StagePlan(design if fits else None, value, cost, fits, message, options)
+        return StagePlan(design if fits else None, value, cost, fits, message, options, level)
     value, design, cost = best_value
-    hint = _what_would_help(vc, target, pool, len(by_price), len(cfg.variants), cfg.replicates)
+    hint = _what_would_help(vc, target, pool, len(by_price), len(cfg.variants), cfg.replicates, level)
     message = (f"{target} is out of reach with these pools: the best is {QUANTITIES[target.quantity]} {value:.4g} "
-               f"with all {pool} items, {len(design.judges)} judge(s), {len(design.variants)} variant(s) and "
-               f"{design.replicates} replicate(s) (${cost:.4f} more). {hint}")
-    return StagePlan(None, value, cost, False, message, options)
+               f"({at}) with all {pool} items, {len(design.judges)} judge(s), {len(design.variants)} variant(s) "
+               f"and {design.replicates} replicate(s) (${cost:.4f} more). {hint}")
+    return StagePlan(None, value, cost, False, message, options, level)
+
+
+def _level_words(level: float) -> str:
+    return "at the estimates" if level == 0.5 else f"upper {level:.0%} bound"
 
 
 def _better(target: Target, a: float, b: float) -> bool:
@@ -263,20 +337,21 @@ def _missing_cost(design: StageDesign, done: list[StageDesign], prices: dict[str
     return total
 
 
-def _what_would_help(vc, target: Target, pool: int, n_judges: int, n_var: int, reps: int) -> str:
+def _what_would_help(vc, target: Target, pool: int, n_judges: int, n_var: int, reps: int,
+                     level: float = PLAN_CONFIDENCE) -> str:
     """The cheapest change beyond the pools, judged at the same planning bound: more judges, more items,
     or neither (the judges' disagreement sets a ceiling, sizing eq. 4)."""
     base = {"variant": n_var} if "variant" in vc.levels else {}
     parts = []
     if "judge" in vc.levels:
         more = next((j for j in range(n_judges + 1, n_judges + 21)
-                     if target.met(bound(vc, target.quantity, {**base, "item": pool, "judge": j}, reps))), None)
+                     if target.met(bound(vc, target.quantity, {**base, "item": pool, "judge": j}, reps, level))), None)
         if more is not None:
             parts.append(f"With the {pool} items, {more} judges would reach it ({n_judges} are configured): add "
                          "judges to the panel.")
     if "item" in vc.levels:
         counts = {**base, **({"judge": n_judges} if "judge" in vc.levels else {})}
-        items = _fewest_items(vc, target, counts, reps, 10**7)
+        items = _fewest_items(vc, target, counts, reps, 10**7, level)
         if items is not None:
             parts.append(f"With {n_judges} judge(s), {items} items would reach it (the pool has {pool}): add items.")
         else:
@@ -285,13 +360,14 @@ def _what_would_help(vc, target: Target, pool: int, n_judges: int, n_var: int, r
     return " ".join(parts) or "Lower the target."
 
 
-def achieved(vc, target: Target, design: StageDesign) -> float:
+def achieved(vc, target: Target, design: StageDesign, confidence: float = PLAN_CONFIDENCE) -> float:
     """The target quantity at the planning bound (see :func:`bound`) for ``design``, the last design
     collected in full. The data hold more (the pilot's extra judges, variants and replicates on its items),
     but not across every item: the levels of the unbalanced union would overstate its precision, while
     the full design is a floor under it."""
     counts = {"item": len(design.items), "judge": len(design.judges), "variant": len(design.variants)}
-    return bound(vc, target.quantity, {f: n for f, n in counts.items() if f in vc.levels}, design.replicates)
+    return bound(vc, target.quantity, {f: n for f, n in counts.items() if f in vc.levels}, design.replicates,
+                 confidence)
 
 
 def record(store, stages: list[Stage], target: Target, outcome: str) -> None:
@@ -360,18 +436,20 @@ def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = No
         return _finish(cfg, target, stages, "stopped", "the pilot did not complete: " + "; ".join(
             summary.notes or [f"{summary.failed} call(s) failed"]))
     plan = None
+    level = PLAN_CONFIDENCE  # a stage planned at a lower level (PLAN_LEVELS) is judged at that level
     for stage_no in range(1, max_stages + 1):
         vc, calls = fit_run(cfg.database)
-        now = achieved(vc, target, done)
+        now = achieved(vc, target, done, level)
         stages[-1].achieved = now
-        say(f"after the {stages[-1].name}: {QUANTITIES[target.quantity]} {now:.4g} at the design collected "
-            f"(target {target}); spent ${summary.cost_usd:.4f}")
+        say(f"after the {stages[-1].name}: {QUANTITIES[target.quantity]} {now:.4g} ({_level_words(level)}) at "
+            f"the design collected (target {target}); spent ${summary.cost_usd:.4f}")
         if target.met(now):
-            return _finish(cfg, target, stages, "met", f"{target} met: {QUANTITIES[target.quantity]} {now:.4g}.",
-                           plan, now)
+            return _finish(cfg, target, stages, "met", f"{target} met: {QUANTITIES[target.quantity]} {now:.4g} "
+                           f"({_level_words(level)}).", plan, now)
         prices = cost_per_call(calls, [j.name for j in cfg.judges])
         plan = plan_stage(vc, cfg, target, prices, [st.design for st in stages], cfg.budget_usd - summary.cost_usd)
-        stages[-1].plan = {"message": plan.message, "cost_usd": plan.cost_usd, "predicted": plan.predicted}
+        stages[-1].plan = {"message": plan.message, "cost_usd": plan.cost_usd, "predicted": plan.predicted,
+                           "confidence": plan.confidence}
         say(plan.message)
         if plan.design is None:
             outcome = "unreachable" if not any(o["reaches"] for o in plan.options) else "budget"
@@ -379,7 +457,7 @@ def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = No
         if not proceed:
             return _finish(cfg, target, stages, "awaiting --yes", plan.message + ". Run again with --yes to "
                            "collect it (the pilot is kept).", plan, now)
-        design = plan.design  # the runner skips every call already stored (by key)
+        design, level = plan.design, plan.confidence  # the runner skips every call already stored (by key)
         summary = run_stage(stage_config(cfg, design))
         stages.append(Stage(f"stage {stage_no}", design, summary.completed, summary.cost_usd))
         done = design
@@ -387,11 +465,11 @@ def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = No
             return _finish(cfg, target, stages, "budget" if summary.stopped_by_budget else "stopped",
                            "; ".join(summary.notes) or "the stage did not complete.", plan)
     vc, _ = fit_run(cfg.database)
-    now = achieved(vc, target, done)
+    now = achieved(vc, target, done, level)
     stages[-1].achieved = now
     outcome = "met" if target.met(now) else "stages exhausted"
-    return _finish(cfg, target, stages, outcome, f"{QUANTITIES[target.quantity]} {now:.4g} after {max_stages} "
-                   f"stage(s) ({'met' if target.met(now) else 'not met'}: {target}).", plan, now)
+    return _finish(cfg, target, stages, outcome, f"{QUANTITIES[target.quantity]} {now:.4g} ({_level_words(level)}) "
+                   f"after {max_stages} stage(s) ({'met' if target.met(now) else 'not met'}: {target}).", plan, now)
 
 
 def _finish(cfg: RunConfig, target: Target, stages: list[Stage], outcome: str, message: str,
