@@ -2,10 +2,10 @@
 
 Each run draws a full pool of judgments from known components (the linear model serve-sim scores
 with: 8 systems x 300 items x 4 judges x 2 prompt variants x 3 replicates, system effects drawn and
-kept as the truth), then follows the procedure of `evalgauge.collect.adaptive` with its own functions:
-a pilot (30 items, every judge, 2 variants, 2 replicates), a fit, the cheapest design reaching the
-target at the judges' prices, only the missing cells, a refit, at most 3 stages. "Collecting" a cell
-reads it from the drawn pool, which is what serve-sim would have answered.
+kept as the truth), then runs the package's own loop (`evalgauge.collect.adaptive.follow`): a pilot
+(default size, every judge, 2 variants, 2 replicates), a fit, the cheapest design at the judges' prices,
+only the missing cells, a refit, at most 3 stages. "Collecting" a cell reads it from the drawn pool,
+which is what serve-sim would have answered.
 
 Per scenario it prints: how often the target was met at the TRUE components (at the last design's
 counts), the coverage of the final 95% intervals of every pairwise system difference (`compare`,
@@ -14,7 +14,7 @@ components, and what the fixed design a user would pick (all 300 items, one judg
 replicate) gives at the truth and costs. Issue 15's targets: coverage 94-96%, target met in >= 90% of
 runs, spend within 1.3x of the oracle's.
 
-Run: `python bench/study_adaptive.py [--runs 200] [--scenarios a,b,c]`.
+Run: `python bench/study_adaptive.py [--runs 200] [--scenarios a,b,c,d] [--pilot-items N]`.
 """
 
 from __future__ import annotations
@@ -28,14 +28,7 @@ import numpy as np
 import pandas as pd
 
 from evalgauge import dstudy
-from evalgauge.collect.adaptive import (
-    PLAN_CONFIDENCE,
-    StageDesign,
-    Target,
-    achieved,
-    default_pilot_items,
-    plan_stage,
-)
+from evalgauge.collect.adaptive import Collected, StageDesign, Target, default_pilot_items, follow, plan_stage
 from evalgauge.compare import compare
 from evalgauge.components import VarianceComponents
 from evalgauge.estimate import estimate_components
@@ -111,25 +104,21 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot
     order = [pools.items[k].id for k in rng.permutation(ITEMS)]
     pools_run = Pools()
     pools_run.items = tuple(next(i for i in pools.items if i.id == x) for x in order)  # this run's item order
-    design = StageDesign(tuple(order[:pilot_items]), tuple(PRICES), ("v0", "v1"), 2)
-    collected = cells(full, design)
-    designs = [design]  # everything collected: the run database's union
-    levels = []
-    outcome = "stages exhausted"
-    level = PLAN_CONFIDENCE
-    for _ in range(4):  # the pilot and at most 3 stages
-        vc = fit(full[collected])
-        if target.met(achieved(vc, target, design, level)):
-            outcome = "met"
-            break
-        plan = plan_stage(vc, pools_run, target, PRICES, designs)
-        if plan.design is None:
-            outcome = "unreachable"
-            break
-        design, level = plan.design, plan.confidence
-        levels.append(level)
-        designs.append(design)
-        collected = collected | cells(full, design)
+    collected = np.zeros(len(full), dtype=bool)
+
+    def collect(design: StageDesign) -> Collected:  # "collecting" reads the cells from the drawn pool
+        new = cells(full, design) & ~collected
+        collected[new] = True
+        return Collected(int(new.sum()), float(full.loc[collected, "judge"].map(PRICES).sum()))
+
+    def fit_collected():
+        return fit(full[collected]), PRICES
+
+    # the package's own loop (evalgauge.collect.adaptive.follow), on the simulated pool
+    result = follow(pools_run, target, StageDesign(tuple(order[:pilot_items]), tuple(PRICES), ("v0", "v1"), 2),
+                    collect=collect, fit=fit_collected, max_stages=3, say=lambda text: None)
+    design = result.stages[-1].design
+    levels = [st.plan["confidence"] for st in result.stages if st.plan]
     data = full[collected].reset_index(drop=True)
     vc = fit(data)
     true_vc = truth(components, sigma2_s)
@@ -140,9 +129,9 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot
     pairs = comp.pairs
     true_diff = effects.reindex(pairs["a"]).to_numpy() - effects.reindex(pairs["b"]).to_numpy()
     covered = (pairs["low"].to_numpy() <= true_diff) & (true_diff <= pairs["high"].to_numpy())
-    return {"outcome": outcome, "met_at_truth": at_truth <= target.value, "covered": covered.mean(),
+    return {"outcome": result.outcome, "met_at_truth": at_truth <= target.value, "covered": covered.mean(),
             "spend": spend, "items": len(design.items), "judges": len(design.judges),
-            "level": min(levels) if levels else None}
+            "level": levels[-1] if len(levels) > 1 else None}
 
 
 def oracle(components, sigma2_s, target: Target, pools: Pools) -> tuple[float, str]:
@@ -183,8 +172,8 @@ def main() -> None:
         print(f"  outcomes: {outcomes}; final design: median {np.median([r['items'] for r in runs]):.0f} items, "
               f"{np.median([r['judges'] for r in runs]):.0f} judge(s)")
         lv = pd.Series([r["level"] for r in runs if r["level"] is not None]).value_counts().sort_index(ascending=False)
-        print("  lowest confidence a stage was planned at: " + (", ".join(f"{k:.0%}: {v} runs" for k, v in lv.items())
-                                                              or "no stage"))
+        levels = ", ".join(f"{k:.0%}: {v} runs" for k, v in lv.items()) or "none"
+        print(f"  level of the last plan after the step at the estimates (50%: the estimates): {levels}")
         print(f"  target met at the true components: {100 * met:.1f}% of runs (target >= 90%: "
               f"{'met' if met >= 0.9 else 'NOT met'})")
         print(f"  coverage of the final 95% pair intervals: {100 * cover:.1f}% (MC SE >= {100 * mc_se:.1f}; "

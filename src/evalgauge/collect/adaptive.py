@@ -2,28 +2,28 @@
 
 1. **Pilot**: a fully crossed factorial on a random subset of the item pool: every system, every
    candidate judge, up to two prompt variants and two replicates (sizing sec. 4: the pilot must estimate
-   every component the design implies; 30 items give each item-related component 29 or more df).
+   every component the design implies; by default enough items that system x item has 50 df).
 2. **Fit and plan**: REML (or ANOVA when balanced) on everything collected, then the D-study over every
    design the pools allow (the cheapest J judges, V variants, R replicates, and the fewest items that
-   reach the target, sizing eqs. 2-4), priced at each judge's observed cost per call. Designs are judged
-   at the one-sided 90% bound of their error variance (:func:`bound`), so that a target met on the
-   pilot's estimates holds at the true components in about 9 runs of 10 (an internal pilot). The cheapest
+   reach the target, sizing eqs. 2-4), priced at each judge's observed cost per call. The first stages
+   are planned at the estimates, the last at the one-sided 90% bound of the error variance
+   (:func:`bound`, Satterthwaite), so that the target holds at the true components in about 9 runs of 10
+   (an internal pilot); 75%, then the estimates, when the pools allow nothing at 90%. The cheapest
    design that reaches the target, or, when none does (the single-judge ceiling, sizing eq. 4), the best
    value the pools can give and what would have to change, before anything more is spent.
 3. **Collect only what is missing**: the chosen items (the pilot's first, then new ones drawn from the
    pool in a fixed random order), judges, variants and replicates, into the same run database: its
    unique keys make every call exactly once across stages, crashes and resumes, within the budget.
 4. **Refit and stop**: refit on all data; stop when the target is met (at its bound) at the design
-   collected, else plan
-   and collect again (at most ``max_stages`` stages).
+   collected, else plan and collect again (at most ``max_stages`` stages).
 
-The path taken (stages, the plan at each, spend, achieved precision) is stored in the run database
-(metadata ``adaptive``) for the report.
+The loop is :func:`follow`, on any collector and fitter: :func:`adaptive_run` drives it with the run
+database, ``bench/study_adaptive.py`` with simulated pools. The path taken (stages, the plan at each,
+spend, achieved precision) is stored in the run database (metadata ``adaptive``) for the report.
 
 Inference after adapting: the final sample size depends on the pilot's estimates (an internal pilot,
 Wittes and Brittain 1990); ``bench/study_adaptive.py`` measures the coverage of the final intervals, how
-often the target holds at the truth, and the spend against the design chosen knowing the truth.
-"""
+often the target holds at the truth, and the spend against the design chosen knowing the truth."""
 
 from __future__ import annotations
 
@@ -244,7 +244,7 @@ def _fewest_items(vc, target: Target, counts: dict, reps: int, pool: int,
 
 
 def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], done: StageDesign | list[StageDesign],
-               budget_left: float = math.inf) -> StagePlan:
+               budget_left: float = math.inf, levels: tuple[float, ...] = PLAN_LEVELS) -> StagePlan:
     """The cheapest design the pools allow that reaches ``target`` at the fitted components ``vc``.
 
     Designs: the J cheapest judges (J = 1..all), the first V variants, R replicates (up to the config's),
@@ -252,10 +252,11 @@ def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], don
     each judge's observed price. Each design is judged at the upper 90% bound of its error variance,
     else at the 75% bound, else at the estimates (``PLAN_LEVELS``; the plan says which); without a design
     that reaches the target even at the estimates, the best the pools give and what would help.
-    ``done`` is the design collected so far, or the list of every design collected (their union is done).
+    ``levels`` replaces that ladder (``(0.5,)``: at the estimates only). ``done`` is the design collected
+    so far, or the list of every design collected (their union is done).
     """
     done = [done] if isinstance(done, StageDesign) else list(done)
-    for level in PLAN_LEVELS:
+    for level in levels:
         plan = _plan_at(vc, cfg, target, prices, done, budget_left, level)
         if any(o["reaches"] for o in plan.options):
             return plan
@@ -414,9 +415,81 @@ def fit_run(database) -> tuple[object, object]:
     return vc, rec.calls
 
 
+@dataclass(frozen=True)
+class Collected:
+    """What collecting one design did: calls sent now, the run's total spend after it, and whether it
+    finished (``note`` says why not)."""
+
+    calls: int
+    spent_usd: float
+    ok: bool = True
+    stopped_by_budget: bool = False
+    note: str = ""
+
+
+def follow(cfg, target: Target, pilot: StageDesign, *, collect, fit, max_stages: int = 3, proceed: bool = True,
+           budget_usd: float = math.inf, say=print) -> AdaptiveResult:
+    """The adaptive loop itself, on any collector and fitter (the run database's, or a simulation's).
+
+    ``collect(design)`` collects a design's missing calls and returns :class:`Collected`; ``fit()``
+    returns the components of everything collected and each judge's price per call. When more than one
+    stage is allowed, the first after the pilot is planned at the estimates themselves: the pilot's
+    estimates of the components that items do not average away (system x judge, system x variant) are
+    imprecise, and a first stage near the estimated need makes them precise; later stages are planned at
+    the planning bound (PLAN_LEVELS), to top up with precise estimates rather than to hedge against
+    imprecise ones. The run stops when the target is met at the 90% bound (or at the level the last plan
+    was made at) at the design collected.
+    """
+    got = collect(pilot)
+    stages = [Stage("pilot", pilot, got.calls, got.spent_usd)]
+    say(f"pilot: {len(pilot.items)} items x {len(pilot.judges)} judge(s) x {len(pilot.variants)} variant(s) x "
+        f"{pilot.replicates} replicate(s); {pilot_df(cfg, pilot)}")
+    if not got.ok or got.stopped_by_budget:
+        return AdaptiveResult(target, stages, "stopped", "the pilot did not complete: " + got.note)
+    plan, done, level = None, pilot, PLAN_CONFIDENCE
+    for stage_no in range(1, max_stages + 1):
+        vc, prices = fit()
+        now = achieved(vc, target, done, level)
+        stages[-1].achieved = now
+        say(f"after the {stages[-1].name}: {QUANTITIES[target.quantity]} {now:.4g} ({_level_words(level)}) at "
+            f"the design collected (target {target}); spent ${got.spent_usd:.4f}")
+        if target.met(now):
+            return AdaptiveResult(target, stages, "met", f"{target} met: {QUANTITIES[target.quantity]} {now:.4g} "
+                                  f"({_level_words(level)}).", plan, now)
+        step = stage_no == 1 and max_stages > 1  # the first stage after the pilot, when another may follow
+        plan = plan_stage(vc, cfg, target, prices, [st.design for st in stages], budget_usd - got.spent_usd,
+                          levels=(0.5,) if step else PLAN_LEVELS)
+        if step and plan.design is not None:
+            plan.message += (f"; a step at the estimates, then a stage sized at the upper {PLAN_CONFIDENCE:.0%} "
+                             "bound with what it teaches")
+        stages[-1].plan = {"message": plan.message, "cost_usd": plan.cost_usd, "predicted": plan.predicted,
+                           "confidence": plan.confidence}
+        say(plan.message)
+        if plan.design is None:
+            outcome = "unreachable" if not any(o["reaches"] for o in plan.options) else "budget"
+            return AdaptiveResult(target, stages, outcome, plan.message, plan, now)
+        if not proceed:
+            return AdaptiveResult(target, stages, "awaiting --yes", plan.message + ". Run again with --yes to "
+                                  "collect it (the pilot is kept).", plan, now)
+        done = plan.design
+        level = PLAN_CONFIDENCE if step else plan.confidence
+        got = collect(done)
+        stages.append(Stage(f"stage {stage_no}", done, got.calls, got.spent_usd))
+        if not got.ok or got.stopped_by_budget:
+            return AdaptiveResult(target, stages, "budget" if got.stopped_by_budget else "stopped",
+                                  got.note or "the stage did not complete.", plan)
+    vc, _ = fit()
+    now = achieved(vc, target, done, level)
+    stages[-1].achieved = now
+    outcome = "met" if target.met(now) else "stages exhausted"
+    return AdaptiveResult(target, stages, outcome, f"{QUANTITIES[target.quantity]} {now:.4g} "
+                          f"({_level_words(level)}) after {max_stages} stage(s) "
+                          f"({'met' if target.met(now) else 'not met'}: {target}).", plan, now)
+
+
 def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = None, max_stages: int = 3,
                  proceed: bool = False, run_stage=None, say=print) -> AdaptiveResult:
-    """Pilot, fit, plan, collect what is missing, refit; see the module docstring.
+    """Pilot, fit, plan, collect what is missing, refit (:func:`follow`) into the run database.
 
     ``run_stage(stage_cfg)`` runs one stage's configuration (the collector's ``run``; returns its
     summary). Without ``proceed`` the loop stops after planning the first stage beyond the pilot and
@@ -425,60 +498,28 @@ def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = No
     from .runner import run as run_config
 
     run_stage = run_stage or run_config
-    stages: list[Stage] = []
-    pilot = pilot_design(cfg, pilot_items)
-    done = pilot
-    summary = run_stage(stage_config(cfg, pilot))
-    stages.append(Stage("pilot", pilot, summary.completed, summary.cost_usd))
-    say(f"pilot: {len(pilot.items)} items x {len(pilot.judges)} judge(s) x {len(pilot.variants)} variant(s) x "
-        f"{pilot.replicates} replicate(s); {pilot_df(cfg, pilot)}")
-    if not summary.ok or summary.stopped_by_budget:
-        return _finish(cfg, target, stages, "stopped", "the pilot did not complete: " + "; ".join(
-            summary.notes or [f"{summary.failed} call(s) failed"]))
-    plan = None
-    level = PLAN_CONFIDENCE  # a stage planned at a lower level (PLAN_LEVELS) is judged at that level
-    for stage_no in range(1, max_stages + 1):
-        vc, calls = fit_run(cfg.database)
-        now = achieved(vc, target, done, level)
-        stages[-1].achieved = now
-        say(f"after the {stages[-1].name}: {QUANTITIES[target.quantity]} {now:.4g} ({_level_words(level)}) at "
-            f"the design collected (target {target}); spent ${summary.cost_usd:.4f}")
-        if target.met(now):
-            return _finish(cfg, target, stages, "met", f"{target} met: {QUANTITIES[target.quantity]} {now:.4g} "
-                           f"({_level_words(level)}).", plan, now)
-        prices = cost_per_call(calls, [j.name for j in cfg.judges])
-        plan = plan_stage(vc, cfg, target, prices, [st.design for st in stages], cfg.budget_usd - summary.cost_usd)
-        stages[-1].plan = {"message": plan.message, "cost_usd": plan.cost_usd, "predicted": plan.predicted,
-                           "confidence": plan.confidence}
-        say(plan.message)
-        if plan.design is None:
-            outcome = "unreachable" if not any(o["reaches"] for o in plan.options) else "budget"
-            return _finish(cfg, target, stages, outcome, plan.message, plan, now)
-        if not proceed:
-            return _finish(cfg, target, stages, "awaiting --yes", plan.message + ". Run again with --yes to "
-                           "collect it (the pilot is kept).", plan, now)
-        design, level = plan.design, plan.confidence  # the runner skips every call already stored (by key)
+
+    def collect(design: StageDesign) -> Collected:
         summary = run_stage(stage_config(cfg, design))
-        stages.append(Stage(f"stage {stage_no}", design, summary.completed, summary.cost_usd))
-        done = design
-        if not summary.ok or summary.stopped_by_budget:
-            return _finish(cfg, target, stages, "budget" if summary.stopped_by_budget else "stopped",
-                           "; ".join(summary.notes) or "the stage did not complete.", plan)
-    vc, _ = fit_run(cfg.database)
-    now = achieved(vc, target, done, level)
-    stages[-1].achieved = now
-    outcome = "met" if target.met(now) else "stages exhausted"
-    return _finish(cfg, target, stages, outcome, f"{QUANTITIES[target.quantity]} {now:.4g} ({_level_words(level)}) "
-                   f"after {max_stages} stage(s) ({'met' if target.met(now) else 'not met'}: {target}).", plan, now)
+        return Collected(summary.completed, summary.cost_usd, summary.ok, summary.stopped_by_budget,
+                         "; ".join(summary.notes) or (f"{summary.failed} call(s) failed" if summary.failed else ""))
+
+    def fit():
+        vc, calls = fit_run(cfg.database)
+        return vc, cost_per_call(calls, [j.name for j in cfg.judges])
+
+    result = follow(cfg, target, pilot_design(cfg, pilot_items), collect=collect, fit=fit, max_stages=max_stages,
+                    proceed=proceed, budget_usd=cfg.budget_usd, say=say)
+    return _finish(cfg, result)
 
 
-def _finish(cfg: RunConfig, target: Target, stages: list[Stage], outcome: str, message: str,
-            plan: StagePlan | None = None, now: float | None = None) -> AdaptiveResult:
+def _finish(cfg: RunConfig, result: AdaptiveResult) -> AdaptiveResult:
+    """Record the path taken in the run database (for the report)."""
     from .store import RunStore
 
     store = RunStore(cfg.database, writer=True)
     try:
-        record(store, stages, target, outcome)
+        record(store, result.stages, result.target, result.outcome)
     finally:
         store.close()
-    return AdaptiveResult(target, stages, outcome, message, plan, now)
+    return result
