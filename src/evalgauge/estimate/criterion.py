@@ -228,6 +228,7 @@ class RemlProblem:
         self.lg_col = self.lg_idx % g if g else self.lg_idx
         #: the sparse path pays off when blocks are scalars and the dense coupling would be large
         self.sparse_ok = bm == 1 and self.nb * g > 200_000
+        self.nz_row = None  # the sparse path's pattern, made on its first use (_sparse_pattern)
         self.rl_idx = cat([b * bm + pk for _, pk in slots_l])
         self.rl_cell = cat([cells for _ in slots_l])
         self.rg_idx = cat([gi for _, gi, _ in slots_g])
@@ -241,6 +242,15 @@ class RemlProblem:
         for k in self.glob:
             self.owner_g[g_off[k]:g_off[k] + self.sizes[k]] = k
         self.g_off = g_off
+
+    def _sparse_pattern(self) -> None:
+        """The fixed non-zero pattern of the scalar blocks' coupling A_LG (CSR, rows sorted) and each
+        cross-product entry's place in it: each evaluation fills the values without re-sorting."""
+        g = self.g
+        key = self.lg_row.astype(np.int64) * g + self.lg_col
+        uniq, self.lg_nz = np.unique(key, return_inverse=True)
+        self.nz_row, self.nz_col = uniq // g, uniq % g
+        self.nz_indptr = np.searchsorted(self.nz_row, np.arange(self.nb + 1))
 
     def size(self) -> ModelSize:
         """How big one evaluation is: effects, the dense part, the batched blocks, and their memory."""
@@ -312,7 +322,7 @@ class RemlProblem:
         there, and both depend on theta and the cell counts only, not on the resampled means."""
         theta = np.asarray(theta, dtype=np.float64).copy()
         fac = self._factorise(theta)
-        fac.inverse_parts = self._inverse_parts(fac)
+        fac.inverse_parts = self._inverse_parts(fac, leverages=self.cell_term is not None)
         self._pinned = (theta, fac)
 
     def _factor_at(self, theta: np.ndarray) -> _Factor:
@@ -321,9 +331,11 @@ class RemlProblem:
             return pinned[1]
         return self._factorise(theta)
 
-    def _inverse_parts_of(self, fac: _Factor) -> tuple[np.ndarray, np.ndarray]:
+    def _inverse_parts_of(self, fac: _Factor) -> tuple[np.ndarray, np.ndarray | None]:
+        """The gradient's inverse parts, computed once per factorisation; the cell leverages only when
+        there is a cell term (the only part of the gradient that reads them)."""
         if fac.inverse_parts is None:
-            fac.inverse_parts = self._inverse_parts(fac)
+            fac.inverse_parts = self._inverse_parts(fac, leverages=self.cell_term is not None)
         return fac.inverse_parts
 
     def _factorise(self, theta: np.ndarray) -> _Factor:
@@ -350,8 +362,11 @@ class RemlProblem:
             fac.s_lb = s_l.reshape(nb, 1)
             fac.a_ll = s_l**2 * np.bincount(self.ll_idx, weights=w[self.ll_cell], minlength=nb) + 1.0
             fac.linv_vec = 1.0 / np.sqrt(fac.a_ll)
+            if self.nz_row is None:
+                self._sparse_pattern()
             data = w[self.lg_cell] * self.lg_val * s_l[self.lg_row] * s_g[self.lg_col]
-            fac.a_lg_sp = sp.csr_matrix((data, (self.lg_row, self.lg_col)), shape=(nb, g))
+            nz = np.bincount(self.lg_nz, weights=data, minlength=self.nz_row.size)  # in the fixed CSR pattern
+            fac.a_lg_sp = sp.csr_matrix((nz, self.nz_col, self.nz_indptr), shape=(nb, g))
             fac.f_sp = sp.diags(fac.linv_vec) @ fac.a_lg_sp
             s_mat = a_gg - (fac.f_sp.T @ fac.f_sp).toarray()
             fac.logdet += float(np.sum(np.log(fac.a_ll)))
@@ -424,23 +439,27 @@ class RemlProblem:
             np.add.at(u_sq, self.owner_l[valid], x_l.ravel()[valid] ** 2)
         return u_sq
 
-    def _inverse_parts(self, fac: _Factor) -> tuple[np.ndarray, np.ndarray]:
+    def _inverse_parts(self, fac: _Factor, leverages: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """Per term, the trace of its diagonal block of A^-1; per cell, the leverage m_c' A^-1 m_c (m_c the
-        cell's row of [Z Lambda, X], the cell term left out)."""
+        cell's row of [Z Lambda, X], the cell term left out), or None without ``leverages``."""
         nb, g, m, gr = self.nb, self.g, self.m, self.gr
         sigma_inv = _inverse_from_cholesky(fac.chol_s)
         tr_inv = np.zeros(self.n_terms)
         np.add.at(tr_inv, self.owner_g[:gr], np.diagonal(sigma_inv)[:gr])
         s_g = fac.s_g
-        lev = np.bincount(self.gg_cell, weights=(np.outer(s_g, s_g) * sigma_inv).ravel()[self.gg_idx]
-                          * self.gg_val, minlength=m)
+        lev = None
+        if leverages:
+            lev = np.bincount(self.gg_cell, weights=(np.outer(s_g, s_g) * sigma_inv).ravel()[self.gg_idx]
+                              * self.gg_val, minlength=m)
         if nb:
             if fac.sparse:
                 from scipy import sparse as sp
 
-                h_sp = sp.diags(1.0 / fac.a_ll) @ fac.a_lg_sp  # A_LL^-1 A_LG
-                hs = np.asarray(h_sp @ sigma_inv).reshape(nb, 1, g)
-                inv_diag = 1.0 / fac.a_ll + np.asarray(h_sp.multiply(hs[:, 0, :]).sum(axis=1)).ravel()
+                h_nz = fac.a_lg_sp.data / fac.a_ll[self.nz_row]  # A_LL^-1 A_LG at its non-zeros
+                h_sp = sp.csr_matrix((h_nz, self.nz_col, self.nz_indptr), shape=(nb, g))
+                # A_LL^-1 A_LG S^-1 is needed only at A_LG's own non-zeros (traces and leverages)
+                hs_nz = np.asarray(h_sp @ sigma_inv)[self.nz_row, self.nz_col]
+                inv_diag = 1.0 / fac.a_ll + np.bincount(self.nz_row, weights=h_nz * hs_nz, minlength=nb)
                 inv_ll = inv_diag.reshape(nb, 1, 1)
             else:
                 h = fac.linv_t @ fac.f_blocks  # A_LL^-1 A_LG
@@ -449,11 +468,16 @@ class RemlProblem:
             valid = self.owner_l >= 0
             diag_ll = np.diagonal(inv_ll, axis1=1, axis2=2).ravel()
             np.add.at(tr_inv, self.owner_l[valid], diag_ll[valid])
+            if lev is None:
+                return tr_inv, lev
             s_lb = fac.s_lb
             lev += np.bincount(self.ll_cell, weights=(inv_ll * (s_lb[:, :, None] * s_lb[:, None, :])).ravel()
                                [self.ll_idx], minlength=m)
-            lev -= 2.0 * np.bincount(self.lg_cell, weights=(hs * (s_lb[:, :, None] * s_g[None, None, :]))
-                                     .ravel()[self.lg_idx] * self.lg_val, minlength=m)
+            if fac.sparse:
+                hs_lg = hs_nz[self.lg_nz] * s_lb[self.lg_row, 0] * s_g[self.lg_col]
+            else:
+                hs_lg = (hs * (s_lb[:, :, None] * s_g[None, None, :])).ravel()[self.lg_idx]
+            lev -= 2.0 * np.bincount(self.lg_cell, weights=hs_lg * self.lg_val, minlength=m)
         return tr_inv, lev
 
     def logdet_derivatives(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
