@@ -131,7 +131,7 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot
     covered = (pairs["low"].to_numpy() <= true_diff) & (true_diff <= pairs["high"].to_numpy())
     return {"outcome": result.outcome, "met_at_truth": at_truth <= target.value, "covered": covered.mean(),
             "spend": spend, "items": len(design.items), "judges": len(design.judges),
-            "level": levels[-1] if len(levels) > 1 else None}
+            "level": min(levels) if levels else None}
 
 
 def oracle(components, sigma2_s, target: Target, pools: Pools) -> tuple[float, str]:
@@ -173,7 +173,7 @@ def main() -> None:
               f"{np.median([r['judges'] for r in runs]):.0f} judge(s)")
         lv = pd.Series([r["level"] for r in runs if r["level"] is not None]).value_counts().sort_index(ascending=False)
         levels = ", ".join(f"{k:.0%}: {v} runs" for k, v in lv.items()) or "none"
-        print(f"  level of the last plan after the step at the estimates (50%: the estimates): {levels}")
+        print(f"  lowest level a stage was planned at (50%: at the estimates): {levels}")
         print(f"  target met at the true components: {100 * met:.1f}% of runs (target >= 90%: "
               f"{'met' if met >= 0.9 else 'NOT met'})")
         print(f"  coverage of the final 95% pair intervals: {100 * cover:.1f}% (MC SE >= {100 * mc_se:.1f}; "
