@@ -123,7 +123,7 @@ def laplace_at(frame: pd.DataFrame, formula: str, components: dict[str, float]) 
     terms, levels, sizes, cell_term, _ = random_structure(cells, model, [])
     x, _, _ = fixed_matrix(cells, model)
     problem = RemlProblem(cells.n_obs, cells.count, cells.mean, 0.0, x, levels, sizes, cell_term,
-                          grouping_candidates(cells, terms))
+                          grouping_candidates(cells, terms), diagonal=False)
     theta = np.array([np.sqrt(max(components[t.name], 0.0)) for t in terms])
     return _Laplace(problem, cells.count, cells.mean).deviance(theta)
 

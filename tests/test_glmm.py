@@ -81,8 +81,9 @@ def test_laplace_gradient_is_exact(formula):
 
     def laplace():
         args = (cells.n_obs, cells.count, cells.mean, 0.0)
-        return _Laplace(RemlProblem(*args, x, levels, sizes, cell_term, groups), cells.count, cells.mean,
-                        RemlProblem(*args, np.zeros((cells.n_cells, 0)), levels, sizes, cell_term, groups))
+        return _Laplace(RemlProblem(*args, x, levels, sizes, cell_term, groups, diagonal=False), cells.count,
+                        cells.mean, RemlProblem(*args, np.zeros((cells.n_cells, 0)), levels, sizes, cell_term,
+                                                groups, diagonal=False))
 
     h = 1e-5
     for theta in (np.full(len(terms), 0.5), np.linspace(0.3, 1.2, len(terms))):

@@ -111,7 +111,7 @@ class RemlProblem:
 
     def __init__(self, n_obs: int, count: np.ndarray, mean: np.ndarray, ss_within: float,
                  x: np.ndarray, levels: list[np.ndarray], sizes: list[int], cell_term: int | None,
-                 group_of: list[np.ndarray | None] | None = None):
+                 group_of: list[np.ndarray | None] | None = None, diagonal: bool = True):
         self.n_obs = n_obs
         self.count = count
         self.mean = mean
@@ -125,6 +125,9 @@ class RemlProblem:
         self.cell_term = cell_term
         self.others = [k for k in range(self.n_terms) if k != cell_term]
         self._plan(group_of)
+        self.diag = self._diagonal_term() if diagonal else None
+        if self.diag is not None:
+            self.local = [k for k in self.local if k != self.diag]
         self._index()
 
     # -- structure ------------------------------------------------------------
@@ -146,7 +149,8 @@ class RemlProblem:
         self.glob = [k for k in self.others if k not in local]
 
     def _cost(self, local: set[int], grouping: np.ndarray | None) -> float:
-        g_size = sum(self.sizes[k] for k in self.others if k not in local) + self.p
+        diag = getattr(self, "diag", None)  # eliminated before the blocks: neither local nor global
+        g_size = sum(self.sizes[k] for k in self.others if k not in local and k != diag) + self.p
         if not local:
             return g_size**3 / 3
         nb, bmax = self._block_sizes(local, grouping)
@@ -160,6 +164,30 @@ class RemlProblem:
             owner[self.levels[k]] = grouping
             per_block += np.bincount(owner, minlength=nb)
         return nb, int(per_block.max())
+
+    #: a local term with at least this many levels in some block is eliminated first (see _diagonal_term)
+    DIAGONAL_MIN_LEVELS = 8
+
+    def _diagonal_term(self) -> int | None:
+        """The local term to eliminate before the blocks, or None.
+
+        A term's own block of A is diagonal (each cell has one level of it), so the local term with the
+        most levels per block (e.g. system x item, 100 of them in each item's block of 106 effects) can be
+        eliminated first with sparse products: the blocks shrink to the other local terms (6 there) and
+        the dense coupling of the blocks to the global effects shrinks with them, from 106 x 606 to 6 x 606
+        numbers per item; that coupling is what made large unbalanced fits slow (issue 13). Only when
+        another local term remains, so that the blocks keep their structure."""
+        if len(self.local) < 2 or self.grouping is None:
+            return None
+        nb = int(self.grouping.max()) + 1
+        best, most = None, 0
+        for k in self.local:
+            owner = np.zeros(self.sizes[k], dtype=np.int64)
+            owner[self.levels[k]] = self.grouping
+            per_block = int(np.bincount(owner, minlength=nb).max())
+            if per_block > most:
+                best, most = k, per_block
+        return best if most >= self.DIAGONAL_MIN_LEVELS else None
 
     def _index(self) -> None:
         """Positions of every effect and the scatter indices of all cross-products."""
@@ -227,8 +255,11 @@ class RemlProblem:
         self.lg_row = self.lg_idx // (bm * g) if bm else self.lg_idx
         self.lg_col = self.lg_idx % g if g else self.lg_idx
         #: the sparse path pays off when blocks are scalars and the dense coupling would be large
-        self.sparse_ok = bm == 1 and self.nb * g > 200_000
+        self.sparse_ok = bm == 1 and self.nb * g > 200_000 and self.diag is None
         self.nz_row = None  # the sparse path's pattern, made on its first use (_sparse_pattern)
+        self.n0 = 0
+        if self.diag is not None:
+            self._diagonal_pattern()
         self.rl_idx = cat([b * bm + pk for _, pk in slots_l])
         self.rl_cell = cat([cells for _ in slots_l])
         self.rg_idx = cat([gi for _, gi, _ in slots_g])
@@ -242,6 +273,36 @@ class RemlProblem:
         for k in self.glob:
             self.owner_g[g_off[k]:g_off[k] + self.sizes[k]] = k
         self.g_off = g_off
+
+    def _diagonal_pattern(self) -> None:
+        """The eliminated term's coupling B to the rest (the blocks' local effects, then the global effects
+        and X: columns 0..nb*bmax-1 and nb*bmax..nb*bmax+g-1), as a fixed CSR pattern: for every cell and
+        every other slot of it, the entry (the cell's level of the term, the slot's column) and its value."""
+        m, bm, g = self.m, self.bmax, self.g
+        width_l = self.nb * bm
+        width = width_l + g
+        cells = np.arange(m)
+        self.n0 = self.sizes[self.diag]
+        self.lev0 = self.levels[self.diag]
+        self.blk0 = np.zeros(self.n0, dtype=np.int64)
+        self.blk0[self.lev0] = self.block_of_cell
+        cols = [self.block_of_cell * bm + pk for _, pk in self.slots_l]
+        cols += [width_l + gi for _, gi, _ in self.slots_g]
+        vals = [np.ones(m) for _ in self.slots_l] + [np.ones(m) if xv is None else xv for _, _, xv in self.slots_g]
+        self.t0_cell = np.tile(cells, len(cols))
+        self.t0_col = np.concatenate(cols)
+        self.t0_val = np.concatenate(vals)
+        uniq, self.t0_nz = np.unique(self.lev0[self.t0_cell].astype(np.int64) * width + self.t0_col,
+                                     return_inverse=True)
+        self.t0_row, col = uniq // width, uniq % width
+        is_l = col < width_l  # within a row the local columns come first
+        self.t0_l, self.t0_g = np.flatnonzero(is_l), np.flatnonzero(~is_l)
+        self.t0_lrow, self.t0_lpos = self.t0_row[self.t0_l], col[self.t0_l] % max(bm, 1)
+        self.t0_lcol = col[self.t0_l]
+        self.t0_grow, self.t0_gcol = self.t0_row[self.t0_g], col[self.t0_g] - width_l
+        self.t0_lptr = np.searchsorted(self.t0_lrow, np.arange(self.n0 + 1))
+        self.t0_gptr = np.searchsorted(self.t0_grow, np.arange(self.n0 + 1))
+        self.t0_pairs = None  # pairs of global entries within a row, made on first use (_row_pairs)
 
     def _sparse_pattern(self) -> None:
         """The fixed non-zero pattern of the scalar blocks' coupling A_LG (CSR, rows sorted) and each
@@ -260,6 +321,11 @@ class RemlProblem:
         scatter = sum(a.size for a in (self.ll_idx, self.lg_idx, self.gg_idx, self.rl_idx, self.rg_idx))
         memory = 8 * (4 * dense_lg + 4 * nb * bm * bm + 4 * g * g) + 16 * scatter + 64 * self.m
         flops = self._cost(set(self.local), self.grouping) if self.local else g**3 / 3
+        if self.n0:  # the term eliminated first: its pattern, the pairs of its global entries, F0'F0
+            counts = np.diff(self.t0_gptr).astype(np.int64)
+            pairs = int(np.sum(counts**2))
+            memory += 8 * 6 * self.t0_row.size + 12 * pairs + 8 * 2 * nb * bm * g + 24 * self.t0_cell.size
+            flops += 40 * pairs + 2 * self.n0 * bm * bm * 4 + 20 * self.t0_row.size * bm
         return ModelSize(self.n_obs, self.m, int(sum(self.sizes)), g, nb, bm, float(flops), int(memory))
 
     def with_data(self, mean: np.ndarray, ss_within: float) -> RemlProblem:
@@ -270,13 +336,16 @@ class RemlProblem:
         return clone
 
     # -- one evaluation ---------------------------------------------------------
-    def _rhs(self, wv: np.ndarray, s_l: np.ndarray, s_g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """M' (w * v) for a cell vector: the right-hand side of a solve, split local/global."""
+    def _rhs(self, wv: np.ndarray, s_l: np.ndarray, s_g: np.ndarray,
+             s0: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """M' (w * v) for a cell vector: the right-hand side of a solve, split eliminated term (scaled by
+        ``s0``, its theta; empty without one)/local/global."""
+        r_0 = s0 * np.bincount(self.lev0, weights=wv, minlength=self.n0) if self.n0 else np.zeros(0)
         r_g = s_g * np.bincount(self.rg_idx, weights=wv[self.rg_cell] * self.rg_val, minlength=self.g)
         if not self.nb:
-            return np.zeros((0, 0)), r_g
+            return r_0, np.zeros((0, 0)), r_g
         r_l = s_l * np.bincount(self.rl_idx, weights=wv[self.rl_cell], minlength=self.nb * self.bmax)
-        return r_l.reshape(self.nb, self.bmax), r_g
+        return r_0, r_l.reshape(self.nb, self.bmax), r_g
 
     def with_weights(self, weights: np.ndarray, response: np.ndarray) -> RemlProblem:
         """The same design as a weighted penalized least-squares problem (one PIRLS step of a GLMM)."""
@@ -294,28 +363,33 @@ class RemlProblem:
         penalised least-squares solution (fitted values, |u|^2, log|L|^2) a GLMM's PIRLS step needs."""
         theta = np.asarray(theta, dtype=np.float64)
         fac = self._factor_at(theta)
-        f_l, f_g = fac.forward(*self._rhs(fac.w * self.mean, fac.s_l, fac.s_g))
+        f_0, f_l, f_g = fac.forward3(*self._rhs(fac.w * self.mean, fac.s_l, fac.s_g, self._s0(theta)))
         diag_s = np.log(np.diagonal(fac.chol_s))
         logdet = fac.logdet + 2.0 * float(np.sum(diag_s[:self.gr]))
         logdet_rx = 2.0 * float(np.sum(diag_s[self.gr:]))
-        r2 = self.ss_within + float(fac.w @ self.mean**2) - float(np.sum(f_l**2)) - float(f_g @ f_g)
+        r2 = (self.ss_within + float(fac.w @ self.mean**2) - float(np.sum(f_l**2)) - float(f_g @ f_g)
+              - float(f_0 @ f_0))
         r2 = max(r2, 1e-300)
         dfree = self.n_obs - self.p
         dev = logdet + logdet_rx + dfree * (1.0 + LOG_2PI + math.log(r2 / dfree))
-        x_l, x_g = fac.backward(f_l, f_g)
+        x_0, x_l, x_g = fac.backward3(f_0, f_l, f_g)
         out = Evaluation(dev, None, r2 / dfree, x_g[self.gr:], r2)
         lx_inv = solve_triangular(fac.chol_s[self.gr:, self.gr:], np.eye(self.p), lower=True)
         out.extra = {"beta_cov": (r2 / dfree) * (lx_inv.T @ lx_inv)}
         if pls:
-            out.extra.update(self._pls(theta, fac, x_l, x_g, logdet))
+            out.extra.update(self._pls(theta, fac, x_l, x_g, logdet, x_0))
             out.extra.update(x_l=x_l, x_g=x_g, factor=fac)
         if gradient:
-            fit = self._fitted(fac, x_l, x_g)
-            out.gradient, u_sq = self._gradient(theta, fac, x_l, x_g, fit, r2)
+            fit = self._fitted(fac, x_l, x_g, x_0)
+            out.gradient, u_sq = self._gradient(theta, fac, x_l, x_g, fit, r2, x_0)
             out.extra["u_sq"] = u_sq
             if hessian:
-                out.extra.update(self._average_information(theta, fac, x_l, x_g, fit, u_sq, r2))
+                out.extra.update(self._average_information(theta, fac, x_l, x_g, fit, u_sq, r2, x_0))
         return out
+
+    def _s0(self, theta: np.ndarray) -> float:
+        """theta of the term eliminated before the blocks (0 without one)."""
+        return float(theta[self.diag]) if self.diag is not None else 0.0
 
     def pin(self, theta: np.ndarray) -> None:
         """Keep the factorisation at ``theta`` and the traces of its inverse: every bootstrap refit starts
@@ -378,6 +452,12 @@ class RemlProblem:
             a_lg = np.bincount(self.lg_idx, weights=w[self.lg_cell] * self.lg_val,
                                minlength=nb * bm * g).reshape(nb, bm, g)
             a_lg *= fac.s_lb[:, :, None] * s_g[None, None, :]
+            if self.diag is not None:
+                fac.t0 = self._eliminate_diagonal(theta, w, s_l, s_g)
+                a_ll -= fac.t0.p_ll
+                a_lg -= fac.t0.p_lg
+                a_gg -= fac.t0.p_gg
+                fac.logdet += float(np.sum(np.log(fac.t0.d)))
             chol_l = np.linalg.cholesky(a_ll)
             fac.linv = np.linalg.inv(chol_l)  # lower triangular
             fac.linv_t = np.swapaxes(fac.linv, 1, 2)
@@ -394,17 +474,41 @@ class RemlProblem:
                               "remove fixed terms whose levels never occur.") from None
         return fac
 
-    def _fitted(self, fac: _Factor, x_l: np.ndarray, x_g: np.ndarray) -> np.ndarray:
+    def _eliminate_diagonal(self, theta, w, s_l, s_g) -> _Diagonal:
+        """D (the eliminated term's diagonal of A), F0 = D^-1/2 B in its local and global columns, and the
+        products F0'F0 that its elimination takes from the rest of A (the local-local part within blocks)."""
+        from scipy import sparse as sp
+
+        nb, bm, g, n0 = self.nb, self.bmax, self.g, self.n0
+        s0 = float(theta[self.diag])
+        d = s0**2 * np.bincount(self.lev0, weights=w, minlength=n0) + 1.0
+        s_rest = np.concatenate([s_l, s_g])
+        b = s0 * np.bincount(self.t0_nz, weights=w[self.t0_cell] * self.t0_val * s_rest[self.t0_col],
+                             minlength=self.t0_row.size)
+        f = b / np.sqrt(d)[self.t0_row]
+        f_l = sp.csr_matrix((f[self.t0_l], self.t0_lcol, self.t0_lptr), shape=(n0, nb * bm))
+        f_g = sp.csr_matrix((f[self.t0_g], self.t0_gcol, self.t0_gptr), shape=(n0, g))
+        ll = (f_l.T @ f_l).tocoo()  # within blocks only: the term is nested in the grouping
+        p_ll = np.bincount((ll.row // bm) * bm * bm + (ll.row % bm) * bm + ll.col % bm, weights=ll.data,
+                           minlength=nb * bm * bm).reshape(nb, bm, bm)
+        p_lg = (f_l.T @ f_g).toarray().reshape(nb, bm, g)
+        p_gg = (f_g.T @ f_g).toarray()
+        return _Diagonal(s0=s0, d=d, sqrt_d=np.sqrt(d), f=f, f_l=f_l, f_g=f_g, p_ll=p_ll, p_lg=p_lg, p_gg=p_gg)
+
+    def _fitted(self, fac: _Factor, x_l: np.ndarray, x_g: np.ndarray, x_0: np.ndarray | None = None) -> np.ndarray:
         """M Lambda u + X beta at each cell (the cell term left out)."""
         fit = np.bincount(self.rg_cell, weights=(fac.s_g * x_g)[self.rg_idx] * self.rg_val, minlength=self.m)
         if self.nb:
             fit += np.bincount(self.rl_cell, weights=(fac.s_l * x_l.ravel())[self.rl_idx], minlength=self.m)
+        if self.n0:
+            fit += fac.t0.s0 * x_0[self.lev0]
         return fit
 
-    def _pls(self, theta, fac: _Factor, x_l, x_g, logdet: float) -> dict:
+    def _pls(self, theta, fac: _Factor, x_l, x_g, logdet: float, x_0=None) -> dict:
         """The penalised least-squares solution: fitted values (cell term included), |u|^2, log|L|^2."""
-        fit = self._fitted(fac, x_l, x_g)
+        fit = self._fitted(fac, x_l, x_g, x_0)
         penalty = float(x_g[:self.gr] @ x_g[:self.gr]) + (float(np.sum(x_l**2)) if self.nb else 0.0)
+        penalty += float(x_0 @ x_0) if self.n0 else 0.0
         if self.cell_term is not None:
             v = theta[self.cell_term] * self.count * (self.mean - fit) / fac.dc
             fit = fit + theta[self.cell_term] * v
@@ -412,10 +516,10 @@ class RemlProblem:
             return {"fitted": fit, "penalty": penalty, "logdet": logdet, "u_cell": v}
         return {"fitted": fit, "penalty": penalty, "logdet": logdet}
 
-    def _gradient(self, theta, fac: _Factor, x_l, x_g, fit, r2: float) -> tuple[np.ndarray, np.ndarray]:
+    def _gradient(self, theta, fac: _Factor, x_l, x_g, fit, r2: float, x_0=None) -> tuple[np.ndarray, np.ndarray]:
         """The exact gradient of the profiled deviance in theta, and |u_k|^2 per term."""
         dfree = self.n_obs - self.p
-        u_sq = self._u_squared(x_l, x_g)
+        u_sq = self._u_squared(x_l, x_g, x_0)
         tr_inv, lev = self._inverse_parts_of(fac)
         grad = np.zeros(self.n_terms)
         for k in self.others:
@@ -430,9 +534,11 @@ class RemlProblem:
             u_sq[k] = theta[k] ** 2 * term2
         return grad, u_sq
 
-    def _u_squared(self, x_l, x_g) -> np.ndarray:
+    def _u_squared(self, x_l, x_g, x_0=None) -> np.ndarray:
         """|u_k|^2 of each term but the cell term (spherical random effects of the solution)."""
         u_sq = np.zeros(self.n_terms)
+        if self.n0:
+            u_sq[self.diag] = float(x_0 @ x_0)
         np.add.at(u_sq, self.owner_g[:self.gr], x_g[:self.gr] ** 2)
         if self.nb:
             valid = self.owner_l >= 0
@@ -468,6 +574,9 @@ class RemlProblem:
             valid = self.owner_l >= 0
             diag_ll = np.diagonal(inv_ll, axis1=1, axis2=2).ravel()
             np.add.at(tr_inv, self.owner_l[valid], diag_ll[valid])
+            if self.n0:  # the term eliminated first: (A^-1)_ee = (1 + f_e' S^-1 f_e) / D_e
+                z0, q0 = self._diagonal_inverse(fac, inv_ll, hs, sigma_inv)
+                tr_inv[self.diag] = float(np.sum((1.0 + q0) / fac.t0.d))
             if lev is None:
                 return tr_inv, lev
             s_lb = fac.s_lb
@@ -478,7 +587,41 @@ class RemlProblem:
             else:
                 hs_lg = (hs * (s_lb[:, :, None] * s_g[None, None, :])).ravel()[self.lg_idx]
             lev -= 2.0 * np.bincount(self.lg_cell, weights=hs_lg * self.lg_val, minlength=m)
+            if self.n0:
+                lev += self._diagonal_leverage(fac, z0, q0)
         return tr_inv, lev
+
+    def _diagonal_inverse(self, fac: _Factor, inv_ll, hs, sigma_inv) -> tuple[np.ndarray, np.ndarray]:
+        """For the term eliminated first: z = S^-1 f_e at each entry of its pattern (S the rest of A after
+        the elimination, f_e the row of F0), and q_e = f_e' S^-1 f_e. S^-1 is known in the blocks' terms:
+        inv_ll within a block, -hs between a block and the global effects, sigma_inv among the globals, and
+        f_e lies within one block and the global effects (the term is nested in the grouping)."""
+        bm, n0, f = self.bmax, self.n0, fac.t0.f
+        blk = self.blk0
+        fl = np.zeros((n0, bm))
+        fl[self.t0_lrow, self.t0_lpos] = f[self.t0_l]
+        ge, gc, gf = self.t0_grow, self.t0_gcol, f[self.t0_g]
+        hs_g = hs[blk[ge], :, gc]  # (global entries, bm)
+        z_l = np.einsum("epq,eq->ep", inv_ll[blk], fl)
+        for p in range(bm):
+            z_l[:, p] -= np.bincount(ge, weights=gf * hs_g[:, p], minlength=n0)
+        if self.t0_pairs is None:
+            self.t0_pairs = _row_pairs(self.t0_gptr, gc, self.g)
+        z_g = _pairs_product(self.t0_pairs, gf, sigma_inv) - np.einsum("np,np->n", hs_g, fl[ge])
+        z = np.empty(f.size)
+        z[self.t0_l] = z_l[self.t0_lrow, self.t0_lpos]
+        z[self.t0_g] = z_g
+        return z, np.bincount(self.t0_row, weights=f * z, minlength=n0)
+
+    def _diagonal_leverage(self, fac: _Factor, z: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The eliminated term's share of each cell's leverage: s0^2 (A^-1)_ee + 2 s0 (A^-1)_e,rest m_c,
+        with (A^-1)_e,rest = -D_e^-1/2 f_e' S^-1 (the rest's share, m_c' S^-1 m_c, the blocks give)."""
+        t = fac.t0
+        s_rest = np.concatenate([fac.s_l, fac.s_g])
+        cross = np.bincount(self.t0_cell, weights=self.t0_val * s_rest[self.t0_col] * z[self.t0_nz],
+                            minlength=self.m)
+        e = self.lev0
+        return t.s0**2 * (1.0 + q[e]) / t.d[e] - 2.0 * t.s0 * cross / t.sqrt_d[e]
 
     def logdet_derivatives(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For a problem without fixed effects (p = 0) and weights W (``count``): the derivatives of
@@ -505,7 +648,7 @@ class RemlProblem:
         """A^-1 r for a right-hand side in the (local, global) layout."""
         return fac.backward(*fac.forward(r_l, r_g))
 
-    def _average_information(self, theta, fac: _Factor, x_l, x_g, fit, u_sq, r2: float) -> dict:
+    def _average_information(self, theta, fac: _Factor, x_l, x_g, fit, u_sq, r2: float, x_0=None) -> dict:
         """The average-information Hessian in theta and the information matrix of the variances."""
         # v_k: the cell-level vector Z_k u_k; Q_kl = v_k' P v_l = v_k'W v_l - (M'W v_k)' A^-1 (M'W v_l).
         m, dfree = self.m, self.n_obs - self.p
@@ -516,14 +659,17 @@ class RemlProblem:
             vecs[k] = x_g[self.g_off[k] + self.levels[k]]
         for k, pk in self.slots_l:
             vecs[k] = xl_flat[self.block_of_cell * self.bmax + pk]
+        if self.n0:
+            vecs[self.diag] = x_0[self.lev0]
         if self.cell_term is not None:
             vecs[self.cell_term] = theta[self.cell_term] * self.count * resid / fac.dc
         # the residual's vector: cell means of the conditional residuals
         vecs = np.vstack([vecs, resid / fac.dc])
         halves = []
+        s0 = self._s0(theta)
         for k in range(self.n_terms + 1):
-            fl, fg = fac.forward(*self._rhs(fac.w * vecs[k], fac.s_l, fac.s_g))
-            halves.append(np.concatenate([fl.ravel(), fg]))
+            f0, fl, fg = fac.forward3(*self._rhs(fac.w * vecs[k], fac.s_l, fac.s_g, s0))
+            halves.append(np.concatenate([f0, fl.ravel(), fg]))
         halves = np.array(halves)
         quad_all = (vecs * fac.w) @ vecs.T - halves @ halves.T
         quad_all[-1, -1] += self.ss_within
@@ -563,6 +709,22 @@ class _Factor:
     f_flat: np.ndarray | None = None
     chol_s: np.ndarray | None = None
     inverse_parts: tuple[np.ndarray, np.ndarray] | None = None  # (traces, leverages), once computed
+    t0: _Diagonal | None = None  # the term eliminated before the blocks, if any
+
+    def forward3(self, r0, rl, rg):
+        """Half solve with the eliminated term first: (f0, fl, fg)."""
+        if self.t0 is None:
+            return np.zeros(0), *self.forward(rl, rg)
+        f0 = r0 / self.t0.sqrt_d
+        rl = rl - (self.t0.f_l.T @ f0).reshape(rl.shape)
+        return f0, *self.forward(rl, rg - self.t0.f_g.T @ f0)
+
+    def backward3(self, f0, fl, fg):
+        """The other half solve: (x0, xl, xg) = A^-1 rhs."""
+        xl, xg = self.backward(fl, fg)
+        if self.t0 is None:
+            return np.zeros(0), xl, xg
+        return (f0 - self.t0.f_l @ xl.ravel() - self.t0.f_g @ xg) / self.t0.sqrt_d, xl, xg
 
     def forward(self, rl, rg):
         """Half solve: L^-1 rhs, for quadratic forms rhs' A^-1 rhs."""
@@ -581,6 +743,43 @@ class _Factor:
             return self.linv_vec[:, None] * (fl - (self.f_sp @ xg)[:, None]), xg
         xl = (self.linv_t @ (fl - self.f_blocks @ xg)[:, :, None])[:, :, 0] if self.nb else np.zeros((0, 0))
         return xl, xg
+
+
+@dataclass
+class _Diagonal:
+    """The term eliminated before the blocks at one theta: A's diagonal for it (d), F0 = D^-1/2 B (its
+    values in the CSR pattern, and as local and global matrices), and F0'F0 by part."""
+
+    s0: float
+    d: np.ndarray
+    sqrt_d: np.ndarray
+    f: np.ndarray
+    f_l: object
+    f_g: object
+    p_ll: np.ndarray
+    p_lg: np.ndarray
+    p_gg: np.ndarray
+
+
+def _row_pairs(ptr: np.ndarray, cols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For a CSR pattern (ptr, cols) of a matrix with n columns: every pair (a, b) of entries in one row,
+    as (a, b, cols[a] * n + cols[b]); int32 where they fit (the pattern is fixed: made once per problem)."""
+    counts = np.diff(ptr).astype(np.int64)
+    pairs = counts**2
+    first = np.repeat(ptr[:-1].astype(np.int64), pairs)
+    width = np.maximum(np.repeat(counts, pairs), 1)
+    k = np.arange(int(pairs.sum()), dtype=np.int64) - np.repeat(np.cumsum(pairs) - pairs, pairs)
+    a, b = first + k // width, first + k % width
+    flat = cols[a].astype(np.int64) * n + cols[b]
+    small = np.int32 if max(int(cols.size), n * n) < 2**31 else np.int64
+    return a.astype(small), b.astype(small), flat.astype(small)
+
+
+def _pairs_product(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], vals: np.ndarray, mat: np.ndarray) -> np.ndarray:
+    """At each entry (r, a) of a sparse matrix, the sum over the entries (r, b) of its row of
+    mat[a, b] * vals_b (``pairs`` from :func:`_row_pairs`)."""
+    a, b, flat = pairs
+    return np.bincount(a, weights=np.take(mat.ravel(), flat) * vals[b], minlength=vals.size)
 
 
 def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:

@@ -93,10 +93,11 @@ def fit_glmm_logit(data, model: MixedModel) -> VarianceComponents:
     x, x_names, dropped = fixed_matrix(cells, model)
     if dropped:
         notes.append(f"fixed-effect columns not estimable were dropped: {', '.join(dropped)}.")
+    # block-arrow, as the REML path, without eliminating a term first (the Laplace gradient reads the blocks)
     problem = RemlProblem(cells.n_obs, cells.count, cells.mean, 0.0, x, levels, sizes, cell_term,
-                          grouping_candidates(cells, terms))  # block-arrow, as the REML path
+                          grouping_candidates(cells, terms), diagonal=False)
     problem_u = RemlProblem(cells.n_obs, cells.count, cells.mean, 0.0, np.zeros((cells.n_cells, 0)), levels, sizes,
-                            cell_term, grouping_candidates(cells, terms))
+                            cell_term, grouping_candidates(cells, terms), diagonal=False)
     laplace = _Laplace(problem, cells.count, cells.mean, problem_u)
     theta = np.full(problem.n_terms, 0.5)
     # BLAS threads only where the dense part is large enough to use them (idle threads spinning between
@@ -144,6 +145,8 @@ class _Laplace:
 
     def __init__(self, problem: RemlProblem, trials: np.ndarray, proportion: np.ndarray,
                  problem_u: RemlProblem | None = None):
+        if any(getattr(q, "diag", None) is not None for q in (problem, problem_u)):
+            raise ValueError("the Laplace gradient reads the blocks directly: build its problems with diagonal=False")
         self.problem = problem
         self.problem_u = problem_u  # the same random terms without fixed effects: log|A| and its derivatives
         self.n = trials
@@ -225,7 +228,7 @@ class _Laplace:
         rhs_c = -th_c * weights * t_k
         if k == ct:
             rhs_c = rhs_c + t_k / theta[k]
-        r_l, r_g = prob._rhs(weights * t_k + th_c * weights * rhs_c / dc, fac.s_l, fac.s_g)
+        _, r_l, r_g = prob._rhs(weights * t_k + th_c * weights * rhs_c / dc, fac.s_l, fac.s_g)
         r_l, r_g = -r_l, -r_g
         if k != ct:
             own_g = prob.owner_g == k
