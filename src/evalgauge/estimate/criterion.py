@@ -761,25 +761,44 @@ class _Diagonal:
     p_gg: np.ndarray
 
 
-def _row_pairs(ptr: np.ndarray, cols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _row_pairs(ptr: np.ndarray, cols: np.ndarray, n: int,
+               chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For a CSR pattern (ptr, cols) of a matrix with n columns: every pair (a, b) of entries in one row,
-    as (a, b, cols[a] * n + cols[b]); int32 where they fit (the pattern is fixed: made once per problem)."""
+    as (a, b, cols[a] * n + cols[b]); int32 where they fit. Made once per problem, in chunks of rows so
+    that the 64-bit temporaries stay small."""
     counts = np.diff(ptr).astype(np.int64)
     pairs = counts**2
-    first = np.repeat(ptr[:-1].astype(np.int64), pairs)
-    width = np.maximum(np.repeat(counts, pairs), 1)
-    k = np.arange(int(pairs.sum()), dtype=np.int64) - np.repeat(np.cumsum(pairs) - pairs, pairs)
-    a, b = first + k // width, first + k % width
-    flat = cols[a].astype(np.int64) * n + cols[b]
+    total = int(pairs.sum())
     small = np.int32 if max(int(cols.size), n * n) < 2**31 else np.int64
-    return a.astype(small), b.astype(small), flat.astype(small)
+    a_out, b_out, flat_out = (np.empty(total, dtype=small) for _ in range(3))
+    cum = np.cumsum(pairs)
+    start, at = 0, 0
+    while start < counts.size:
+        done = int(cum[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(cum, done + chunk, side="right")), start + 1)
+        p = pairs[start:stop]
+        first = np.repeat(ptr[start:stop].astype(np.int64), p)
+        width = np.maximum(np.repeat(counts[start:stop], p), 1)
+        k = np.arange(int(p.sum()), dtype=np.int64) - np.repeat(np.cumsum(p) - p, p)
+        a, b = first + k // width, first + k % width
+        end = at + a.size
+        a_out[at:end], b_out[at:end] = a, b
+        flat_out[at:end] = cols[a].astype(np.int64) * n + cols[b]
+        start, at = stop, end
+    return a_out, b_out, flat_out
 
 
-def _pairs_product(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], vals: np.ndarray, mat: np.ndarray) -> np.ndarray:
+def _pairs_product(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], vals: np.ndarray, mat: np.ndarray,
+                   chunk: int = 1 << 21) -> np.ndarray:
     """At each entry (r, a) of a sparse matrix, the sum over the entries (r, b) of its row of
     mat[a, b] * vals_b (``pairs`` from :func:`_row_pairs`)."""
     a, b, flat = pairs
-    return np.bincount(a, weights=np.take(mat.ravel(), flat) * vals[b], minlength=vals.size)
+    out = np.zeros(vals.size)
+    values = mat.ravel()
+    for lo in range(0, a.size, chunk):  # chunks: the gathered temporaries stay small
+        hi = lo + chunk
+        out += np.bincount(a[lo:hi], weights=np.take(values, flat[lo:hi]) * vals[b[lo:hi]], minlength=vals.size)
+    return out
 
 
 def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
