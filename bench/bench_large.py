@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 FIT = """
@@ -35,14 +36,18 @@ print(json.dumps({"seconds": time.perf_counter() - t, "method": vc.method, "size
 
 
 def fit(path: Path) -> tuple[dict, float]:
+    """The fit's own seconds, the process's wall seconds (start, imports, reading the file, fit) and its
+    peak resident memory in MiB."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", FIT, str(path)], stdout=out, stderr=err, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
         if status:
             raise SystemExit(err.read().strip().splitlines()[-1])
-        return json.loads(out.read().strip().splitlines()[-1]), usage.ru_maxrss / 1024
+        return {**json.loads(out.read().strip().splitlines()[-1]), "wall": wall}, usage.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -67,10 +72,12 @@ def main() -> None:
             ok = t_ratio <= 5 and m_ratio <= 2
             met &= ok
             print(f"\n{rows:,} rows (100 x {items:,} x 5 x 2):")
-            print(f"  balanced  {b['method']:5s} {b['seconds']:8.1f} s  peak {b_mem:7.0f} MiB")
-            print(f"  1% gone   {r['method']:5s} {r['seconds']:8.1f} s  peak {r_mem:7.0f} MiB   {r['size']}")
-            print(f"  target: within 5x the time ({t_ratio:.1f}x) and 2x the memory ({m_ratio:.1f}x): "
-                  f"{'met' if ok else 'NOT met'}")
+            print(f"  balanced  {b['method']:5s} fit {b['seconds']:7.1f} s, process {b['wall']:6.1f} s, "
+                  f"peak {b_mem:6.0f} MiB")
+            print(f"  1% gone   {r['method']:5s} fit {r['seconds']:7.1f} s, process {r['wall']:6.1f} s, "
+                  f"peak {r_mem:6.0f} MiB   {r['size']}")
+            print(f"  target: within 5x the time (fit {t_ratio:.1f}x; whole process "
+                  f"{r['wall'] / b['wall']:.1f}x) and 2x the memory ({m_ratio:.1f}x): {'met' if ok else 'NOT met'}")
     print(f"\nLarge-design targets: {'met' if met else 'not met'}")
 
 

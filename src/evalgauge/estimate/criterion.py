@@ -148,8 +148,8 @@ class RemlProblem:
         self.local = [k for k in self.others if k in local]
         self.glob = [k for k in self.others if k not in local]
 
-    def _cost(self, local: set[int], grouping: np.ndarray | None) -> float:
-        diag = getattr(self, "diag", None)  # eliminated before the blocks: neither local nor global
+    def _cost(self, local: set[int], grouping: np.ndarray | None, diag: int | None = None) -> float:
+        """Flops of one evaluation with these local terms (``diag``: eliminated first, in neither part)."""
         g_size = sum(self.sizes[k] for k in self.others if k not in local and k != diag) + self.p
         if not local:
             return g_size**3 / 3
@@ -167,6 +167,8 @@ class RemlProblem:
 
     #: a local term with at least this many levels in some block is eliminated first (see _diagonal_term)
     DIAGONAL_MIN_LEVELS = 8
+    #: flops of dense BLAS work one gathered pair of the elimination costs as much time as (numpy, 2 cores)
+    PAIR_FLOPS = 100.0
 
     def _diagonal_term(self) -> int | None:
         """The local term to eliminate before the blocks, or None.
@@ -187,7 +189,17 @@ class RemlProblem:
             per_block = int(np.bincount(owner, minlength=nb).max())
             if per_block > most:
                 best, most = k, per_block
-        return best if most >= self.DIAGONAL_MIN_LEVELS else None
+        if most < self.DIAGONAL_MIN_LEVELS:
+            return None
+        # Only when cheaper: the elimination's gathers (every pair of a level's global entries, each worth
+        # about a hundred flops of dense BLAS work) against the dense blocks it saves. With many global
+        # terms (a many-facet model) the pairs outgrow the blocks.
+        cells_per_level = np.bincount(self.levels[best], minlength=self.sizes[best]).astype(np.float64)
+        n_global = len([k for k in self.others if k not in self.local]) + self.p
+        pairs = float(np.sum((cells_per_level * n_global) ** 2))
+        rest = set(self.local) - {best}
+        with_diag = self._cost(rest, self.grouping, diag=best) + self.PAIR_FLOPS * pairs
+        return best if with_diag < self._cost(set(self.local), self.grouping) else None
 
     def _index(self) -> None:
         """Positions of every effect and the scatter indices of all cross-products."""
@@ -320,7 +332,7 @@ class RemlProblem:
         dense_lg = 0 if sparse else nb * bm * g  # A_LG, L^-1 A_LG, A_LL^-1 A_LG and its product with S^-1
         scatter = sum(a.size for a in (self.ll_idx, self.lg_idx, self.gg_idx, self.rl_idx, self.rg_idx))
         memory = 8 * (4 * dense_lg + 4 * nb * bm * bm + 4 * g * g) + 16 * scatter + 64 * self.m
-        flops = self._cost(set(self.local), self.grouping) if self.local else g**3 / 3
+        flops = self._cost(set(self.local), self.grouping, self.diag) if self.local else g**3 / 3
         if self.n0:  # the term eliminated first: its pattern, the pairs of its global entries, F0'F0
             counts = np.diff(self.t0_gptr).astype(np.int64)
             pairs = int(np.sum(counts**2))
@@ -602,7 +614,16 @@ class RemlProblem:
         fl[self.t0_lrow, self.t0_lpos] = f[self.t0_l]
         ge, gc, gf = self.t0_grow, self.t0_gcol, f[self.t0_g]
         hs_g = hs[blk[ge], :, gc]  # (global entries, bm)
-        z_l = np.einsum("epq,eq->ep", inv_ll[blk], fl)
+        if n0 * bm * bm <= 4_000_000:
+            z_l = np.einsum("epq,eq->ep", inv_ll[blk], fl)
+        else:  # large blocks: one product per block, not a copy of its inverse for every level
+            z_l = np.empty_like(fl)
+            order = np.argsort(blk, kind="stable")
+            bounds = np.searchsorted(blk[order], np.arange(self.nb + 1))
+            for b in range(self.nb):
+                rows = order[bounds[b]:bounds[b + 1]]
+                if rows.size:
+                    z_l[rows] = fl[rows] @ inv_ll[b].T
         for p in range(bm):
             z_l[:, p] -= np.bincount(ge, weights=gf * hs_g[:, p], minlength=n0)
         if self.t0_pairs is None:
