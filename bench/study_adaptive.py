@@ -176,6 +176,10 @@ def main() -> None:
         print(f"  lowest level a stage was planned at (50%: at the estimates): {levels}")
         print(f"  target met at the true components: {100 * met:.1f}% of runs (target >= 90%: "
               f"{'met' if met >= 0.9 else 'NOT met'})")
+        said = [r for r in runs if r["outcome"] == "met"]
+        if said:
+            print(f"  of the {len(said)} runs that said 'met', the target holds at the true components in "
+                  f"{100 * np.mean([r['met_at_truth'] for r in said]):.1f}%")
         print(f"  coverage of the final 95% pair intervals: {100 * cover:.1f}% (MC SE >= {100 * mc_se:.1f}; "
               f"target 94-96%: {'met' if 0.94 <= cover <= 0.96 else 'NOT met'})")
         print(f"  median spend ${spend:.4f} against ${cost:.4f} for the cheapest design knowing the truth ({best}): "
