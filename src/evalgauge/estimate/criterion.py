@@ -330,13 +330,19 @@ class RemlProblem:
         g, nb, bm = self.g, self.nb, self.bmax
         sparse = nb and bm == 1 and self.sparse_ok
         dense_lg = 0 if sparse else nb * bm * g  # A_LG, L^-1 A_LG, A_LL^-1 A_LG and its product with S^-1
-        scatter = sum(a.size for a in (self.ll_idx, self.lg_idx, self.gg_idx, self.rl_idx, self.rg_idx))
-        memory = 8 * (4 * dense_lg + 4 * nb * bm * bm + 4 * g * g) + 16 * scatter + 64 * self.m
+        # the scatter indices kept for every evaluation (8-byte index, cell and value arrays; the coupling's
+        # also its row and column), and while one is in use its weights and a copy (2 x 8 bytes)
+        per_entry = {"ll": 16, "lg": 40, "gg": 24, "rl": 16, "rg": 24}
+        sizes = {"ll": self.ll_idx.size, "lg": self.lg_idx.size, "gg": self.gg_idx.size, "rl": self.rl_idx.size,
+                 "rg": self.rg_idx.size}
+        scatter = sum(per_entry[k] * n for k, n in sizes.items()) + 16 * max(sizes.values())
+        memory = 8 * (4 * dense_lg + 4 * nb * bm * bm + 4 * g * g) + scatter + 64 * self.m
         flops = self._cost(set(self.local), self.grouping, self.diag) if self.local else g**3 / 3
         if self.n0:  # the term eliminated first: its pattern, the pairs of its global entries, F0'F0
             counts = np.diff(self.t0_gptr).astype(np.int64)
             pairs = int(np.sum(counts**2))
-            memory += 8 * 6 * self.t0_row.size + 12 * pairs + 8 * 2 * nb * bm * g + 24 * self.t0_cell.size
+            memory += (48 * self.t0_row.size + 12 * pairs + 16 * nb * bm * g + 32 * self.t0_cell.size
+                       + 8 * 3 * min(pairs, 1 << 21))
             flops += 40 * pairs + 2 * self.n0 * bm * bm * 4 + 20 * self.t0_row.size * bm
         return ModelSize(self.n_obs, self.m, int(sum(self.sizes)), g, nb, bm, float(flops), int(memory))
 
