@@ -204,7 +204,7 @@ class RemlProblem:
     def _index(self) -> None:
         """Positions of every effect and the scatter indices of all cross-products."""
         m = self.m
-        cells = np.arange(m)
+        cells = np.arange(m, dtype=_index_dtype(m))  # the cell of every scatter entry: 4 bytes, not 8
         # global random effects first, then X
         g_off = {}
         off = 0
@@ -293,7 +293,7 @@ class RemlProblem:
         m, bm, g = self.m, self.bmax, self.g
         width_l = self.nb * bm
         width = width_l + g
-        cells = np.arange(m)
+        cells = np.arange(m, dtype=_index_dtype(m))
         self.n0 = self.sizes[self.diag]
         self.lev0 = self.levels[self.diag]
         self.blk0 = np.zeros(self.n0, dtype=np.int64)
@@ -786,6 +786,11 @@ class _Diagonal:
     p_ll: np.ndarray
     p_lg: np.ndarray
     p_gg: np.ndarray
+
+
+def _index_dtype(n: int):
+    """The smallest integer type indexing n things: int32 below 2^31 (halves the scatter-index memory)."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def _row_pairs(ptr: np.ndarray, cols: np.ndarray, n: int,
