@@ -182,3 +182,19 @@ def test_anthropic_overloaded_is_retried(monkeypatch):
                           monkeypatch, provider=AnthropicProvider)
     assert isinstance(result, ProviderError) and result.retryable and result.retry_after == 2.0
     assert "529" in str(result)
+
+
+def test_proxies_come_from_the_environment_once(monkeypatch):
+    """HTTP(S)_PROXY as the vendor SDKs honour it, NO_PROXY exempting a host; looked up once per judge."""
+    monkeypatch.setenv("PROV_KEY", KEY)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY",
+                 "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    remote = Judge(name="j", model="m", base_url="https://api.example.com/v1", api_key_env="PROV_KEY")
+    local = Judge(name="k", model="m", base_url="http://127.0.0.1:8080/v1", api_key_env="PROV_KEY")
+    assert OpenAIProvider(remote, 5)._proxy is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    assert OpenAIProvider(remote, 5)._proxy == "http://proxy.internal:3128"
+    assert AnthropicProvider(remote, 5)._proxy == "http://proxy.internal:3128"
+    assert OpenAIProvider(local, 5)._proxy is None  # exempted by NO_PROXY (and plain http has no proxy set)

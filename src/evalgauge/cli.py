@@ -150,7 +150,7 @@ def _fit_progress(after: float = 3.0, every: float = 10.0) -> Callable:
 
 def _need_collector() -> None:
     """The collector's dependencies are an extra: say how to get them instead of an ImportError."""
-    missing = [m for m in ("pydantic", "aiohttp") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("pydantic", "aiohttp", "certifi") if importlib.util.find_spec(m) is None]
     if missing:
         raise EvalGaugeError(f"the collector needs {', '.join(missing)}: install it with "
                              "pip install 'evalgauge[collect]' (analysis alone does not).")
