@@ -50,7 +50,7 @@ SCENARIOS = {
           "noisy calls: replicates and items"),
     "d": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.2, "system:judge": 0.08,
            "item:judge": 0.1, "system:variant": 0.01, "residual": 0.3}, 0.3, 0.55,
-          "b's components, a target one judge cannot reach (ceiling MDD 0.80) but three can"),
+          "b's components, a target one judge cannot reach (ceiling MDD 0.81) but three can"),
 }
 
 
@@ -173,7 +173,7 @@ def main() -> None:
               f"{np.median([r['judges'] for r in runs]):.0f} judge(s)")
         lv = pd.Series([r["level"] for r in runs if r["level"] is not None]).value_counts().sort_index(ascending=False)
         levels = ", ".join(f"{k:.0%}: {v} runs" for k, v in lv.items()) or "none"
-        print(f"  lowest level a stage was planned at (50%: at the estimates): {levels}")
+        print(f"  lowest level a stage was planned at: {levels}")
         print(f"  target met at the true components: {100 * met:.1f}% of runs (target >= 90%: "
               f"{'met' if met >= 0.9 else 'NOT met'})")
         said = [r for r in runs if r["outcome"] == "met"]
