@@ -37,20 +37,20 @@ from evalgauge.simulate import SimulationSpec, simulate
 SYSTEMS, ITEMS, JUDGES, VARIANTS, REPS = 8, 300, 4, 2, 3
 PRICES = {"j0": 1e-4, "j1": 1.5e-4, "j2": 2e-4, "j3": 4e-4}  # USD per call
 
+#: scenarios b and d: a single judge's ceiling (system x judge 0.08) far above their targets
+EDGE = {"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.2, "system:judge": 0.08, "item:judge": 0.1,
+        "system:variant": 0.01, "residual": 0.3}
+
 SCENARIOS = {
     # name: (components without the system's own, sigma2_system, target MDD, what it shows)
     "a": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.25, "system:judge": 0.02,
            "item:judge": 0.1, "system:variant": 0.01, "residual": 0.3}, 0.3, 0.35,
           "items dominate: more items, few judges"),
-    "b": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.2, "system:judge": 0.08,
-           "item:judge": 0.1, "system:variant": 0.01, "residual": 0.3}, 0.3, 0.45,
-          "at the edge of the pools: only all four judges and both variants reach it"),
+    "b": (EDGE, 0.3, 0.45, "at the edge of the pools: only all four judges and both variants reach it"),
     "c": ({"item": 0.3, "judge": 0.1, "variant": 0.02, "system:item": 0.1, "system:judge": 0.01,
            "item:judge": 0.05, "system:variant": 0.0, "residual": 1.2}, 0.2, 0.3,
           "noisy calls: replicates and items"),
-    "d": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.2, "system:judge": 0.08,
-           "item:judge": 0.1, "system:variant": 0.01, "residual": 0.3}, 0.3, 0.55,
-          "b's components, a target one judge cannot reach (ceiling MDD 0.81) but three can"),
+    "d": (EDGE, 0.3, 0.55, "b's components, a target one judge cannot reach (ceiling MDD 0.81) but three can"),
 }
 
 

@@ -81,7 +81,6 @@ class StagePlan:
     message: str
     options: list[dict] = field(default_factory=list)  # every design considered, for the record
     confidence: float = 0.90  # of the bound the design was judged at (see PLAN_LEVELS)
-    prices: dict[str, float] = field(default_factory=dict)  # per call, what the costs were computed with
 
 
 @dataclass
@@ -319,13 +318,13 @@ def _plan_at(vc, cfg: RunConfig, target: Target, prices: dict[str, float], done:
                    f"replicate(s): {QUANTITIES[target.quantity]} {value:.4g} predicted ({at}), "
                    f"${cost:.4f} to collect" + doubt
                    + ("" if fits else f", more than the ${budget_left:.4f} left in the budget"))
-        return StagePlan(design if fits else None, value, cost, fits, message, options, level, prices)
+        return StagePlan(design if fits else None, value, cost, fits, message, options, level)
     value, design, cost = best_value
     hint = _what_would_help(vc, target, pool, len(by_price), len(cfg.variants), cfg.replicates, level)
     message = (f"{target} is out of reach with these pools: the best is {QUANTITIES[target.quantity]} {value:.4g} "
                f"({at}) with all {pool} items, {len(design.judges)} judge(s), {len(design.variants)} variant(s) "
                f"and {design.replicates} replicate(s) (${cost:.4f} more). {hint}")
-    return StagePlan(None, value, cost, False, message, options, level, prices)
+    return StagePlan(None, value, cost, False, message, options, level)
 
 
 def _level_words(level: float) -> str:

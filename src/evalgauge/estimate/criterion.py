@@ -304,26 +304,21 @@ class RemlProblem:
         self.t0_cell = np.tile(cells, len(cols))
         self.t0_col = np.concatenate(cols)
         self.t0_val = np.concatenate(vals)
-        uniq, self.t0_nz = np.unique(self.lev0[self.t0_cell].astype(np.int64) * width + self.t0_col,
-                                     return_inverse=True)
-        self.t0_row, col = uniq // width, uniq % width
+        self.t0_nz, self.t0_row, col = _pattern(self.lev0[self.t0_cell], self.t0_col, width)
         is_l = col < width_l  # within a row the local columns come first
         self.t0_l, self.t0_g = np.flatnonzero(is_l), np.flatnonzero(~is_l)
         self.t0_lrow, self.t0_lpos = self.t0_row[self.t0_l], col[self.t0_l] % max(bm, 1)
         self.t0_lcol = col[self.t0_l]
         self.t0_grow, self.t0_gcol = self.t0_row[self.t0_g], col[self.t0_g] - width_l
-        self.t0_lptr = np.searchsorted(self.t0_lrow, np.arange(self.n0 + 1))
-        self.t0_gptr = np.searchsorted(self.t0_grow, np.arange(self.n0 + 1))
+        self.t0_lptr = _row_pointers(self.t0_lrow, self.n0)
+        self.t0_gptr = _row_pointers(self.t0_grow, self.n0)
         self.t0_pairs = None  # pairs of global entries within a row, made on first use (_row_pairs)
 
     def _sparse_pattern(self) -> None:
         """The fixed non-zero pattern of the scalar blocks' coupling A_LG (CSR, rows sorted) and each
         cross-product entry's place in it: each evaluation fills the values without re-sorting."""
-        g = self.g
-        key = self.lg_row.astype(np.int64) * g + self.lg_col
-        uniq, self.lg_nz = np.unique(key, return_inverse=True)
-        self.nz_row, self.nz_col = uniq // g, uniq % g
-        self.nz_indptr = np.searchsorted(self.nz_row, np.arange(self.nb + 1))
+        self.lg_nz, self.nz_row, self.nz_col = _pattern(self.lg_row, self.lg_col, self.g)
+        self.nz_indptr = _row_pointers(self.nz_row, self.nb)
 
     def size(self) -> ModelSize:
         """How big one evaluation is: effects, the dense part, the batched blocks, and their memory."""
@@ -786,6 +781,18 @@ class _Diagonal:
     p_ll: np.ndarray
     p_lg: np.ndarray
     p_gg: np.ndarray
+
+
+def _pattern(rows: np.ndarray, cols: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (row, col) entries of a sparse matrix in row-major order, and each input entry's place
+    among them: (place, row, col). Made once per problem; each evaluation sums its values into it."""
+    distinct, place = np.unique(rows.astype(np.int64) * width + cols, return_inverse=True)
+    return place, distinct // width, distinct % width
+
+
+def _row_pointers(sorted_rows: np.ndarray, n_rows: int) -> np.ndarray:
+    """CSR row pointers of entries sorted by row."""
+    return np.searchsorted(sorted_rows, np.arange(n_rows + 1))
 
 
 def _index_dtype(n: int):
