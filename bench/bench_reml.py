@@ -4,7 +4,8 @@ Each fitter runs in its own process on the same data, fitting the same model
 several times; the bench prints the median fit time (data already loaded) and
 the process's peak resident memory, the ratios, and whether issue 3's targets
 are met: at least 10x faster than lme4 and 2x faster than mixedlm on the TEE
-and sizing designs, under 2 s (TEE) and 2.2 s (sizing).
+and sizing designs, under 2 s (TEE) and 2.2 s (sizing); issue 13.6's 2x faster than mixedlm on InstEval
+(three crossed random terms, ../shared).
 
 lme4 needs R (`apt-get install r-cran-lme4 libopenblas0`); mixedlm needs
 `pip install mixedlm` (`make bench` installs it). A missing one is reported and skipped.
@@ -33,9 +34,11 @@ from reml_designs import SIZING_FORMULA, TEE_FORMULA  # noqa: E402
 
 DESIGNS = {
     "tee": (FIXTURES / "tee.parquet", TEE_FORMULA, ["category", "item", "variant", "temperature", "judge"],
-            {"seconds": 2.0}),
-    "sizing": (FIXTURES / "sizing.parquet", SIZING_FORMULA, ["system", "item", "judge"], {"seconds": 2.2}),
-    "insteval": (SHARED, "y ~ 1 + service + (1|s) + (1|d) + (1|dept)", ["s", "d", "dept", "service"], {}),
+            {"seconds": 2.0, "lme4": 10, "mixedlm": 2}),
+    "sizing": (FIXTURES / "sizing.parquet", SIZING_FORMULA, ["system", "item", "judge"],
+               {"seconds": 2.2, "lme4": 10, "mixedlm": 2}),
+    "insteval": (SHARED, "y ~ 1 + service + (1|s) + (1|d) + (1|dept)", ["s", "d", "dept", "service"],
+                 {"mixedlm": 2}),  # issue 13.6: a third crossed factor
 }
 
 OURS = """
@@ -133,9 +136,12 @@ def main() -> None:
                       f"{res['criterion']:.6f}{ratio}")
             if ours is None or not target:
                 continue
-            checks = [(f"under {target['seconds']} s", ours["seconds"] < target["seconds"])]
-            for tool, factor in (("lme4", 10), ("mixedlm", 2)):
-                if tool in results and results[tool][0] is not None:
+            checks = []
+            if "seconds" in target:
+                checks.append((f"under {target['seconds']} s", ours["seconds"] < target["seconds"]))
+            for tool in ("lme4", "mixedlm"):
+                factor = target.get(tool)
+                if factor and tool in results and results[tool][0] is not None:
                     checks.append((f">= {factor}x faster than {tool}",
                                    results[tool][0]["seconds"] / ours["seconds"] >= factor))
             for label, ok in checks:

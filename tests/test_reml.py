@@ -270,6 +270,14 @@ def test_sparse_path_for_scalar_blocks_equals_the_dense_one():
     assert np.allclose(sparse.gradient, dense.gradient, atol=1e-8)
     assert np.allclose(sparse.extra["hessian"], dense.extra["hessian"], rtol=1e-8, atol=1e-8)
     assert np.allclose(sparse.extra["information"], dense.extra["information"], rtol=1e-8, equal_nan=True)
+    # the derivatives added later (a line search's accepted point) equal those computed at once
+    problem.sparse_ok = True
+    lazy = problem.evaluate(theta, keep=True)
+    assert lazy.gradient is None
+    problem.derive(lazy, hessian=True)
+    assert lazy.deviance == sparse.deviance
+    assert np.array_equal(lazy.gradient, sparse.gradient)
+    assert np.array_equal(lazy.extra["hessian"], sparse.extra["hessian"])
 
 
 @pytest.mark.parametrize("cell_term", [True, False])

@@ -370,10 +370,12 @@ class RemlProblem:
         return clone
 
     def evaluate(self, theta: np.ndarray, gradient: bool = False, hessian: bool = False,
-                 pls: bool = False) -> Evaluation:
+                 pls: bool = False, keep: bool = False) -> Evaluation:
         """Profiled REML deviance at theta (Bates et al. 2015, eq. 41); with ``gradient`` its exact gradient,
         with ``hessian`` also the average-information approximation of its Hessian; with ``pls`` the
-        penalised least-squares solution (fitted values, |u|^2, log|L|^2) a GLMM's PIRLS step needs."""
+        penalised least-squares solution (fitted values, |u|^2, log|L|^2) a GLMM's PIRLS step needs.
+        With ``keep`` the factorisation and solution stay with the result, so :meth:`derive` can add the
+        derivatives later (a line search needs them only at the point it accepts)."""
         theta = np.asarray(theta, dtype=np.float64)
         fac = self._factor_at(theta)
         f_0, f_l, f_g = fac.forward3(*self._rhs(fac.w * self.mean, fac.s_l, fac.s_g, self._s0(theta)))
@@ -392,13 +394,25 @@ class RemlProblem:
         if pls:
             out.extra.update(self._pls(theta, fac, x_l, x_g, logdet, x_0))
             out.extra.update(x_l=x_l, x_g=x_g, factor=fac)
+        state = (theta, fac, x_0, x_l, x_g, r2)
         if gradient:
-            fit = self._fitted(fac, x_l, x_g, x_0)
-            out.gradient, u_sq = self._gradient(theta, fac, x_l, x_g, fit, r2, x_0)
-            out.extra["u_sq"] = u_sq
-            if hessian:
-                out.extra.update(self._average_information(theta, fac, x_l, x_g, fit, u_sq, r2, x_0))
+            self._derivatives(out, state, hessian)
+        elif keep:
+            out.extra["_state"] = state
         return out
+
+    def derive(self, out: Evaluation, hessian: bool = False) -> Evaluation:
+        """Add the gradient (and the AI Hessian) to an evaluation made with ``keep=True``."""
+        self._derivatives(out, out.extra.pop("_state"), hessian)
+        return out
+
+    def _derivatives(self, out: Evaluation, state: tuple, hessian: bool) -> None:
+        theta, fac, x_0, x_l, x_g, r2 = state
+        fit = self._fitted(fac, x_l, x_g, x_0)
+        out.gradient, u_sq = self._gradient(theta, fac, x_l, x_g, fit, r2, x_0)
+        out.extra["u_sq"] = u_sq
+        if hessian:
+            out.extra.update(self._average_information(theta, fac, x_l, x_g, fit, u_sq, r2, x_0))
 
     def _s0(self, theta: np.ndarray) -> float:
         """theta of the term eliminated before the blocks (0 without one)."""
@@ -481,7 +495,7 @@ class RemlProblem:
         else:
             s_mat = a_gg
         try:
-            fac.chol_s = np.linalg.cholesky(s_mat)
+            fac.chol_s = _cholesky(s_mat)
         except np.linalg.LinAlgError:
             raise DesignError("the fixed effects are not estimable with these data (X'V^-1 X is singular); "
                               "remove fixed terms whose levels never occur.") from None
@@ -562,6 +576,8 @@ class RemlProblem:
         """Per term, the trace of its diagonal block of A^-1; per cell, the leverage m_c' A^-1 m_c (m_c the
         cell's row of [Z Lambda, X], the cell term left out), or None without ``leverages``."""
         nb, g, m, gr = self.nb, self.g, self.m, self.gr
+        if nb and fac.sparse and not leverages:
+            return self._sparse_traces(fac), None
         sigma_inv = _inverse_from_cholesky(fac.chol_s)
         tr_inv = np.zeros(self.n_terms)
         np.add.at(tr_inv, self.owner_g[:gr], np.diagonal(sigma_inv)[:gr])
@@ -603,6 +619,28 @@ class RemlProblem:
             if self.n0:
                 lev += self._diagonal_leverage(fac, z0, q0)
         return tr_inv, lev
+
+    def _sparse_traces(self, fac: _Factor) -> np.ndarray:
+        """The traces alone on the sparse path (scalar blocks, no cell term). With H = A_LL^-1 A_LG,
+        (A^-1)_LL = A_LL^-1 + H S^-1 H', so a local term's trace is sum 1/a_ll + tr(S^-1 H_k'H_k): a sparse
+        g x g product read at its non-zeros against the lower triangle of S^-1, not the nb x g dense product
+        H S^-1 that the leverages need."""
+        from scipy import sparse as sp
+
+        nb, g, gr = self.nb, self.g, self.gr
+        low = _lower_inverse_from_cholesky(fac.chol_s)
+        tr_inv = np.zeros(self.n_terms)
+        np.add.at(tr_inv, self.owner_g[:gr], np.diagonal(low)[:gr])
+        valid = self.owner_l >= 0
+        np.add.at(tr_inv, self.owner_l[valid], (1.0 / fac.a_ll)[valid])
+        h_nz = fac.a_lg_sp.data / fac.a_ll[self.nz_row]
+        for k in np.unique(self.owner_l[valid]):
+            rows = (self.owner_l == k)[self.nz_row]
+            h_k = sp.csr_matrix((np.where(rows, h_nz, 0.0), self.nz_col, self.nz_indptr), shape=(nb, g))
+            gram = (h_k.T @ h_k).tocoo()
+            hi, lo = np.maximum(gram.row, gram.col), np.minimum(gram.row, gram.col)
+            tr_inv[k] += float(np.sum(gram.data * low[hi, lo]))
+        return tr_inv
 
     def _diagonal_inverse(self, fac: _Factor, inv_ll, hs, sigma_inv) -> tuple[np.ndarray, np.ndarray]:
         """For the term eliminated first: z = S^-1 f_e at each entry of its pattern (S the rest of A after
@@ -752,15 +790,15 @@ class _Factor:
         """Half solve: L^-1 rhs, for quadratic forms rhs' A^-1 rhs."""
         if self.sparse:
             fl = self.linv_vec[:, None] * rl
-            return fl, solve_triangular(self.chol_s, rg - self.f_sp.T @ fl[:, 0], lower=True)
+            return fl, solve_triangular(self.chol_s, rg - self.f_sp.T @ fl[:, 0], lower=True, check_finite=False)
         if self.nb:
             fl = (self.linv @ rl[:, :, None])[:, :, 0]
-            return fl, solve_triangular(self.chol_s, rg - self.f_flat.T @ fl.ravel(), lower=True)
-        return np.zeros((0, 0)), solve_triangular(self.chol_s, rg, lower=True)
+            return fl, solve_triangular(self.chol_s, rg - self.f_flat.T @ fl.ravel(), lower=True, check_finite=False)
+        return np.zeros((0, 0)), solve_triangular(self.chol_s, rg, lower=True, check_finite=False)
 
     def backward(self, fl, fg):
         """Half solve: L'^-1, completing A^-1 rhs."""
-        xg = solve_triangular(self.chol_s, fg, lower=True, trans="T")
+        xg = solve_triangular(self.chol_s, fg, lower=True, trans="T", check_finite=False)
         if self.sparse:
             return self.linv_vec[:, None] * (fl - (self.f_sp @ xg)[:, None]), xg
         xl = (self.linv_t @ (fl - self.f_blocks @ xg)[:, :, None])[:, :, 0] if self.nb else np.zeros((0, 0))
@@ -840,6 +878,17 @@ def _pairs_product(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], vals: np.nd
     return out
 
 
+def _cholesky(s: np.ndarray) -> np.ndarray:
+    """The lower Cholesky factor (LAPACK potrf on a copy, upper triangle zeroed); LinAlgError when S is not
+    positive definite. potrf directly: numpy's cholesky costs a third more at g ~ 1,000."""
+    from scipy.linalg.lapack import dpotrf
+
+    chol, info = dpotrf(s, lower=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("not positive definite")
+    return chol
+
+
 def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
     """S^-1 from its lower Cholesky factor (LAPACK potri: a third of a solve against I)."""
     from scipy.linalg.lapack import dpotri
@@ -848,6 +897,16 @@ def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
     if info != 0:  # pragma: no cover - chol came from a successful factorisation
         return cho_solve((chol, True), np.eye(chol.shape[0]))
     return np.tril(inv) + np.tril(inv, -1).T
+
+
+def _lower_inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
+    """The lower triangle of S^-1 (upper triangle undefined): potri without the symmetrising copy."""
+    from scipy.linalg.lapack import dpotri
+
+    inv, info = dpotri(chol, lower=1)
+    if info != 0:  # pragma: no cover - chol came from a successful factorisation
+        return cho_solve((chol, True), np.eye(chol.shape[0]))
+    return inv
 
 
 def _functional(levels: np.ndarray, grouping: np.ndarray, size: int) -> bool:

@@ -28,6 +28,7 @@ class RemlFit:
     converged: bool
     message: str
     seconds: float
+    last: Evaluation | None = None  # the evaluation at theta (with the AI matrices when Newton ended the fit)
 
 
 def optimise(problem: RemlProblem, theta0: np.ndarray | None = None, progress=None,
@@ -54,7 +55,7 @@ def optimise(problem: RemlProblem, theta0: np.ndarray | None = None, progress=No
 
 
 #: global dense size under which REML runs BLAS on one thread (measured on 2 cores)
-SINGLE_THREAD_BELOW = 700
+SINGLE_THREAD_BELOW = 1500
 
 
 def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None, tol: float = 1e-12,
@@ -64,12 +65,14 @@ def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None, to
     theta = np.ones(k) if theta0 is None else np.asarray(theta0, dtype=float).copy()
     count = {"n": 0}
 
-    def ev(t, hessian=False):
+    def ev(t, hessian=False, lazy=False):
         count["n"] += 1
         if progress is not None:  # the caller decides whether (and how often) to show it
             progress(count["n"], time.perf_counter() - start)
-        out = problem.evaluate(t, gradient=True, hessian=hessian)
+        out = problem.evaluate(t, gradient=not lazy, hessian=hessian, keep=lazy)
         out.extra["theta"] = np.array(t, dtype=float)
+        if lazy:  # the derivatives, when the point is accepted
+            out.extra["derive"] = lambda: problem.derive(out, hessian)
         return out
 
     theta, cur, info = _ai_newton(theta, ev, tol=tol, decrement=decrement)
@@ -102,7 +105,7 @@ def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None, to
     if not np.array_equal(cur_theta(cur, theta), theta):  # pragma: no cover - every path re-evaluates at theta
         cur = problem.evaluate(theta)
     return RemlFit(theta, cur.sigma2, cur.deviance, cur.beta, nit, count["n"], bool(info["converged"]),
-                   message, time.perf_counter() - start)
+                   message, time.perf_counter() - start, cur)
 
 
 def _lbfgsb(theta, cur, ev):
@@ -175,8 +178,9 @@ def _ai_newton(theta: np.ndarray, ev, max_iter: int = 50, tol: float = 1e-12,
         while alpha > 1e-3:
             cand = theta.copy()
             cand[free] = np.maximum(theta[free] + alpha * step, 0.1 * theta[free])
-            trial = ev(cand, hessian=True)
+            trial = ev(cand, hessian=True, lazy=True)  # a rejected step costs the deviance alone
             if trial.deviance <= cur.deviance:
+                trial.extra.pop("derive")()
                 accepted = True
                 break
             alpha *= 0.5

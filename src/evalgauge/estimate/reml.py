@@ -118,7 +118,7 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
         for j, b in enumerate(order):
             if a is not None and b is not None:
                 cov[i, j] = cov_random[a, b]
-    final = problem.evaluate(fit.theta)
+    final = _at_estimate(problem, fit)
     weights = marginal["weights"]
     mean_se = float(math.sqrt(max(weights @ final.extra["beta_cov"] @ weights, 0.0))) if weights.size else math.nan
     order = [c for c in (facet_order or ()) if c in cells.labels] + [c for c in model.columns
@@ -150,6 +150,16 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
     return result
 
 
+def _at_estimate(problem: RemlProblem, fit: RemlFit, information: bool = False):
+    """The evaluation at the estimates: the optimiser's last one when it is there (an AI-Newton fit ends
+    with the information matrix at hand), else a fresh one."""
+    last = fit.last
+    if last is not None and np.array_equal(last.extra.get("theta", ()), fit.theta) and (
+            not information or "information" in last.extra):
+        return last
+    return problem.evaluate(fit.theta, gradient=information, hessian=information)
+
+
 def _covariance(problem: RemlProblem, fit: RemlFit) -> np.ndarray:
     """Covariance of (sigma2_1..sigma2_K, sigma2) from the inverse average information.
 
@@ -158,7 +168,7 @@ def _covariance(problem: RemlProblem, fit: RemlFit) -> np.ndarray:
     the exact normal-theory variance of the ANOVA estimator (tested). Boundary
     components (exactly 0) get no SE and are left out of the inversion.
     """
-    info = problem.evaluate(fit.theta, gradient=True, hessian=True).extra["information"]
+    info = _at_estimate(problem, fit, information=True).extra["information"]
     k = problem.n_terms
     free = np.append(fit.theta > 0, True)
     out = np.full((k + 1, k + 1), math.nan)
