@@ -113,7 +113,7 @@ def test_average_information_is_close_to_the_hessian_at_the_optimum(small_unbala
 
 # -- agreement with lme4 (tight fits stored as fixtures) --------------------------
 
-def _check_against_lme4(result, name, rel=5e-4, absolute=1e-6):
+def _check_against_lme4(result, name, rel=5e-4, absolute=1e-6, floor=0.0):
     ref = json.loads((REML / f"lme4_{name}.json").read_text())
     # REML criterion no worse than lme4's tight fit
     assert result.reml["deviance"] <= ref["reml_criterion"] + 1e-6
@@ -126,7 +126,7 @@ def _check_against_lme4(result, name, rel=5e-4, absolute=1e-6):
         if abs(expected) < 1e-5:
             assert c.variance == pytest.approx(expected, abs=absolute), c.name
         else:
-            assert c.variance == pytest.approx(expected, rel=rel), c.name
+            assert c.variance == pytest.approx(expected, rel=rel, abs=floor), c.name
     for name_, value in ref["fixef"].items():
         assert result.reml["beta"][name_] == pytest.approx(value, rel=1e-4, abs=1e-7), name_
 
@@ -138,6 +138,19 @@ def test_penicillin_and_pastes_match_lme4():
     pastes = estimate_components(read_judgments(FIXTURES / "lme4" / "Pastes.csv"), formula="strength ~ (1|batch/cask)")
     _check_against_lme4(pastes, "pastes")
     assert pastes.names == ("batch", "batch:cask", "residual")
+
+
+def test_many_terms_with_few_levels_match_lme4():
+    """The demo's run database (3 categories x 12 items x 4 systems x 2 variants x 2 temperatures x 3 judges
+    x 2 replicates) with every interaction up to the three-way and the cell term: 37 terms, most at the
+    boundary, several with 2-4 levels. An unbounded AI step once sent theta to 7e4 and stopped at a
+    criterion 1.3 above lme4's."""
+    ref = json.loads((REML / "lme4_demo.json").read_text())
+    result = estimate_components(read_judgments(REML / "demo.parquet"), formula=ref["formula"])
+    assert result.reml["converged"]
+    # lme4's tight fit stops 1.3e-9 above our criterion; on so flat a criterion the components of ~1e-4
+    # differ by ~1e-8
+    _check_against_lme4(result, "demo", rel=1e-4, absolute=1e-6, floor=1e-7)
 
 
 def test_tee_design_ten_percent_missing_matches_lme4():
