@@ -418,3 +418,23 @@ def test_bootstrap_refits_at_their_tolerance_match_tight_refits(monkeypatch):
     se = np.array([c.se for c in tight.components])
     random = np.isfinite(se) & (se > 0)
     assert np.max(np.abs(loose.draws - tight.draws)[:, random] / se[random]) < 0.02
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_pairs_product_equals_the_row_by_row_sum(chunk):
+    """The eliminated term's z = S^-1 f at its global entries, from pairs of entries in a row: against the
+    plain double loop, with chunks smaller than a row (the grouping of pairs by entry must hold across them)."""
+    from evalgauge.estimate.criterion import _pairs_product, _row_pairs
+
+    rng = np.random.default_rng(4)
+    n, rows = 9, 30
+    counts = rng.integers(0, 5, rows)
+    ptr = np.r_[0, np.cumsum(counts)]
+    cols = np.concatenate([np.sort(rng.choice(n, c, replace=False)) for c in counts])
+    mat, vals = rng.normal(size=(n, n)), rng.normal(size=cols.size)
+    expected = np.zeros(cols.size)
+    for r in range(rows):
+        for a in range(ptr[r], ptr[r + 1]):
+            expected[a] = sum(mat[cols[a], cols[b]] * vals[b] for b in range(ptr[r], ptr[r + 1]))
+    pairs = _row_pairs(ptr, cols, n, chunk=chunk)
+    assert np.allclose(_pairs_product(pairs, vals, mat, chunk=chunk), expected, rtol=1e-12, atol=1e-12)

@@ -237,33 +237,32 @@ class RemlProblem:
         # slots: (kind, per-cell index, term or x column)
         slots_l = [(k, pos_of[k][1][self.levels[k]]) for k in self.local]
         slots_g = [(("r", k), g_off[k] + self.levels[k], None) for k in self.glob]
-        slots_g += [(("x", j), np.full(m, self.gr + j), self.x[:, j]) for j in range(self.p)]
+        # an X column of ones (the intercept) carries no values: the cross-products are plain counts
+        slots_g += [(("x", j), np.full(m, self.gr + j), None if np.all(self.x[:, j] == 1.0) else self.x[:, j])
+                    for j in range(self.p)]
         self.slots_l, self.slots_g = slots_l, slots_g
         b, bm, g = self.block_of_cell, self.bmax, self.g
-        ll_idx, ll_cell = [], []
-        for _, pk in slots_l:
-            for _, pl in slots_l:
-                ll_idx.append(b * bm * bm + pk * bm + pl)
-                ll_cell.append(cells)
-        lg_idx, lg_cell, lg_val = [], [], []
-        for _, pk in slots_l:
-            for _, gi, xv in slots_g:
-                lg_idx.append(b * bm * g + pk * g + gi)
-                lg_cell.append(cells)
-                lg_val.append(np.ones(m) if xv is None else xv)
-        gg_idx, gg_cell, gg_val = [], [], []
-        for _, gi, xi in slots_g:
-            for _, gj, xj in slots_g:
-                gg_idx.append(gi * g + gj)
-                gg_cell.append(cells)
-                gg_val.append((np.ones(m) if xi is None else xi) * (np.ones(m) if xj is None else xj))
-        def cat(parts):
-            return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
-        self.ll_idx, self.ll_cell = cat(ll_idx), cat(ll_cell)
-        self.lg_idx, self.lg_cell = cat(lg_idx), cat(lg_cell)
-        self.lg_val = cat(lg_val) if lg_val else np.zeros(0)
-        self.gg_idx, self.gg_cell = cat(gg_idx), cat(gg_cell)
-        self.gg_val = cat(gg_val) if gg_val else np.zeros(0)
+        x_vals = any(xv is not None for _, _, xv in slots_g)  # values other than 1 anywhere?
+
+        def one(v):
+            return np.ones(m) if v is None else v
+
+        def small(a, bound):  # indices in the narrowest type: these arrays are most of the fit's memory
+            return a.astype(_index_dtype(bound), copy=False)
+
+        def cat(parts, dtype=np.int64):
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+        n_ll, n_lg, n_gg = max(self.nb * bm * bm, 1), max(self.nb * bm * g, 1), max(g * g, 1)
+        self.ll_idx = cat([small(b * bm * bm + pk * bm + pl, n_ll) for _, pk in slots_l for _, pl in slots_l])
+        self.ll_cell = cat([cells for _ in slots_l for _ in slots_l])
+        self.lg_idx = cat([small(b * bm * g + pk * g + gi, n_lg) for _, pk in slots_l for _, gi, _ in slots_g])
+        self.lg_cell = cat([cells for _ in slots_l for _ in slots_g])
+        self.lg_val = cat([one(xv) for _ in slots_l for _, _, xv in slots_g], np.float64) if x_vals else None
+        self.gg_idx = cat([small(gi * g + gj, n_gg) for _, gi, _ in slots_g for _, gj, _ in slots_g])
+        self.gg_cell = cat([cells for _ in slots_g for _ in slots_g])
+        self.gg_val = (cat([one(xi) * one(xj) for _, _, xi in slots_g for _, _, xj in slots_g], np.float64)
+                       if x_vals else None)
         self.lg_row = self.lg_idx // (bm * g) if bm else self.lg_idx
         self.lg_col = self.lg_idx % g if g else self.lg_idx
         #: the sparse path pays off when blocks are scalars and the dense coupling would be large
@@ -272,11 +271,11 @@ class RemlProblem:
         self.n0 = 0
         if self.diag is not None:
             self._diagonal_pattern()
-        self.rl_idx = cat([b * bm + pk for _, pk in slots_l])
+        self.rl_idx = cat([small(b * bm + pk, max(self.nb * bm, 1)) for _, pk in slots_l])
         self.rl_cell = cat([cells for _ in slots_l])
-        self.rg_idx = cat([gi for _, gi, _ in slots_g])
+        self.rg_idx = cat([small(gi, max(g, 1)) for _, gi, _ in slots_g])
         self.rg_cell = cat([cells for _ in slots_g])
-        self.rg_val = cat([np.ones(m) if xv is None else xv for _, _, xv in slots_g]) if slots_g else np.zeros(0)
+        self.rg_val = cat([one(xv) for _, _, xv in slots_g], np.float64) if x_vals else None
         # which term owns each effect position (for theta scaling and per-term sums)
         self.owner_l = np.full(self.nb * bm, -1, dtype=np.int64)
         for k, pk in slots_l:
@@ -298,12 +297,15 @@ class RemlProblem:
         self.lev0 = self.levels[self.diag]
         self.blk0 = np.zeros(self.n0, dtype=np.int64)
         self.blk0[self.lev0] = self.block_of_cell
-        cols = [self.block_of_cell * bm + pk for _, pk in self.slots_l]
-        cols += [width_l + gi for _, gi, _ in self.slots_g]
-        vals = [np.ones(m) for _ in self.slots_l] + [np.ones(m) if xv is None else xv for _, _, xv in self.slots_g]
+        idx = _index_dtype(width)
+        cols = [(self.block_of_cell * bm + pk).astype(idx) for _, pk in self.slots_l]
+        cols += [(width_l + gi).astype(idx) for _, gi, _ in self.slots_g]
         self.t0_cell = np.tile(cells, len(cols))
         self.t0_col = np.concatenate(cols)
-        self.t0_val = np.concatenate(vals)
+        self.t0_val = None  # all ones unless X has a column other than the intercept
+        if any(xv is not None for _, _, xv in self.slots_g):
+            self.t0_val = np.concatenate([np.ones(m) for _ in self.slots_l]
+                                         + [np.ones(m) if xv is None else xv for _, _, xv in self.slots_g])
         self.t0_nz, self.t0_row, col = _pattern(self.lev0[self.t0_cell], self.t0_col, width)
         is_l = col < width_l  # within a row the local columns come first
         self.t0_l, self.t0_g = np.flatnonzero(is_l), np.flatnonzero(~is_l)
@@ -325,19 +327,18 @@ class RemlProblem:
         g, nb, bm = self.g, self.nb, self.bmax
         sparse = nb and bm == 1 and self.sparse_ok
         dense_lg = 0 if sparse else nb * bm * g  # A_LG, L^-1 A_LG, A_LL^-1 A_LG and its product with S^-1
-        # the scatter indices kept for every evaluation (8-byte index, cell and value arrays; the coupling's
-        # also its row and column), and while one is in use its weights and a copy (2 x 8 bytes)
-        per_entry = {"ll": 16, "lg": 40, "gg": 24, "rl": 16, "rg": 24}
-        sizes = {"ll": self.ll_idx.size, "lg": self.lg_idx.size, "gg": self.gg_idx.size, "rl": self.rl_idx.size,
-                 "rg": self.rg_idx.size}
-        scatter = sum(per_entry[k] * n for k, n in sizes.items()) + 16 * max(sizes.values())
+        # the scatter indices kept for every evaluation (as built: 4-byte where they fit, no values when all
+        # are 1), and while one is in use its weights, a copy and its index widened to 8 bytes (3 x 8 bytes)
+        kept = [getattr(self, name, None) for name in _SCATTER_ARRAYS]
+        scatter = sum(a.nbytes for a in kept if a is not None)
+        scatter += 24 * max(self.ll_idx.size, self.lg_idx.size, self.gg_idx.size, self.rg_idx.size)
         memory = 8 * (4 * dense_lg + 4 * nb * bm * bm + 4 * g * g) + scatter + 64 * self.m
         flops = self._cost(set(self.local), self.grouping, self.diag) if self.local else g**3 / 3
         if self.n0:  # the term eliminated first: its pattern, the pairs of its global entries, F0'F0
             counts = np.diff(self.t0_gptr).astype(np.int64)
             pairs = int(np.sum(counts**2))
-            memory += (48 * self.t0_row.size + 12 * pairs + 16 * nb * bm * g + 32 * self.t0_cell.size
-                       + 8 * 3 * min(pairs, 1 << 21))
+            memory += (8 * pairs + 8 * self.t0_grow.size + 16 * nb * bm * g + 8 * 3 * min(pairs, 1 << 21)
+                       + 8 * 6 * self.t0_grow.size + 24 * self.t0_row.size)
             flops += 40 * pairs + 2 * self.n0 * bm * bm * 4 + 20 * self.t0_row.size * bm
         return ModelSize(self.n_obs, self.m, int(sum(self.sizes)), g, nb, bm, float(flops), int(memory))
 
@@ -354,7 +355,7 @@ class RemlProblem:
         """M' (w * v) for a cell vector: the right-hand side of a solve, split eliminated term (scaled by
         ``s0``, its theta; empty without one)/local/global."""
         r_0 = s0 * np.bincount(self.lev0, weights=wv, minlength=self.n0) if self.n0 else np.zeros(0)
-        r_g = s_g * np.bincount(self.rg_idx, weights=wv[self.rg_cell] * self.rg_val, minlength=self.g)
+        r_g = s_g * np.bincount(self.rg_idx, weights=_times(wv[self.rg_cell], self.rg_val), minlength=self.g)
         if not self.nb:
             return r_0, np.zeros((0, 0)), r_g
         r_l = s_l * np.bincount(self.rl_idx, weights=wv[self.rl_cell], minlength=self.nb * self.bmax)
@@ -450,7 +451,7 @@ class RemlProblem:
         th_ext = np.append(theta, 1.0)  # index -1 -> 1 (X columns, padding)
         s_l = th_ext[self.owner_l] if nb else np.zeros(0)
         s_g = np.where(self.owner_g >= 0, th_ext[self.owner_g], 1.0)
-        a_gg = np.bincount(self.gg_idx, weights=w[self.gg_cell] * self.gg_val, minlength=g * g).reshape(g, g)
+        a_gg = np.bincount(self.gg_idx, weights=_times(w[self.gg_cell], self.gg_val), minlength=g * g).reshape(g, g)
         a_gg *= np.outer(s_g, s_g)
         a_gg[np.arange(gr), np.arange(gr)] += 1.0
         fac = _Factor(dc=dc, w=w, s_l=s_l, s_g=s_g, logdet=float(np.sum(np.log(dc))), nb=nb)
@@ -465,7 +466,7 @@ class RemlProblem:
             fac.linv_vec = 1.0 / np.sqrt(fac.a_ll)
             if self.nz_row is None:
                 self._sparse_pattern()
-            data = w[self.lg_cell] * self.lg_val * s_l[self.lg_row] * s_g[self.lg_col]
+            data = _times(w[self.lg_cell], self.lg_val) * s_l[self.lg_row] * s_g[self.lg_col]
             nz = np.bincount(self.lg_nz, weights=data, minlength=self.nz_row.size)  # in the fixed CSR pattern
             fac.a_lg_sp = sp.csr_matrix((nz, self.nz_col, self.nz_indptr), shape=(nb, g))
             fac.f_sp = sp.diags(fac.linv_vec) @ fac.a_lg_sp
@@ -476,7 +477,7 @@ class RemlProblem:
             a_ll = np.bincount(self.ll_idx, weights=w[self.ll_cell], minlength=nb * bm * bm).reshape(nb, bm, bm)
             a_ll *= fac.s_lb[:, :, None] * fac.s_lb[:, None, :]
             a_ll[:, np.arange(bm), np.arange(bm)] += 1.0
-            a_lg = np.bincount(self.lg_idx, weights=w[self.lg_cell] * self.lg_val,
+            a_lg = np.bincount(self.lg_idx, weights=_times(w[self.lg_cell], self.lg_val),
                                minlength=nb * bm * g).reshape(nb, bm, g)
             a_lg *= fac.s_lb[:, :, None] * s_g[None, None, :]
             if self.diag is not None:
@@ -510,7 +511,7 @@ class RemlProblem:
         s0 = float(theta[self.diag])
         d = s0**2 * np.bincount(self.lev0, weights=w, minlength=n0) + 1.0
         s_rest = np.concatenate([s_l, s_g])
-        b = s0 * np.bincount(self.t0_nz, weights=w[self.t0_cell] * self.t0_val * s_rest[self.t0_col],
+        b = s0 * np.bincount(self.t0_nz, weights=_times(w[self.t0_cell], self.t0_val) * s_rest[self.t0_col],
                              minlength=self.t0_row.size)
         f = b / np.sqrt(d)[self.t0_row]
         f_l = sp.csr_matrix((f[self.t0_l], self.t0_lcol, self.t0_lptr), shape=(n0, nb * bm))
@@ -524,7 +525,7 @@ class RemlProblem:
 
     def _fitted(self, fac: _Factor, x_l: np.ndarray, x_g: np.ndarray, x_0: np.ndarray | None = None) -> np.ndarray:
         """M Lambda u + X beta at each cell (the cell term left out)."""
-        fit = np.bincount(self.rg_cell, weights=(fac.s_g * x_g)[self.rg_idx] * self.rg_val, minlength=self.m)
+        fit = np.bincount(self.rg_cell, weights=_times((fac.s_g * x_g)[self.rg_idx], self.rg_val), minlength=self.m)
         if self.nb:
             fit += np.bincount(self.rl_cell, weights=(fac.s_l * x_l.ravel())[self.rl_idx], minlength=self.m)
         if self.n0:
@@ -584,8 +585,8 @@ class RemlProblem:
         s_g = fac.s_g
         lev = None
         if leverages:
-            lev = np.bincount(self.gg_cell, weights=(np.outer(s_g, s_g) * sigma_inv).ravel()[self.gg_idx]
-                              * self.gg_val, minlength=m)
+            lev = np.bincount(self.gg_cell, weights=_times((np.outer(s_g, s_g) * sigma_inv).ravel()[self.gg_idx],
+                                                           self.gg_val), minlength=m)
         if nb:
             if fac.sparse:
                 from scipy import sparse as sp
@@ -615,7 +616,7 @@ class RemlProblem:
                 hs_lg = hs_nz[self.lg_nz] * s_lb[self.lg_row, 0] * s_g[self.lg_col]
             else:
                 hs_lg = (hs * (s_lb[:, :, None] * s_g[None, None, :])).ravel()[self.lg_idx]
-            lev -= 2.0 * np.bincount(self.lg_cell, weights=hs_lg * self.lg_val, minlength=m)
+            lev -= 2.0 * np.bincount(self.lg_cell, weights=_times(hs_lg, self.lg_val), minlength=m)
             if self.n0:
                 lev += self._diagonal_leverage(fac, z0, q0)
         return tr_inv, lev
@@ -678,7 +679,7 @@ class RemlProblem:
         with (A^-1)_e,rest = -D_e^-1/2 f_e' S^-1 (the rest's share, m_c' S^-1 m_c, the blocks give)."""
         t = fac.t0
         s_rest = np.concatenate([fac.s_l, fac.s_g])
-        cross = np.bincount(self.t0_cell, weights=self.t0_val * s_rest[self.t0_col] * z[self.t0_nz],
+        cross = np.bincount(self.t0_cell, weights=_times(s_rest[self.t0_col] * z[self.t0_nz], self.t0_val),
                             minlength=self.m)
         e = self.lev0
         return t.s0**2 * (1.0 + q[e]) / t.d[e] - 2.0 * t.s0 * cross / t.sqrt_d[e]
@@ -825,12 +826,25 @@ def _pattern(rows: np.ndarray, cols: np.ndarray, width: int) -> tuple[np.ndarray
     """The distinct (row, col) entries of a sparse matrix in row-major order, and each input entry's place
     among them: (place, row, col). Made once per problem; each evaluation sums its values into it."""
     distinct, place = np.unique(rows.astype(np.int64) * width + cols, return_inverse=True)
-    return place, distinct // width, distinct % width
+    small = _index_dtype(max(int(distinct.size), width, int(rows.max(initial=0)) + 1))
+    return place.astype(small), (distinct // width).astype(small), (distinct % width).astype(small)
 
 
 def _row_pointers(sorted_rows: np.ndarray, n_rows: int) -> np.ndarray:
     """CSR row pointers of entries sorted by row."""
     return np.searchsorted(sorted_rows, np.arange(n_rows + 1))
+
+
+#: the index and value arrays a problem keeps for every evaluation (the size estimate counts them)
+_SCATTER_ARRAYS = ("ll_idx", "ll_cell", "lg_idx", "lg_cell", "lg_val", "lg_row", "lg_col", "gg_idx", "gg_cell",
+                   "gg_val", "rl_idx", "rl_cell", "rg_idx", "rg_cell", "rg_val", "t0_cell", "t0_col", "t0_val",
+                   "t0_nz", "t0_row", "t0_l", "t0_g", "t0_lrow", "t0_lpos", "t0_lcol", "t0_grow", "t0_gcol")
+
+
+def _times(a: np.ndarray, values: np.ndarray | None) -> np.ndarray:
+    """a * values, where None stands for values that are all 1 (random effects' indicators and the
+    intercept: no value array is kept for them)."""
+    return a if values is None else a * values
 
 
 def _index_dtype(n: int):
@@ -841,13 +855,16 @@ def _index_dtype(n: int):
 def _row_pairs(ptr: np.ndarray, cols: np.ndarray, n: int,
                chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For a CSR pattern (ptr, cols) of a matrix with n columns: every pair (a, b) of entries in one row,
-    as (a, b, cols[a] * n + cols[b]); int32 where they fit. Made once per problem, in chunks of rows so
-    that the 64-bit temporaries stay small."""
+    grouped by a (entry a's pairs are its row's entries in order), as (start of each entry's pairs, b,
+    cols[a] * n + cols[b]); int32 where they fit. a itself is not kept: it is the group. Made once per
+    problem, in chunks of rows so that the 64-bit temporaries stay small."""
     counts = np.diff(ptr).astype(np.int64)
     pairs = counts**2
     total = int(pairs.sum())
     small = np.int32 if max(int(cols.size), n * n) < 2**31 else np.int64
-    a_out, b_out, flat_out = (np.empty(total, dtype=small) for _ in range(3))
+    b_out, flat_out = (np.empty(total, dtype=small) for _ in range(2))
+    starts = np.zeros(int(cols.size) + 1, dtype=np.int64)
+    np.cumsum(np.repeat(counts, counts), out=starts[1:])  # entry a has as many pairs as its row has entries
     cum = np.cumsum(pairs)
     start, at = 0, 0
     while start < counts.size:
@@ -859,22 +876,29 @@ def _row_pairs(ptr: np.ndarray, cols: np.ndarray, n: int,
         k = np.arange(int(p.sum()), dtype=np.int64) - np.repeat(np.cumsum(p) - p, p)
         a, b = first + k // width, first + k % width
         end = at + a.size
-        a_out[at:end], b_out[at:end] = a, b
+        b_out[at:end] = b
         flat_out[at:end] = cols[a].astype(np.int64) * n + cols[b]
         start, at = stop, end
-    return a_out, b_out, flat_out
+    return starts, b_out, flat_out
 
 
 def _pairs_product(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], vals: np.ndarray, mat: np.ndarray,
                    chunk: int = 1 << 21) -> np.ndarray:
     """At each entry (r, a) of a sparse matrix, the sum over the entries (r, b) of its row of
     mat[a, b] * vals_b (``pairs`` from :func:`_row_pairs`)."""
-    a, b, flat = pairs
-    out = np.zeros(vals.size)
+    starts, b, flat = pairs
+    n = starts.size - 1
+    out = np.zeros(n)
     values = mat.ravel()
-    for lo in range(0, a.size, chunk):  # chunks: the gathered temporaries stay small
-        hi = lo + chunk
-        out += np.bincount(a[lo:hi], weights=np.take(values, flat[lo:hi]) * vals[b[lo:hi]], minlength=vals.size)
+    lo = 0
+    while lo < n:  # chunks of whole entries: the gathered temporaries stay small
+        hi = max(int(np.searchsorted(starts, starts[lo] + chunk, side="right")) - 1, lo + 1)
+        hi = min(hi, n)
+        p0, p1 = int(starts[lo]), int(starts[hi])
+        if p1 > p0:
+            prod = np.take(values, flat[p0:p1]) * vals[b[p0:p1]]
+            out[lo:hi] = np.add.reduceat(prod, starts[lo:hi] - p0)
+        lo = hi
     return out
 
 
