@@ -78,7 +78,6 @@ def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None, to
     theta, cur, info = _ai_newton(theta, ev, tol=tol, decrement=decrement,
                                   first_shrink=FIRST_SHRINK if theta0 is None else 10.0)
     nit = info["n"]
-    message = "average-information Newton converged" if info["converged"] else "AI Newton stopped early"
     keep_free: set[int] = set()
     for _ in range(k + 1):
         # components shrinking geometrically towards zero go to the boundary...
@@ -98,6 +97,8 @@ def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None, to
             break
         theta, cur, info = _ai_newton(theta, ev, tol=tol, decrement=decrement)
         nit += info["n"]
+    # the last Newton run's verdict (after the boundary rounds), unless L-BFGS-B has to finish
+    message = "average-information Newton converged" if info["converged"] else "AI Newton stopped early"
     if not info["converged"]:
         theta, cur, res = _lbfgsb(theta, cur, ev)
         nit += int(res.nit)
@@ -125,15 +126,21 @@ def _lbfgsb(theta, cur, ev):
 def _release_boundary(theta: np.ndarray, problem: RemlProblem) -> np.ndarray | None:
     """Move off zero any component whose one-sided derivative says the deviance falls there."""
     scale = max(float(theta.max()), 1e-3)
-    out = None
-    for k in np.flatnonzero(theta <= 1e-8 * scale):
-        eps = 1e-4 * scale
-        probe = theta.copy()
-        probe[k] = eps
-        slope = problem.evaluate(probe, gradient=True).gradient[k] / (2 * eps)  # d deviance / d theta_k^2
-        if slope < 0:
-            out = theta.copy() if out is None else out
-            out[k] = 0.1 * scale
+    zero = np.flatnonzero(theta <= 1e-8 * scale)
+    if not zero.size:
+        return None
+    # One probe for all of them: with every boundary term at eps, term k's derivative in theta_k^2 is its
+    # one-sided derivative at zero up to O(eps^2) (one evaluation a round, not one per term: the demo's
+    # 46-term model has 30 terms at zero)
+    eps = 1e-4 * scale
+    probe = theta.copy()
+    probe[zero] = eps
+    slopes = problem.evaluate(probe, gradient=True).gradient[zero] / (2 * eps)  # d deviance / d theta_k^2
+    falls = zero[slopes < 0]
+    if not falls.size:
+        return None
+    out = theta.copy()
+    out[falls] = 0.1 * scale
     return out
 
 
