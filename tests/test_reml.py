@@ -438,3 +438,22 @@ def test_pairs_product_equals_the_row_by_row_sum(chunk):
             expected[a] = sum(mat[cols[a], cols[b]] * vals[b] for b in range(ptr[r], ptr[r + 1]))
     pairs = _row_pairs(ptr, cols, n, chunk=chunk)
     assert np.allclose(_pairs_product(pairs, vals, mat, chunk=chunk), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_terms_started_at_zero_are_released_when_the_deviance_falls_away_from_zero():
+    """The boundary check probes every term at zero at once: started with two positive components at
+    exactly 0 (where the gradient in theta vanishes by symmetry), the fit releases them and reaches the
+    optimum of the default start."""
+    from evalgauge.estimate.optimise import optimise
+
+    frame = simulate(sizing_preset(systems=12, items=30, judges=4, replicates=2), seed=11)
+    model = parse_formula("score ~ 1 + (1|system) + (1|item) + (1|judge) + (1|system:item) + (1|item:judge)")
+    problem, _, _ = _problem(frame, model)
+    best = optimise(problem)
+    assert np.all(best.theta > 0.05)
+    start = best.theta.copy()
+    start[[1, 3]] = 0.0  # item and system:item, both clearly positive
+    fit = optimise(problem, theta0=start)
+    assert fit.converged
+    assert fit.deviance == pytest.approx(best.deviance, abs=1e-7)
+    assert np.allclose(fit.theta, best.theta, rtol=1e-5)
