@@ -14,7 +14,9 @@ components, and what the fixed design a user would pick (all 300 items, one judg
 replicate) gives at the truth and costs. Issue 15's targets: coverage 94-96%, target met in >= 90% of
 runs, spend within 1.3x of the oracle's.
 
-Run: `python bench/study_adaptive.py [--runs 200] [--scenarios a,b,c,d] [--pilot-items N]`.
+Scenario e has a pool of 1,200 items (the others 300): a large benchmark whose error items dominate.
+
+Run: `python bench/study_adaptive.py [--runs 200] [--scenarios a,b,c,d,e] [--pilot-items N]`.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ SCENARIOS = {
            "item:judge": 0.05, "system:variant": 0.0, "residual": 1.2}, 0.2, 0.3,
           "noisy calls: replicates and items"),
     "d": (EDGE, 0.3, 0.55, "b's components, a target one judge cannot reach (ceiling MDD 0.81) but three can"),
+    "e": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.6, "system:judge": 0.004,
+           "item:judge": 0.1, "system:variant": 0.002, "residual": 0.5}, 0.3, 0.22,
+          "a large pool (1,200 items), items dominate: the pilot is small beside the design", 1200),
 }
 
 
@@ -143,17 +148,20 @@ def oracle(components, sigma2_s, target: Target, pools: Pools) -> tuple[float, s
 
 
 def main() -> None:
+    global ITEMS
     sys.stdout.reconfigure(line_buffering=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--scenarios", default="a,b,c,d")
+    parser.add_argument("--scenarios", default="a,b,c,d,e")
     parser.add_argument("--pilot-items", type=int, default=default_pilot_items(SYSTEMS, ITEMS))
     args = parser.parse_args()
-    pools = Pools()
     print(f"Adaptive collection, Monte Carlo: {args.runs} seeded runs per scenario; pool {SYSTEMS} systems x "
-          f"{ITEMS} items x {JUDGES} judges x {VARIANTS} variants x {REPS} replicates; pilot {args.pilot_items} items")
+          f"{ITEMS} items (e: 1,200) x {JUDGES} judges x {VARIANTS} variants x {REPS} replicates; pilot "
+          f"{args.pilot_items} items")
     for name in args.scenarios.split(","):
-        components, sigma2_s, mdd, what = SCENARIOS[name]
+        components, sigma2_s, mdd, what, *pool = SCENARIOS[name]
+        ITEMS = pool[0] if pool else 300  # the scenario's item pool (module-wide: the helpers read it)
+        pools = Pools()
         target = Target("mdd95", mdd)
         t = time.perf_counter()
         runs = [one_run(components, sigma2_s, target, pools, 1000 * ord(name) + r, args.pilot_items)
