@@ -190,6 +190,9 @@ def main() -> None:
                   f"{100 * np.mean([r['met_at_truth'] for r in said]):.1f}%")
         print(f"  coverage of the final 95% pair intervals: {100 * cover:.1f}% (MC SE >= {100 * mc_se:.1f}; "
               f"target 94-96%: {'met' if 0.94 <= cover <= 0.96 else 'NOT met'})")
+        by_outcome = pd.DataFrame(runs).groupby("outcome")["covered"].agg(["mean", "size"])
+        print("    by outcome: " + ", ".join(f"{o} {100 * r['mean']:.1f}% ({int(r['size'])} runs)"
+                                         for o, r in by_outcome.iterrows()))
         print(f"  median spend ${spend:.4f} against ${cost:.4f} for the cheapest design knowing the truth ({best}): "
               f"{ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'})")
         print(f"  the fixed design a user would pick (all {ITEMS} items, one judge, one variant, one replicate, "
