@@ -457,3 +457,31 @@ def test_terms_started_at_zero_are_released_when_the_deviance_falls_away_from_ze
     assert fit.converged
     assert fit.deviance == pytest.approx(best.deviance, abs=1e-7)
     assert np.allclose(fit.theta, best.theta, rtol=1e-5)
+
+
+def test_a_fit_stopped_short_of_the_optimum_gets_a_second_pass_and_otherwise_says_so(monkeypatch):
+    """After the optimiser, the Newton decrement and the boundary slopes are checked: a pass that stops
+    where a Newton step would still lower the criterion (as L-BFGS-B once did on a 46-term model, 0.65
+    above the optimum) is followed by a second; if that stops short too, the fit is not 'converged'."""
+    import evalgauge.estimate.optimise as opt
+
+    frame = simulate(sizing_preset(systems=12, items=30, judges=4, replicates=2), seed=11)
+    model = parse_formula("score ~ 1 + (1|system) + (1|item) + (1|judge) + (1|system:item) + (1|item:judge)")
+    problem, _, _ = _problem(frame, model)
+    best = opt.optimise(problem)
+    real, calls = opt._one_pass, []
+
+    def stuck(theta, ev, problem_, *args, always=False):
+        calls.append(1)
+        if always or len(calls) == 1:  # stop at an arbitrary point and call it converged
+            th = np.full_like(theta, 0.5)
+            return th, ev(th, hessian=True), {"n": 1, "converged": True}, "stuck", 1
+        return real(theta, ev, problem_, *args)
+
+    monkeypatch.setattr(opt, "_one_pass", stuck)
+    fit = opt.optimise(problem)
+    assert len(calls) == 2 and fit.converged
+    assert fit.deviance == pytest.approx(best.deviance, abs=1e-7)
+    monkeypatch.setattr(opt, "_one_pass", lambda *a: stuck(*a, always=True))
+    fit = opt.optimise(problem)
+    assert not fit.converged and "not at an optimum" in fit.message and fit.deviance > best.deviance + 1
