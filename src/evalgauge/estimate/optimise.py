@@ -40,8 +40,10 @@ def optimise(problem: RemlProblem, theta0: np.ndarray | None = None, progress=No
     Newton steps with the average-information Hessian and the exact gradient do
     the work, with step halving so the deviance never rises and no parameter
     shrinking by more than a factor of ten per step (so a component heading for
-    zero gets there through L-BFGS-B rather than being clipped), nor growing by more than ten. L-BFGS-B with the
-    exact gradient and bounds theta >= 0 then finishes. At theta_k = 0 the
+    zero gets there through L-BFGS-B rather than being clipped) nor growing by
+    more than ten. L-BFGS-B with the exact gradient and bounds theta >= 0 then
+    finishes, and a fit is called converged only at an optimum (a second pass
+    otherwise). At theta_k = 0 the
     gradient in theta vanishes by symmetry, so every boundary estimate is
     checked with the one-sided derivative in theta_k^2 and released when the
     deviance falls away from zero.
