@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -84,3 +86,26 @@ def test_simulate_then_estimate(tmp_path):
 def test_simulate_bad_set(tmp_path):
     result = CliRunner().invoke(main, ["simulate", "sizing", "-o", str(tmp_path / "x.csv"), "--set", "apples=3"])
     assert result.exit_code == 2 and "takes systems, items, judges, replicates" in result.output
+
+
+def test_an_unaffordable_default_model_falls_back_on_the_command_line_too(tmp_path, monkeypatch):
+    """`analyze`/`components` without --terms or --max-order fit the default model; when that is more than
+    the machine affords they fit the two-way model and say so (the real SummEval file's every-interaction
+    model was expected to take 36 minutes and ran to 24 GB through the CLI); --max-order asks for more."""
+    import evalgauge.estimate as estimate
+
+    rng = np.random.default_rng(4)
+    grid = pd.MultiIndex.from_product([[f"s{k}" for k in range(4)], [f"i{k}" for k in range(8)],
+                                       [f"j{k}" for k in range(3)], ["v1", "v2"], [1, 2]],
+                                      names=["system", "item", "judge", "variant", "replicate"]).to_frame(index=False)
+    grid["score"] = rng.normal(size=len(grid))
+    path = tmp_path / "gappy.csv"
+    grid.sample(frac=0.9, random_state=3).to_csv(path, index=False)
+    monkeypatch.setattr(estimate, "AFFORDABLE_SECONDS", 1e-9)
+    out = run("components", str(path), "--json", "-")
+    assert out.exit_code == 0
+    payload = json.loads(out.stdout)
+    names = [c["component"] for c in payload["components"]]
+    assert "system:item:judge" not in names and any("affords" in n for n in payload["notes"])
+    full = json.loads(run("components", str(path), "--max-order", "4", "--json", "-").stdout)
+    assert "system:item:judge" in [c["component"] for c in full["components"]]

@@ -400,7 +400,11 @@ def test_an_unaffordable_default_model_falls_back_to_two_way_interactions(monkey
     fit = eg.estimate_components(frame)
     assert "system:item:judge" not in fit.names and "system:item" in fit.names
     assert any("more than this machine affords" in n and "`max_order`" in n for n in fit.notes)
-    asked = eg.estimate_components(frame, eg.infer_design(frame))  # a model the user gave: fitted as given
+    # a design without named terms is the default model too, from the API as from the command line
+    inferred = eg.estimate_components(frame, eg.infer_design(frame))
+    assert "system:item:judge" not in inferred.names and any("affords" in n for n in inferred.notes)
+    # a model the user named (max_order, terms or a formula): fitted as given
+    asked = eg.estimate_components(frame, eg.infer_design(frame, max_order=4))
     assert "system:item:judge" in asked.names and not any("affords" in n for n in asked.notes)
 
 

@@ -23,9 +23,13 @@ LOG_2PI = math.log(2 * math.pi)
 class ModelSize:
     """The size of a REML problem, known before it is fitted, and what fitting it is expected to cost.
 
-    ``seconds`` assumes about a dozen evaluations (Newton steps with the exact gradient and the
-    average-information Hessian converge in 6-15 on the designs of ``bench/``) at a rate measured on
+    ``seconds`` assumes 8 + 1.5 evaluations per random term (:attr:`evaluations`) at a rate measured on
     a 2-core machine; it is an order of magnitude, shown so that a user can stop an unaffordable fit.
+    Evaluations counted (line-search trials included), session 5: 8 with 3 terms (InstEval), 7-8 with 7-9
+    (sizing, TEE, 1% missing), 43 with 37 and 75 with 46 (the demo's run, most terms at the boundary:
+    each boundary round re-runs Newton), more than 57 with 31 (the real SummEval file, stopped at 25
+    minutes while a dozen evaluations had been expected): the many-term default models are the ones
+    whose cost decides whether the two-way model is fitted instead.
     """
 
     n_obs: int
@@ -36,16 +40,19 @@ class ModelSize:
     block_size: int
     flops: float  # per evaluation of the criterion with its gradient
     memory: int  # bytes of the dense work arrays of one evaluation
+    terms: int = 0  # random terms
 
     #: floating-point operations per second of the dense factorisations, and seconds per cell and
     #: evaluation of the scatter-adds (bench/bench_reml.py, 2-core machine)
     RATE = 1.5e10
     PER_CELL = 2e-6
-    EVALUATIONS = 12
+    @property
+    def evaluations(self) -> float:
+        return 8.0 + 1.5 * self.terms
 
     @property
     def seconds(self) -> float:
-        return self.EVALUATIONS * (self.flops / self.RATE + self.PER_CELL * self.cells)
+        return self.evaluations * (self.flops / self.RATE + self.PER_CELL * self.cells)
 
     def __str__(self) -> str:
         return (f"REML: {self.n_obs:,} judgments in {self.cells:,} cells; {self.effects:,} random effects "
@@ -340,7 +347,8 @@ class RemlProblem:
             memory += (8 * pairs + 8 * self.t0_grow.size + 16 * nb * bm * g + 8 * 3 * min(pairs, 1 << 21)
                        + 8 * 6 * self.t0_grow.size + 24 * self.t0_row.size)
             flops += 40 * pairs + 2 * self.n0 * bm * bm * 4 + 20 * self.t0_row.size * bm
-        return ModelSize(self.n_obs, self.m, int(sum(self.sizes)), g, nb, bm, float(flops), int(memory))
+        return ModelSize(self.n_obs, self.m, int(sum(self.sizes)), g, nb, bm, float(flops), int(memory),
+                         self.n_terms)
 
     def with_data(self, mean: np.ndarray, ss_within: float) -> RemlProblem:
         """The same design with other cell means and within-cell sum of squares (for resampling)."""
