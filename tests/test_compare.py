@@ -215,3 +215,15 @@ def test_the_report_says_first_what_one_judge_cannot_measure(tmp_path):
     which = html.index("Which system is better")
     assert "Not measured:</b> one judge only" in html and html.index("Not measured") > which
     assert html.index("Not measured") < html.index("Variance components")
+
+
+def test_draws_with_almost_no_degrees_of_freedom_stay_finite():
+    """A Satterthwaite df far below 1 (a fuzzed run database gave one) makes some chi-square draws exactly
+    0; the multivariate-t draws must stay finite so the simultaneous critical value is huge, not NaN."""
+    from evalgauge.compare import _draws, _max_t_quantile
+
+    rng = np.random.default_rng(1)
+    z = _draws(np.eye(3), 1e-3, 2000, rng)
+    assert np.isfinite(z).all()
+    crit = _max_t_quantile(z, np.array([[0, 1], [0, 2], [1, 2]]), np.full(3, np.sqrt(2.0)), 0.95)
+    assert np.isfinite(crit) and crit > 1e6

@@ -157,7 +157,9 @@ def _draws(cov: np.ndarray, df: float, n_boot: int, rng: np.random.Generator) ->
     root = vecs * np.sqrt(np.clip(vals, 0.0, None))
     z = rng.standard_normal((n_boot, cov.shape[0])) @ root.T
     if math.isfinite(df) and df > 0:
-        z *= np.sqrt(df / rng.chisquare(df, size=(n_boot, 1)))
+        # with df far below 1 a chi-square draw can be exactly 0: keep it positive, so the draw is huge
+        # (no information) rather than infinite, and differences of draws are not inf - inf = NaN
+        z *= np.sqrt(df / np.maximum(rng.chisquare(df, size=(n_boot, 1)), 1e-300))
     return z
 
 
