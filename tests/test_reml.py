@@ -479,7 +479,7 @@ def test_a_fit_stopped_short_of_the_optimum_gets_a_second_pass_and_otherwise_say
         calls.append(1)
         if always or len(calls) == 1:  # stop at an arbitrary point and call it converged
             th = np.full_like(theta, 0.5)
-            return th, ev(th, hessian=True), {"n": 1, "converged": True}, "stuck", 1
+            return th, ev(th, hessian=True), {"n": 1, "converged": True}, "stuck", 1, False
         return real(theta, ev, problem_, *args)
 
     monkeypatch.setattr(opt, "_one_pass", stuck)

@@ -60,8 +60,7 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
     spec = resolve_model(judgments, design, formula, **design_options)
     # the default model (every interaction: no terms or max_order named, whether the design was inferred
     # here or by the command line) may be reduced when unaffordable; a model the user named, never
-    inferred = (spec.formula is None and spec.design.terms is None and spec.design.max_order is None
-                and not {"terms", "max_order"} & {k for k, v in design_options.items() if v is not None})
+    inferred = spec.formula is None and spec.design.terms is None and spec.design.max_order is None
     dropped_note = None
     if drop_missing:
         judgments, rows = without_empty(judgments, spec.score)

@@ -922,17 +922,14 @@ def _cholesky(s: np.ndarray) -> np.ndarray:
 
 
 def _inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
-    """S^-1 from its lower Cholesky factor (LAPACK potri: a third of a solve against I)."""
-    from scipy.linalg.lapack import dpotri
-
-    inv, info = dpotri(chol, lower=1)
-    if info != 0:  # pragma: no cover - chol came from a successful factorisation
-        return cho_solve((chol, True), np.eye(chol.shape[0]))
-    return np.tril(inv) + np.tril(inv, -1).T
+    """S^-1 from its lower Cholesky factor, both triangles."""
+    low = _lower_inverse_from_cholesky(chol)
+    return np.tril(low) + np.tril(low, -1).T
 
 
 def _lower_inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
-    """The lower triangle of S^-1 (upper triangle undefined): potri without the symmetrising copy."""
+    """The lower triangle of S^-1 (the upper one undefined) from its lower Cholesky factor: LAPACK potri,
+    a third of a solve against I, without the symmetrising copy."""
     from scipy.linalg.lapack import dpotri
 
     inv, info = dpotri(chol, lower=1)

@@ -84,11 +84,11 @@ def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None, to
     first = FIRST_SHRINK if theta0 is None else 10.0
     nit = 0
     for attempt in range(2):  # a second pass from where the first stopped, if that is not an optimum
-        theta, cur, info, message, n = _one_pass(theta, ev, problem, tol, decrement, first)
+        theta, cur, info, message, n, boundary_checked = _one_pass(theta, ev, problem, tol, decrement, first)
         nit += n
         if decrement:  # bootstrap refits: warm-started at the estimates, no second look
             break
-        gain = _remaining_gain(theta, cur, problem)
+        gain = _remaining_gain(theta, cur, problem, boundary_checked)
         if gain <= STATIONARY_GAIN:
             break
         info["converged"] = False
@@ -108,11 +108,13 @@ STATIONARY_GAIN = 1e-4
 
 
 def _one_pass(theta, ev, problem, tol, decrement, first_shrink):
-    """AI-Newton from theta, the boundary rounds, and L-BFGS-B when Newton does not finish."""
+    """AI-Newton from theta, the boundary rounds, and L-BFGS-B when Newton does not finish; also whether
+    the boundary was checked at the theta returned."""
     k = problem.n_terms
     theta, cur, info = _ai_newton(theta, ev, tol=tol, decrement=decrement, first_shrink=first_shrink)
     nit = info["n"]
     keep_free: set[int] = set()
+    checked = False
     for _ in range(k + 1):
         # components shrinking geometrically towards zero go to the boundary...
         small = [j for j in np.flatnonzero(theta < 1e-4 * max(float(theta.max()), 1e-12)) if j not in keep_free]
@@ -128,6 +130,7 @@ def _one_pass(theta, ev, problem, tol, decrement, first_shrink):
             theta = released
             changed = True
         if not changed:
+            checked = True  # nothing to release at this theta
             break
         theta, cur, info = _ai_newton(theta, ev, tol=tol, decrement=decrement)
         nit += info["n"]
@@ -138,13 +141,15 @@ def _one_pass(theta, ev, problem, tol, decrement, first_shrink):
         nit += int(res.nit)
         message = f"L-BFGS-B: {res.message}"
         info["converged"] = bool(res.success)
-    return theta, cur, info, message, nit
+        checked = False
+    return theta, cur, info, message, nit, checked
 
 
-def _remaining_gain(theta: np.ndarray, cur: Evaluation, problem: RemlProblem) -> float:
+def _remaining_gain(theta: np.ndarray, cur: Evaluation, problem: RemlProblem, boundary_checked: bool) -> float:
     """What the criterion could still lose: the Newton decrement g'H^-1 g / 2 on the free components (AI
-    Hessian), or infinity when a component at zero should be released. 0 when nothing is free."""
-    if _release_boundary(theta, problem) is not None:
+    Hessian), or infinity when a component at zero should be released (probed unless ``boundary_checked``
+    at this theta already). 0 when nothing is free."""
+    if not boundary_checked and _release_boundary(theta, problem) is not None:
         return math.inf
     free = theta > 0
     if not free.any():
@@ -152,13 +157,19 @@ def _remaining_gain(theta: np.ndarray, cur: Evaluation, problem: RemlProblem) ->
     if "hessian" not in cur.extra or not np.array_equal(cur_theta(cur, theta), theta):
         cur = problem.evaluate(theta, gradient=True, hessian=True)
         cur.extra["theta"] = theta.copy()
-    g, hess = cur.gradient[free], cur.extra["hessian"][np.ix_(free, free)]
-    try:
-        step = np.linalg.solve(hess + 1e-10 * np.trace(hess) * np.eye(int(free.sum())), g)
-    except np.linalg.LinAlgError:
-        return math.inf
-    gain = 0.5 * float(g @ step)
+    g = cur.gradient[free]
+    step = _newton_step(cur.extra["hessian"][np.ix_(free, free)], g)
+    gain = math.inf if step is None else -0.5 * float(g @ step)
     return gain if math.isfinite(gain) and gain >= 0 else math.inf
+
+
+def _newton_step(hess: np.ndarray, g: np.ndarray) -> np.ndarray | None:
+    """-H^-1 g with a ridge of 1e-10 tr(H) (a component near zero leaves H nearly singular); None when H
+    cannot be solved."""
+    try:
+        return -np.linalg.solve(hess + 1e-10 * np.trace(hess) * np.eye(g.size), g)
+    except np.linalg.LinAlgError:
+        return None
 
 
 def _lbfgsb(theta, cur, ev):
@@ -227,10 +238,8 @@ def _ai_newton(theta: np.ndarray, ev, max_iter: int = 50, tol: float = 1e-12,
         free = theta > 0
         if not free.any():
             break
-        hess = cur.extra["hessian"][np.ix_(free, free)]
-        try:
-            step = -np.linalg.solve(hess + 1e-10 * np.trace(hess) * np.eye(int(free.sum())), g[free])
-        except np.linalg.LinAlgError:
+        step = _newton_step(cur.extra["hessian"][np.ix_(free, free)], g[free])
+        if step is None:
             break
         if not np.all(np.isfinite(step)) or g[free] @ step >= 0:
             break  # the AI matrix is not positive definite here: leave it to L-BFGS-B
