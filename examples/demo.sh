@@ -38,13 +38,13 @@ $BIN/evalgauge run examples/sim/run.toml --base-url "http://127.0.0.1:$PORT/v1" 
 echo "== 2. analyse the collected run"
 $BIN/evalgauge analyze "$OUT/sim-demo.sqlite" \
     --terms system,item,judge,variant,item:system,item:judge,system:judge --report "$OUT/sim-report.html"
-echo "== 3. adaptive: from a pool of 60 items, a pilot on 12, a fit, the cheapest design reaching MDD <= 0.7 at"
+echo "== 3. adaptive: from a pool of 60 items, a pilot on 12, a fit, the cheapest design reaching MDD <= 0.8 at"
 echo "      the judges' prices, only the missing calls, a refit (examples/sim-adaptive)"
 rm -f "$OUT"/sim-adaptive.sqlite*
 PORT2=$(free_port)
 start_sim examples/sim-adaptive/run.toml "$PORT2" "$OUT/serve-sim-adaptive.log"
 $BIN/evalgauge run examples/sim-adaptive/run.toml --base-url "http://127.0.0.1:$PORT2/v1" \
-    --database "$OUT/sim-adaptive.sqlite" --target-mdd 0.7 --pilot-items 12 --yes --no-progress \
+    --database "$OUT/sim-adaptive.sqlite" --target-mdd 0.8 --pilot-items 12 --yes --no-progress \
     || [ $? -eq 3 ]  # 3: the target was out of reach (said why)
 echo "== 4. analyse real AlpacaEval 2 judgments (examples/alpacaeval)"
 $BIN/evalgauge analyze examples/alpacaeval/alpacaeval_5x805x2.csv --drop-missing --report "$OUT/report.html" \

@@ -39,7 +39,7 @@ def test_components_table(data):
 
 def test_components_json_stdout(data):
     result = run("components", data, "--json", "-")
-    payload = json.loads(result.output)
+    payload = json.loads(result.stdout)
     assert payload["method"] == "anova" and payload["n_obs"] == 120
     assert [c["component"] for c in payload["components"]][:3] == ["system", "item", "judge"]
 
@@ -79,7 +79,7 @@ def test_simulate_then_estimate(tmp_path):
     est = run("components", str(out), "--terms",
               "category,category:item,variant,temperature,judge,category:item:variant,"
               "category:item:temperature,category:item:judge,variant:temperature,variant:judge", "--json", "-")
-    names = [c["component"] for c in json.loads(est.output)["components"]]
+    names = [c["component"] for c in json.loads(est.stdout)["components"]]
     assert "category:item:variant:temperature:judge" in names and "category:variant" not in names
 
 

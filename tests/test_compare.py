@@ -111,7 +111,7 @@ def test_json_contract_and_cli(tmp_path, balanced):
     frame.to_csv(path, index=False)
     out = CliRunner().invoke(main, ["compare", str(path), "--bootstrap", "500", "--json", "-"])
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     for row in payload["systems"]:
         assert {"system", "mean", "rank", "rank_low", "rank_high", "rank_low_simultaneous",
                 "rank_high_simultaneous"} <= set(row)
@@ -132,12 +132,12 @@ def test_one_judge_is_said_and_can_be_assumed(tmp_path):
     frame.to_csv(path, index=False)
     out = CliRunner().invoke(main, ["compare", str(path), "--bootstrap", "500", "--json", "-"])
     assert out.exit_code == 0, out.output
-    plain = json.loads(out.output)
+    plain = json.loads(out.stdout)
     assert any("one judge only" in n and "--assume" in n for n in plain["unmeasured"])
     assumed = CliRunner().invoke(main, ["compare", str(path), "--bootstrap", "500", "--assume", "system:judge=0.05",
                                         "--json", "-"])
     assert assumed.exit_code == 0, assumed.output
-    more = json.loads(assumed.output)
+    more = json.loads(assumed.stdout)
     se0 = pd.DataFrame(plain["pairs"])["se"].to_numpy()
     se1 = pd.DataFrame(more["pairs"])["se"].to_numpy()
     assert np.allclose(se1**2, se0**2 + 2 * 0.05)  # the assumed variance enters each difference twice
@@ -172,7 +172,7 @@ def test_pairwise_judgments_get_the_same_comparison(tmp_path):
     pd.DataFrame(rows).to_csv(path, index=False)
     out = CliRunner().invoke(main, ["pairwise", str(path), "--bootstrap", "200", "--json", "-"])
     assert out.exit_code == 0, out.output
-    comp = json.loads(out.output)["comparison"]
+    comp = json.loads(out.stdout)["comparison"]
     assert [s["system"] for s in comp["systems"]] == names  # the true order, well separated
     assert all(p["low_simultaneous"] <= p["low"] <= p["diff"] for p in comp["pairs"]) and len(comp["pairs"]) == 6
     assert comp["systems"][0]["rank_low"] == 1

@@ -59,7 +59,7 @@ def test_cli_glmm(tmp_path):
     out = CliRunner().invoke(main, ["components", str(BINARY), "--formula", FORMULA, "--glmm"])
     assert out.exit_code == 0 and "Spearman rank correlation" in out.output and "GLMM rank" in out.output
     js = CliRunner().invoke(main, ["components", str(BINARY), "--formula", FORMULA, "--glmm", "--json", "-"])
-    assert json.loads(js.output)["glmm"]["method"] == "glmm-logit"
+    assert json.loads(js.stdout)["glmm"]["method"] == "glmm-logit"
 
 
 @pytest.mark.parametrize("formula", [FORMULA, FORMULA + " + (1|system:judge) + (1|system:item:judge)"])

@@ -119,7 +119,7 @@ def test_arena_hard_reproduces_its_own_score_and_the_unweighted_one(root, tmp_pa
     CliRunner().invoke(main, ["import", "arena-hard", str(path), "--baseline", "gpt-4-0314", "-o", str(out)])
     res = CliRunner().invoke(main, ["pairwise", str(out), "--bootstrap", "0", "--json", "-"])
     assert res.exit_code == 0, res.output
-    share = {r["system"]: r["win_share"] for r in json.loads(res.output)["weighted_win_share"]}
+    share = {r["system"]: r["win_share"] for r in json.loads(res.stdout)["weighted_win_share"]}
     assert share[model] == pytest.approx(0.023, abs=1e-12)
     flat = import_files("arena-hard", [path], baseline="gpt-4-0314", unweighted=True)
     assert set(flat["weight"]) == {1}
@@ -176,7 +176,7 @@ def test_mt_bench_pair_and_its_analysis(root, tmp_path):
     frame.to_csv(out, index=False)
     res = CliRunner().invoke(main, ["pairwise", str(out), "--bootstrap", "20", "--json", "-"])
     assert res.exit_code == 0, res.output
-    json.loads(res.output)
+    json.loads(res.stdout)
 
 
 def test_mt_bench_repeated_judgments_are_reported_and_analysed(root, tmp_path):

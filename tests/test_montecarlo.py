@@ -53,7 +53,7 @@ def test_cli_coverage_json():
     out = CliRunner().invoke(main, ["simulate", "coverage", "--scenarios", "A,E", "--n", "20", "--reps", "10",
                                     "--json", "-"])
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     assert {(r["scenario"], r["n"]) for r in payload["results"]} == {("A", 20), ("E", 20)}
     assert set(payload["results"][0]) >= {"scenario", "n", "coverage", "mean_se"}
     bad = CliRunner().invoke(main, ["simulate", "coverage", "--scenarios", "Z", "--reps", "2"])

@@ -120,7 +120,7 @@ def test_pairwise_cli(tmp_path):
     out = CliRunner().invoke(main, ["pairwise", str(path), "--reference", "base", "--baseline", "base",
                                     "--bootstrap", "20", "--json", "-"])
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     bt = {r["system"]: r for r in payload["bradley_terry"]}
     assert bt["base"]["log_strength"] == 0 and bt["x"]["log_strength"] > bt["z"]["log_strength"]
     assert {"naive_low", "tee_high"} <= set(bt["x"])
@@ -154,11 +154,11 @@ def test_pairwise_cli_human_votes_and_components_for_plan(tmp_path):
     out = CliRunner().invoke(main, ["pairwise", str(csv), "--bootstrap", "0", "--human", "human",
                                     "--components-json", str(comps), "--json", "-"])
     assert out.exit_code == 0, out.output
-    agree = json.loads(out.output)["human_agreement"]
+    agree = json.loads(out.stdout)["human_agreement"]
     assert agree["n"] == len(rows) and 0 < agree["overall"] < agree["ab_only"] < 1
     plan = CliRunner().invoke(main, ["plan", str(comps), "--n", "item=30,805", "--json", "-"])
     assert plan.exit_code == 0, plan.output
-    rows_plan = json.loads(plan.output)["designs"]
+    rows_plan = json.loads(plan.stdout)["designs"]
     assert rows_plan[0]["mdd95"] > rows_plan[1]["mdd95"] > 0
 
 

@@ -67,7 +67,7 @@ def test_plan_json_rows_and_ceiling(fitted):
     out = CliRunner().invoke(main, ["plan", str(path), "--n", "item=30,500", "--n", "judge=1,2", "--n", "rep=1",
                                     "--target-erho2", "0.8", "--json", "-"])
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     rows = payload["designs"]
     assert len(rows) == 4
     assert {"n_item", "n_judge", "var_abs", "sigma2_delta", "erho2", "phi", "mdd95"} <= set(rows[0])

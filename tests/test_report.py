@@ -132,7 +132,7 @@ def test_pairwise_data_get_the_pairwise_sections(tmp_path):
     report = tmp_path / "pw.html"
     out = CliRunner().invoke(main, ["analyze", str(path), "--report", str(report), "--json", "-"])
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     assert payload["pairwise"]["bradley_terry"] and "position_bias" in payload["pairwise"]
     html = report.read_text()
     assert "Bradley-Terry strengths" in html and "Position bias" in html and "TEE-aware" in html

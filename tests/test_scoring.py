@@ -45,7 +45,7 @@ def test_scoring_errors_and_cli():
         scoring_study({"kapa": [1.0]}, reps=2)
     out = CliRunner().invoke(main, ["simulate", "scoring", "--prevalence", "0.5,0.05", "--reps", "5", "--json", "-"])
     assert out.exit_code == 0, out.output
-    rows = json.loads(out.output)["results"]
+    rows = json.loads(out.stdout)["results"]
     assert len(rows) == 2 and {"tau_likert", "tau_binary", "tau_pairwise"} <= set(rows[0])
 
 
@@ -75,6 +75,6 @@ def test_screen_cli_reports_what_screening_buys(tmp_path):
     _pilot().to_csv(path, index=False)
     out = CliRunner().invoke(main, ["screen", str(path), "--keep", "0.5", "--splits", "50", "--json", "-"])
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     assert payload["share_selected"]["system"] > payload["share_all"]["system"]
     assert len(payload["selected"]) == 20

@@ -68,5 +68,5 @@ def test_cli_by(heteroscedastic, tmp_path):
     out = CliRunner().invoke(main, ["components", str(path), "--by", "temperature", "--fixed", "temperature,judge"])
     assert out.exit_code == 0 and "temperature = t3" in out.output and "Residual spread" in out.output
     js = CliRunner().invoke(main, ["components", str(path), "--by", "temperature", "--json", "-"])
-    payload = json.loads(js.output)
+    payload = json.loads(js.stdout)
     assert set(payload["strata"]) == {"t1", "t2", "t3"} and payload["stratum"] == "temperature"

@@ -48,7 +48,7 @@ def test_winner_always_first_is_not_a_position_effect(tmp_path):
     _winner_loser(path)
     out = run("pairwise", path, "--bootstrap", "20", "--json", "-")
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     assert payload["position_advantage_log_odds"] is None
     assert any("winner/loser listing" in n for n in payload["notes"])
     ses = [r["se"] for r in payload["bradley_terry"]]
@@ -77,7 +77,7 @@ def test_perfect_separation_is_bounded_and_said(tmp_path):
     pd.DataFrame(rows, columns=["model_a", "model_b", "winner"]).to_csv(path, index=False)
     out = run("pairwise", path, "--reference", "b", "--bootstrap", "0", "--json", "-")
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     assert any("won or lost every game" in n for n in payload["notes"])
     a = next(r for r in payload["bradley_terry"] if r["system"] == "a")
     assert 0 < a["log_strength"] < 10 and np.isfinite(a["se"]) and abs(a["elo"]) < 2000
@@ -144,7 +144,7 @@ def test_column_roles_and_recognised_names(tmp_path, judgments):
     renamed.to_csv(path, index=False)
     out = run("components", path, "--item", "qid", "--judge", "grader", "--json", "-")
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     assert set(payload["levels"]) == {"exam_model", "item", "judge"} and payload["object"] == "exam_model"
     bad = run("components", path, "--item", "nope")
     assert bad.exit_code == 2 and "no column 'nope'" in bad.output
@@ -175,7 +175,7 @@ def test_a_facet_named_like_a_replicate_alias_is_that_facet(tmp_path):
     assert fitted.exit_code == 0
     out = run("plan", comps, "--n", "r=8", "--json", "-")
     assert out.exit_code == 0, out.output
-    row = json.loads(out.output)["designs"][0]
+    row = json.loads(out.stdout)["designs"][0]
     assert row["n_r"] == 8 and row["replicates"] == 1  # r is the facet, not the replicates
 
 
@@ -184,7 +184,7 @@ def test_plan_from_published_values_and_from_analyze_json(tmp_path, judgments):
                 "system:item=0.3", "--component", "residual=0.2", "--object", "system", "--n", "item=500",
                 "--n", "judge=1", "--json", "-")
     assert given.exit_code == 0, given.output
-    assert json.loads(given.output)["ceiling"] == pytest.approx(0.0801 / (0.0801 + 0.0011), rel=1e-9)
+    assert json.loads(given.stdout)["ceiling"] == pytest.approx(0.0801 / (0.0801 + 0.0011), rel=1e-9)
     minimal = tmp_path / "m.json"
     minimal.write_text(json.dumps({"object": "system", "components": {"system": 0.08, "system:item": 0.3,
                                                                       "residual": 0.2}}))
