@@ -554,3 +554,30 @@ def test_the_eliminated_terms_inverse_is_the_same_in_chunks_of_any_size(monkeypa
     numeric = [(problem.evaluate(theta + h * e).deviance - problem.evaluate(theta - h * e).deviance) / (2 * h)
                for e in np.eye(problem.n_terms)]
     assert np.allclose(chunked.gradient, numeric, rtol=1e-5, atol=1e-5)
+
+
+def test_nearly_complete_data_start_reml_at_the_closed_form_anova():
+    """A few rows lost from a factorial (1-5%; at most 1% of cells empty): REML starts at the closed-form
+    ANOVA of the cell means and reaches the same optimum as from theta = 1 in fewer evaluations (measured
+    on five designs: 8 -> 4, and 52 -> 20). With many empty cells there is no start."""
+    from evalgauge.data import as_judgments
+    from evalgauge.design import code_data, infer_design
+    from evalgauge.estimate import _moment_start
+    from evalgauge.estimate.model import model_from_design
+    from evalgauge.estimate.reml import fit_reml
+
+    for systems, items, frac, seed in ((20, 60, 0.99, 1), (8, 40, 0.95, 4)):
+        frame = simulate(sizing_preset(systems=systems, items=items, judges=3, replicates=2),
+                         seed=seed).sample(frac=frac, random_state=seed)
+        design = infer_design(frame, object="system")
+        start = _moment_start(code_data(as_judgments(frame), design))
+        assert start is not None and start[frozenset({"system", "item"})] > 0
+        model = model_from_design(design)
+        plain, started = fit_reml(frame, model), fit_reml(frame, model, start=start)
+        assert started.reml["deviance"] == pytest.approx(plain.reml["deviance"], abs=1e-6)
+        assert started.reml["evaluations"] < plain.reml["evaluations"]
+        for a, b in zip(started.components, plain.components, strict=True):
+            assert a.variance == pytest.approx(b.variance, rel=1e-4, abs=1e-6)
+    gappy = simulate(sizing_preset(systems=8, items=40, judges=3, replicates=1), seed=5).sample(frac=0.9,
+                                                                                              random_state=5)
+    assert _moment_start(code_data(as_judgments(gappy), infer_design(gappy, object="system"))) is None
