@@ -8,6 +8,8 @@ import sqlite3
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evalgauge.cli import main
 from evalgauge.collect.adaptive import StageDesign, Target, bound, plan_stage
@@ -352,3 +354,27 @@ def test_a_design_planned_at_75_percent_must_pass_the_90_percent_check():
     assert result.outcome == "not confirmed" and "upper 90% bound" in result.message
     assert len(collected) == 2  # the pilot and the one design the 75% bound chose, once
     assert result.stages[0].plan["confidence"] == 0.75 and result.stages[1].plan["cost_usd"] == 0  # nothing new
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda k: st.tuples(
+    st.lists(st.floats(0, 5), min_size=k, max_size=k),
+    st.lists(st.floats(0, 2), min_size=k, max_size=k),
+    st.lists(st.floats(-1, 1), min_size=k * k, max_size=k * k),
+    st.lists(st.floats(1e-3, 3), min_size=k, max_size=k))))
+def test_the_combination_bound_is_never_below_the_estimate_or_the_normal_bound(case):
+    """For any non-negative coefficients and estimates and any covariance (random factor B: cov = D B B' D
+    with SEs D), the MLS bound is finite and at least the point estimate and the normal bound, at 0.9;
+    raising the confidence never lowers it."""
+    from evalgauge.collect.adaptive import combination_bound
+
+    c, values, b, se = (np.array(x) for x in case)
+    k = c.size
+    root = b.reshape(k, k) + np.eye(k)
+    corr = root @ root.T
+    corr /= np.sqrt(np.outer(np.diagonal(corr), np.diagonal(corr)))
+    cov = corr * np.outer(se, se)
+    point, normal = c @ values, c @ values + 1.2815515655446004 * math.sqrt(max(c @ cov @ c, 0.0))
+    upper = combination_bound(c, values, cov, 0.9)
+    assert math.isfinite(upper) and upper >= point - 1e-12 and upper >= normal - 1e-9
+    assert combination_bound(c, values, cov, 0.95) >= upper - 1e-9

@@ -208,8 +208,9 @@ def combination_bound(c: np.ndarray, values: np.ndarray, cov: np.ndarray,
     its bound is the normal one, whose plug-in standard error shrinks with the estimate and under-covers
     the few-df part (the pool-limited check in bench/study_adaptive.py: 80% where 90% was asked). MLS
     keeps each term's own skew: exact for a single component, the normal bound when every nu_k is large.
-    As in :func:`upper_bound`, nu_k is at least MIN_SATTERTHWAITE_DF and h_k at least the normal
-    half-width z c_k SE_k (so an estimate at zero with a large SE still counts)."""
+    As in :func:`upper_bound`, nu_k is at least MIN_SATTERTHWAITE_DF, h_k at least the normal
+    half-width z c_k SE_k (so an estimate at zero with a large SE still counts), and U at least the normal
+    bound of L."""
     from scipy.stats import chi2, norm
 
     values = np.asarray(values, dtype=float)
@@ -228,7 +229,10 @@ def combination_bound(c: np.ndarray, values: np.ndarray, cov: np.ndarray,
     corr[np.ix_(live, live)] = np.clip(cov[np.ix_(live, live)] / np.outer(se[live], se[live]), -1.0, 1.0)
     # the sign of each half-width follows its coefficient, so that correlations act as in c' cov c
     hs = h * np.sign(c)
-    return point + math.sqrt(max(float(hs @ corr @ hs), 0.0))
+    mls = point + math.sqrt(max(float(hs @ corr @ hs), 0.0))
+    # never below the normal bound of the sum: with a strong negative correlation, growing one half-width
+    # can shrink h'Rh, and the normal bound is already the lenient one for a skewed estimate
+    return max(mls, point + z * math.sqrt(max(float(c @ cov @ c), 0.0)))
 
 
 def bound(vc, quantity: str, counts: dict | None = None, replicates: float | None = None,
