@@ -153,9 +153,9 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
 
 
 def _theta_start(terms, start: dict[frozenset, float] | None) -> np.ndarray | None:
-    """theta0 = sqrt(sigma2_k / sigma2) from ``start``; a term missing there, or at or below zero in it,
-    starts at a small positive value (at exactly 0 the gradient in theta vanishes: the boundary check
-    would have to release it)."""
+    """theta0 = sqrt(sigma2_k / sigma2) from ``start``; a term missing there starts at 1 (the default
+    start), one at or below zero there at sqrt(START_FLOOR) (at exactly 0 the gradient in theta vanishes:
+    the boundary check would have to release it)."""
     if not start:
         return None
     return np.array([math.sqrt(max(start.get(frozenset(t.columns), 1.0), START_FLOOR)) for t in terms])
