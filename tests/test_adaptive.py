@@ -363,15 +363,15 @@ def test_a_design_planned_at_75_percent_must_pass_the_90_percent_check():
     st.lists(st.floats(-1, 1), min_size=k * k, max_size=k * k),
     st.lists(st.floats(1e-3, 3), min_size=k, max_size=k))))
 def test_the_combination_bound_is_never_below_the_estimate_or_the_normal_bound(case):
-    """For any non-negative coefficients and estimates and any covariance (random factor B: cov = D B B' D
-    with SEs D), the MLS bound is finite and at least the point estimate and the normal bound, at 0.9;
-    raising the confidence never lowers it."""
+    """For any non-negative coefficients and estimates and any covariance (a random factor B: the
+    correlation from (I + B)(I + B)' + 0.001 I, scaled by the SEs), the MLS bound is finite and at least
+    the point estimate and the normal bound, at 0.9; raising the confidence never lowers it."""
     from evalgauge.collect.adaptive import combination_bound
 
     c, values, b, se = (np.array(x) for x in case)
     k = c.size
     root = b.reshape(k, k) + np.eye(k)
-    corr = root @ root.T
+    corr = root @ root.T + 1e-3 * np.eye(k)  # positive definite even when a row of root is zero
     corr /= np.sqrt(np.outer(np.diagonal(corr), np.diagonal(corr)))
     cov = corr * np.outer(se, se)
     point, normal = c @ values, c @ values + 1.2815515655446004 * math.sqrt(max(c @ cov @ c, 0.0))
