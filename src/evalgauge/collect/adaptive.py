@@ -211,7 +211,7 @@ def combination_bound(c: np.ndarray, values: np.ndarray, cov: np.ndarray,
     As in :func:`upper_bound`, nu_k is at least MIN_SATTERTHWAITE_DF, h_k at least the normal
     half-width z c_k SE_k (so an estimate at zero with a large SE still counts), and U at least the normal
     bound of L."""
-    from scipy.stats import chi2, norm
+    from scipy.stats import norm
 
     values = np.asarray(values, dtype=float)
     cov = np.nan_to_num(np.asarray(cov, dtype=float))
@@ -219,11 +219,9 @@ def combination_bound(c: np.ndarray, values: np.ndarray, cov: np.ndarray,
     se = np.sqrt(np.clip(np.diagonal(cov), 0.0, None))
     z = float(norm.ppf(confidence))
     h = np.zeros(len(values))
-    for k in np.flatnonzero((c != 0) & (se > 0)):
-        h[k] = z * abs(c[k]) * se[k]
-        if c[k] > 0 and values[k] > 0:
-            nu = max(2 * values[k] ** 2 / se[k] ** 2, MIN_SATTERTHWAITE_DF)
-            h[k] = max(h[k], c[k] * values[k] * (nu / float(chi2.ppf(1 - confidence, nu)) - 1.0))
+    for k in np.flatnonzero((c != 0) & (se > 0)):  # each term c_k sigma2_k's own bound, less its estimate
+        term = float(c[k] * values[k])
+        h[k] = upper_bound(term, float((c[k] * se[k]) ** 2), confidence) - term
     live = se > 0
     corr = np.zeros_like(cov)
     corr[np.ix_(live, live)] = np.clip(cov[np.ix_(live, live)] / np.outer(se[live], se[live]), -1.0, 1.0)

@@ -12,7 +12,7 @@ from ..components import VarianceComponents
 from ..data import Judgments, as_judgments, format_rows, without_empty
 from ..design import Design, code_data
 from ..errors import DesignError
-from .anova import anova_bootstrap, anova_from_cell_means, anova_from_coded, estimate_anova
+from .anova import anova_bootstrap, anova_from_coded, anova_start, estimate_anova
 from .model import MixedModel, model_from_design, parse_formula
 from .reml import ModelTooLarge, fit_reml
 from .spec import ModelSpec, resolve_model
@@ -111,32 +111,12 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
     return _with_note(result, dropped_note)
 
 
-#: the largest share of empty cells for which the closed-form ANOVA gives REML its start
-START_MAX_EMPTY = 0.01
-
-
 def _moment_start(coded) -> dict[frozenset, float] | None:
-    """A start for REML on nearly complete data (at most START_MAX_EMPTY of the cells empty, as with a
-    few rows lost from a factorial): the closed-form ANOVA of the cell means (sizing eqs. 5-11's EMS
-    solution), the empty cells filled with the grand mean and the replicates taken as the cells' median
-    count, as each term's variance over the residual's. Only a start: REML's optimum does not depend on
-    it, but from it the AI-Newton fit needs fewer evaluations than from theta = 1."""
-    import numpy as np
-
-    counts = coded.cell_count
-    if counts.size == 0 or np.mean(counts == 0) > START_MAX_EMPTY or coded.design.fixed:
-        return None
-    sums = np.bincount(coded.cell, weights=coded.y, minlength=counts.size)
-    filled = counts > 0
-    mean = np.where(filled, sums / np.maximum(counts, 1), float(np.mean(coded.y)))
-    within = coded.y - mean[coded.cell]
-    reps = max(int(np.median(counts[filled])), 1)
-    try:
-        vc = anova_from_cell_means(coded.design, mean.reshape(coded.shape), reps, float(within @ within))
-    except (DesignError, np.linalg.LinAlgError, ValueError, ZeroDivisionError):
-        return None
-    residual = next(c.variance for c in vc.components if c.kind == "residual")
-    if not residual > 0:
+    """REML's start on nearly complete data (:func:`anova.anova_start`, sizing eqs. 5-11's EMS solution on
+    the cell means): each random term's variance over the residual's, keyed by its facets."""
+    vc = anova_start(coded)
+    residual = None if vc is None else next(c.variance for c in vc.components if c.kind == "residual")
+    if residual is None or not residual > 0:
         return None
     return {frozenset(c.facets): c.variance / residual for c in vc.components if c.kind == "random"}
 
