@@ -124,6 +124,7 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot
                     collect=collect, fit=fit_collected, max_stages=3, say=lambda text: None)
     design = result.stages[-1].design
     levels = [st.plan["confidence"] for st in result.stages if st.plan]
+    learned = sum(bool(st.plan.get("learn")) for st in result.stages if st.plan)
     data = full[collected].reset_index(drop=True)
     vc = fit(data)
     true_vc = truth(components, sigma2_s)
@@ -147,7 +148,7 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot
             "width_mixed": float(np.median((mixed["high"] - mixed["low"]) / (pairs["high"] - pairs["low"]))),
             "width_ratio": float(np.median((stein["high"] - stein["low"]) / (pairs["high"] - pairs["low"]))),
             "spend": spend, "items": len(design.items), "judges": len(design.judges),
-            "level": min(levels) if levels else None}
+            "level": min(levels) if levels else None, "learned": learned}
 
 
 PANEL = ("system:judge", "system:variant")  # components no later stage re-estimates (same realized effects)
@@ -242,7 +243,8 @@ def main() -> None:
               f"{np.median([r['judges'] for r in runs]):.0f} judge(s)")
         lv = pd.Series([r["level"] for r in runs if r["level"] is not None]).value_counts().sort_index(ascending=False)
         levels = ", ".join(f"{k:.0%}: {v} runs" for k, v in lv.items()) or "none"
-        print(f"  lowest level a stage was planned at: {levels}")
+        print(f"  lowest level a stage was planned at: {levels}; runs with a stage to learn: "
+              f"{sum(r['learned'] > 0 for r in runs)}")
         print(f"  target met at the true components: {100 * met:.1f}% of runs (target >= 90%: "
               f"{'met' if met >= 0.9 else 'NOT met'})")
         said = [r for r in runs if r["outcome"] == "met"]
@@ -263,8 +265,10 @@ def main() -> None:
               f"{100 * np.mean([r['covered_mixed'] for r in runs]):.1f}% (by outcome: "
               + ", ".join(f"{o} {100 * v:.1f}%" for o, v in by_mixed.items())
               + f"); median width {np.median([r['width_mixed'] for r in runs]):.2f}x the refit's")
+        pilot_cost = (args.pilot_items * SYSTEMS * VARIANTS * min(2, REPS) * sum(PRICES.values()))
         print(f"  median spend ${spend:.4f} against ${cost:.4f} for the cheapest design knowing the truth ({best}): "
-              f"{ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'})")
+              f"{ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'}); the pilot alone "
+              f"(every judge, 2 variants, 2 replicates) costs ${pilot_cost:.4f}, {pilot_cost / cost:.2f}x")
         lim = pool_limited(components, sigma2_s, target, pools, args.runs, 7 * ord(name))
         print(f"  an honest rule's limit (everything known but the panel interactions' 21 and 7 df, planned at the "
               f"90% bound): target met at the truth in {100 * lim['met']:.1f}%, out of reach in {lim['out']} runs, "

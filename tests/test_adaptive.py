@@ -109,14 +109,14 @@ def _vc(sj: float) -> VarianceComponents:
 class _Cfg:
     """The pools of a configuration, as plan_stage reads them."""
 
-    def __init__(self, items=60, judges=3, variants=2, replicates=3):
+    def __init__(self, items=60, judges=3, variants=2, replicates=3, systems=4):
         from evalgauge.collect.config import Item, Judge, Variant
 
         self.items = tuple(Item(f"q{k}", "") for k in range(items))
         self.judges = tuple(Judge(f"j{k}", f"m{k}") for k in range(judges))
         self.variants = tuple(Variant(f"v{k}", "{item}") for k in range(variants))
-        self.replicates, self.systems, self.temperatures, self.pairwise, self.seed = replicates, ("a",) * 4, (0.0,), \
-            False, 0
+        self.replicates, self.systems, self.temperatures, self.pairwise, self.seed = replicates, ("a",) * systems, \
+            (0.0,), False, 0
 
 
 def test_the_plan_is_the_cheapest_design_that_reaches_the_target():
@@ -308,8 +308,8 @@ def test_the_plan_falls_back_to_a_lower_confidence_and_says_so():
     cov = np.zeros((len(vc.components), len(vc.components)))
     names = [c.name for c in vc.components]
     k = names.index("system:judge")
-    cov[k, k] = 0.02**2 * 2 / 3  # system x judge from 3 df: a wide upper tail
-    vc = dataclasses.replace(vc, covariance=cov)
+    cov[k, k] = 0.02**2 * 2 / 6  # system x judge from the pools' (4 - 1)(3 - 1) = 6 df: a wide upper tail
+    vc = dataclasses.replace(vc, covariance=cov)  # that more items cannot narrow (no stage to learn)
     cfg = _Cfg()
     prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
     limits = {lv: bound(vc, "mdd95", {"item": 60, "judge": 3, "variant": 2}, 3, lv) for lv in (0.9, 0.75, 0.5)}
@@ -320,7 +320,7 @@ def test_the_plan_falls_back_to_a_lower_confidence_and_says_so():
     # beyond the 75% bound's reach but within the estimates': out of reach, and the estimates' answer beside
     between = Target("mdd95", (limits[0.75] + limits[0.5]) / 2)
     plan = plan_stage(vc, cfg, between, prices, StageDesign((), (), (), 1))
-    assert not plan.reachable and plan.confidence == 0.75 and "out of reach" in plan.message
+    assert not plan.reachable and plan.confidence == 0.75 and "out of reach" in plan.message and not plan.learn
     assert "At the estimates alone" in plan.message and "cannot tell" in plan.message
     far = Target("mdd95", 0.5 * limits[0.5])
     plan = plan_stage(vc, cfg, far, prices, StageDesign((), (), (), 1))
@@ -378,3 +378,77 @@ def test_the_combination_bound_is_never_below_the_estimate_or_the_normal_bound(c
     upper = combination_bound(c, values, cov, 0.9)
     assert math.isfinite(upper) and upper >= point - 1e-12 and upper >= normal - 1e-9
     assert combination_bound(c, values, cov, 0.95) >= upper - 1e-9
+
+
+def _noisy(vc: VarianceComponents, df: float) -> VarianceComponents:
+    """``vc`` with system x judge estimated from ``df`` degrees of freedom (a pilot whose few items leave
+    the residual's noise in it) and the other components known."""
+    cov = np.zeros((len(vc.components), len(vc.components)))
+    k = vc.names.index("system:judge")
+    cov[k, k] = 2 * vc.components[k].variance ** 2 / df
+    return dataclasses.replace(vc, covariance=cov)
+
+
+def test_the_pool_limited_covariance_keeps_only_what_no_number_of_items_narrows():
+    """pool_limited: components with items in them (and the residual) known; the others with the
+    chi-square spread of their realized effects over the pools' levels, 2 sigma2^2 / prod(levels - 1)."""
+    from evalgauge.collect.adaptive import pool_limited
+
+    vc = _noisy(_vc(0.02), 2.0)
+    cfg = _Cfg(judges=3, variants=2)  # 4 systems
+    cov = pool_limited(vc, cfg).covariance
+    var = dict(zip(vc.names, np.diagonal(cov), strict=True))
+    assert var["system:judge"] == pytest.approx(2 * 0.02**2 / (3 * 2))
+    assert var["system"] == pytest.approx(2 * 0.3**2 / 3)
+    assert var["judge"] == pytest.approx(2 * 0.2**2 / 2) and var["variant"] == pytest.approx(2 * 0.05**2 / 1)
+    assert var["item"] == var["system:item"] == var["item:judge"] == var["residual"] == 0.0
+    assert np.count_nonzero(cov - np.diag(np.diagonal(cov))) == 0
+
+
+def test_a_target_the_data_cannot_show_yet_but_more_items_can_gets_a_stage_to_learn():
+    """Out of reach at the 90% and 75% bounds of a pilot whose system x judge estimate has 2 df, within
+    reach at the 90% bound the pools allow ((8 - 1)(3 - 1) = 14 df, pool_limited): the plan is that design,
+    marked as a stage to learn; a target beyond even that bound stays out of reach with nothing collected."""
+    from evalgauge.collect.adaptive import pool_limited
+
+    vc, cfg = _noisy(_vc(0.05), 2.0), _Cfg(systems=8)
+    prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
+    full = {"item": 60, "judge": 3, "variant": 2}
+    pool_best = bound(pool_limited(vc, cfg), "mdd95", full, 3, 0.9)
+    assert bound(vc, "mdd95", full, 3, 0.75) > 1.05 * pool_best  # the pilot's noise hides it
+    target = Target("mdd95", 1.02 * pool_best)
+    plan = plan_stage(vc, cfg, target, prices, StageDesign((), (), (), 1))
+    assert plan.learn and plan.reachable and plan.design is not None and plan.confidence == 0.9
+    assert "a stage to learn" in plan.message and "out of reach at the upper 90% and 75% bounds" in plan.message
+    d = plan.design
+    at = bound(pool_limited(vc, cfg), "mdd95", {"item": len(d.items), "judge": len(d.judges),
+                                                  "variant": len(d.variants)}, d.replicates, 0.9)
+    assert at <= target.value and at == pytest.approx(plan.predicted)
+    beyond = plan_stage(vc, cfg, Target("mdd95", 0.98 * pool_best), prices, StageDesign((), (), (), 1))
+    assert not beyond.learn and beyond.design is None and "out of reach" in beyond.message
+
+
+def test_after_a_stage_to_learn_the_run_stops_only_at_the_90_percent_check():
+    """follow collects the stage to learn (named so, recorded in the path) and stops "met" only when the
+    refit passes the 90% check; a refit that still cannot show the target ends without a second such
+    stage of the same design."""
+    from evalgauge.collect.adaptive import Collected, follow, pool_limited
+
+    cfg, prices = _Cfg(systems=8), {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
+    noisy = _noisy(_vc(0.05), 2.0)
+    target = Target("mdd95", 1.02 * bound(pool_limited(noisy, cfg), "mdd95", {"item": 60, "judge": 3,
+                                                                              "variant": 2}, 3, 0.9))
+    pilot = StageDesign(tuple(f"q{k}" for k in range(12)), ("j0", "j1", "j2"), ("v0", "v1"), 2)
+    for refit, outcome in ((pool_limited(noisy, cfg), "met"), (noisy, "unreachable")):
+        fits = iter([noisy, refit, refit, refit])
+        collected = []
+
+        def collect(design, collected=collected):
+            collected.append(design)
+            return Collected(len(design.items), 0.001 * len(collected))
+
+        result = follow(cfg, target, pilot, collect=collect, fit=lambda fits=fits: (next(fits), prices),
+                        say=lambda text: None)
+        assert result.outcome == outcome, result.message
+        assert [st.name for st in result.stages] == ["pilot", "stage 1 (to learn)"] and len(collected) == 2
+        assert result.stages[0].plan["learn"] is True

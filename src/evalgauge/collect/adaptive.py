@@ -81,6 +81,9 @@ class StagePlan:
     message: str
     options: list[dict] = field(default_factory=list)  # every design considered, for the record
     confidence: float = 0.90  # of the bound the design was judged at (see PLAN_LEVELS)
+    #: a stage to learn: out of reach at the bound of what the data show now, within reach at the bound
+    #: more items could at best leave (:func:`pool_limited`); the stop check still judges at 90%
+    learn: bool = False
 
 
 @dataclass
@@ -298,6 +301,9 @@ def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], don
         plan = _plan_at(vc, cfg, target, prices, done, budget_left, level)
         if any(o["reaches"] for o in plan.options):
             return plan
+    learn = _learning_plan(vc, cfg, target, prices, done, budget_left, plan)
+    if learn is not None:
+        return learn
     at_estimates = _plan_at(vc, cfg, target, prices, done, budget_left, 0.5)
     if at_estimates.design is not None:  # out of reach at the bound, not at the estimates: say so
         d = at_estimates.design
@@ -306,6 +312,56 @@ def plan_stage(vc, cfg: RunConfig, target: Target, prices: dict[str, float], don
                          f"(${at_estimates.cost_usd:.4f}): the pilot cannot tell whether the target is within "
                          "reach; a larger pilot (more items, or more systems, judges or variants, whose "
                          "interactions set the ceiling) would.")
+    return plan
+
+
+def pool_limited(vc, cfg: RunConfig):
+    """The components' estimates with the least sampling covariance more items from these pools could
+    leave: a component with the item facet in it (or the residual) taken as known, and one made only of
+    facets whose every level the pools hold (system x judge, system x variant, judge, ...) with the
+    chi-square spread of its realized effects, variance 2 sigma2^2 / df, df the product of (levels - 1)
+    over its facets (the pools' levels: (8 - 1)(4 - 1) = 21 for system x judge with 8 systems and 4
+    judges), whatever the item count. A component with a facet the pools do not bound keeps its own
+    variance. What a plan on it cannot reach, no number of items can show."""
+    from dataclasses import replace as replace_
+
+    pool = {"system": len(cfg.systems), "judge": len(cfg.judges), "variant": len(cfg.variants),
+            "temperature": len(cfg.temperatures)}
+    k = len(vc.components)
+    own = (np.nan_to_num(np.asarray(vc.covariance, dtype=float)) if vc.covariance is not None
+           else np.diag(np.nan_to_num([comp.se for comp in vc.components]) ** 2))
+    cov = np.zeros((k, k))
+    for j, comp in enumerate(vc.components):
+        facets = comp.name.split(":")
+        if comp.name == "residual" or "item" in facets:
+            continue
+        if all(f in pool for f in facets):
+            df = math.prod(max(pool[f] - 1, 1) for f in facets)
+            cov[j, j] = 2 * comp.variance_truncated**2 / df
+        else:
+            cov[j, j] = own[j, j]
+    return replace_(vc, covariance=cov)
+
+
+def _learning_plan(vc, cfg: RunConfig, target: Target, prices: dict[str, float], done: list[StageDesign],
+                   budget_left: float, out_of_reach: StagePlan) -> StagePlan | None:
+    """When no design reaches the target at the bound of what the data show now, but one does at the 90%
+    bound of :func:`pool_limited` (the uncertainty more items remove gone, the panel interactions' kept):
+    that design, as a stage to learn from. The data cannot yet say the target is within reach, and more
+    items can; a plan that no number of items can confirm is not offered (None)."""
+    plan = _plan_at(pool_limited(vc, cfg), cfg, target, prices, done, budget_left, PLAN_CONFIDENCE)
+    if plan.design is None or plan.cost_usd <= 0:
+        return None
+    d = plan.design
+    plan.learn = True
+    levels = " and ".join(f"{lv:.0%}" for lv in PLAN_LEVELS)
+    plan.message = (f"{target} is out of reach at the upper {levels} bounds of what the data show now (the best "
+                    f"is {QUANTITIES[target.quantity]} {out_of_reach.predicted:.4g}), but more items would narrow "
+                    "them: were every component with items in it known, "
+                    f"{len(d.items)} items x {len(d.judges)} judge(s) ({', '.join(d.judges)}) x {len(d.variants)} "
+                    f"variant(s) x {d.replicates} replicate(s) would reach it at the upper "
+                    f"{PLAN_CONFIDENCE:.0%} bound (${plan.cost_usd:.4f} to collect): a stage to learn; the run "
+                    f"stops only when the refit meets the target at the upper {PLAN_CONFIDENCE:.0%} bound")
     return plan
 
 
@@ -512,7 +568,7 @@ def follow(cfg, target: Target, pilot: StageDesign, *, collect, fit, max_stages:
                                   f"({_level_words(level)}).", plan, now)
         plan = plan_stage(vc, cfg, target, prices, [st.design for st in stages], budget_usd - got.spent_usd)
         stages[-1].plan = {"message": plan.message, "cost_usd": plan.cost_usd, "predicted": plan.predicted,
-                           "confidence": plan.confidence}
+                           "confidence": plan.confidence, "learn": plan.learn}
         say(plan.message)
         if plan.design is None:
             outcome = "unreachable" if not any(o["reaches"] for o in plan.options) else "budget"
@@ -530,7 +586,8 @@ def follow(cfg, target: Target, pilot: StageDesign, *, collect, fit, max_stages:
         # lower level held at the truth in 16% of runs at the edge of the pools, bench/study_adaptive.py b)
         done = plan.design
         got = collect(done)
-        stages.append(Stage(f"stage {stage_no}", done, got.calls, got.spent_usd))
+        stages.append(Stage(f"stage {stage_no}" + (" (to learn)" if plan.learn else ""), done, got.calls,
+                            got.spent_usd))
         if not got.ok or got.stopped_by_budget:
             return AdaptiveResult(target, stages, "budget" if got.stopped_by_budget else "stopped",
                                   got.note or "the stage did not complete.", plan)
