@@ -201,6 +201,23 @@ def pool_limited(components, sigma2_s, target: Target, pools: Pools, runs: int, 
     return {"met": float(np.mean(met)), "out": out, "spend": float(np.nanmedian(spend)) if out < runs else math.nan}
 
 
+def yardstick_with(n_systems: int, components, sigma2_s, target: Target, runs: int, seed: int) -> str:
+    """pool_limited with another number of systems (the panel interactions' df grow with it; a pair's
+    MDD and the spend ratio do not depend on it otherwise): whether larger pools would let an honest
+    rule meet issue 15's targets."""
+    global SYSTEMS
+    saved, SYSTEMS = SYSTEMS, n_systems
+    try:
+        pools = Pools()
+        cost, _ = oracle(components, sigma2_s, target, pools)
+        lim = pool_limited(components, sigma2_s, target, pools, runs, seed)
+    finally:
+        SYSTEMS = saved
+    return (f"with {n_systems} systems (system x judge {(n_systems - 1) * (JUDGES - 1)} df, system x variant "
+            f"{(n_systems - 1) * (VARIANTS - 1)}): the honest rule's limit meets the target at the truth in "
+            f"{100 * lim['met']:.1f}%, out of reach in {lim['out']} runs, median spend {lim['spend'] / cost:.2f}x")
+
+
 def oracle(components, sigma2_s, target: Target, pools: Pools) -> tuple[float, str]:
     plan = plan_stage(truth(components, sigma2_s), pools, target, PRICES, StageDesign((), (), (), 1))
     d = plan.design
@@ -216,6 +233,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--scenarios", default="a,b,c,d,e")
     parser.add_argument("--pilot-items", type=int, default=default_pilot_items(SYSTEMS, ITEMS))
+    parser.add_argument("--yardstick-systems", default="",
+                        help="also print the honest rule's limit with these numbers of systems (e.g. 16,32)")
     args = parser.parse_args()
     print(f"Adaptive collection, Monte Carlo: {args.runs} seeded runs per scenario; pool {SYSTEMS} systems x "
           f"{ITEMS} items (e: 1,200) x {JUDGES} judges x {VARIANTS} variants x {REPS} replicates; pilot "
@@ -273,6 +292,8 @@ def main() -> None:
         print(f"  an honest rule's limit (everything known but the panel interactions' 21 and 7 df, planned at the "
               f"90% bound): target met at the truth in {100 * lim['met']:.1f}%, out of reach in {lim['out']} runs, "
               f"median spend {lim['spend'] / cost:.2f}x the oracle's (where reachable)")
+        for n_sys in (int(x) for x in args.yardstick_systems.split(",") if x):
+            print("  " + yardstick_with(n_sys, components, sigma2_s, target, args.runs, 7 * ord(name)))
         print(f"  the fixed design a user would pick (all {ITEMS} items, one judge, one variant, one replicate, "
               f"${fixed_cost:.4f}): MDD {fixed:.3f} at the truth, "
               + ("reaches the target" if fixed <= mdd else "does not reach the target"))
