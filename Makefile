@@ -32,7 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_compare.py
 	$(BIN)/python bench/bench_pairwise.py
 	$(BIN)/python bench/study_compare.py --reps 400
-	$(BIN)/python bench/study_adaptive.py --runs 200
+	$(BIN)/python bench/study_adaptive.py --runs 200 --yardstick-systems 16,32
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

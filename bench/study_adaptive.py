@@ -124,7 +124,6 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot
                     collect=collect, fit=fit_collected, max_stages=3, say=lambda text: None)
     design = result.stages[-1].design
     levels = [st.plan["confidence"] for st in result.stages if st.plan]
-    learned = sum(bool(st.plan.get("learn")) for st in result.stages if st.plan)
     data = full[collected].reset_index(drop=True)
     vc = fit(data)
     true_vc = truth(components, sigma2_s)
@@ -148,7 +147,7 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot
             "width_mixed": float(np.median((mixed["high"] - mixed["low"]) / (pairs["high"] - pairs["low"]))),
             "width_ratio": float(np.median((stein["high"] - stein["low"]) / (pairs["high"] - pairs["low"]))),
             "spend": spend, "items": len(design.items), "judges": len(design.judges),
-            "level": min(levels) if levels else None, "learned": learned}
+            "level": min(levels) if levels else None}
 
 
 PANEL = ("system:judge", "system:variant")  # components no later stage re-estimates (same realized effects)
@@ -262,8 +261,7 @@ def main() -> None:
               f"{np.median([r['judges'] for r in runs]):.0f} judge(s)")
         lv = pd.Series([r["level"] for r in runs if r["level"] is not None]).value_counts().sort_index(ascending=False)
         levels = ", ".join(f"{k:.0%}: {v} runs" for k, v in lv.items()) or "none"
-        print(f"  lowest level a stage was planned at: {levels}; runs with a stage to learn: "
-              f"{sum(r['learned'] > 0 for r in runs)}")
+        print(f"  lowest level a stage was planned at: {levels}")
         print(f"  target met at the true components: {100 * met:.1f}% of runs (target >= 90%: "
               f"{'met' if met >= 0.9 else 'NOT met'})")
         said = [r for r in runs if r["outcome"] == "met"]

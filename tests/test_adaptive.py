@@ -309,7 +309,7 @@ def test_the_plan_falls_back_to_a_lower_confidence_and_says_so():
     names = [c.name for c in vc.components]
     k = names.index("system:judge")
     cov[k, k] = 0.02**2 * 2 / 6  # system x judge from the pools' (4 - 1)(3 - 1) = 6 df: a wide upper tail
-    vc = dataclasses.replace(vc, covariance=cov)  # that more items cannot narrow (no stage to learn)
+    vc = dataclasses.replace(vc, covariance=cov)  # that more items cannot narrow
     cfg = _Cfg()
     prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
     limits = {lv: bound(vc, "mdd95", {"item": 60, "judge": 3, "variant": 2}, 3, lv) for lv in (0.9, 0.75, 0.5)}
@@ -320,8 +320,9 @@ def test_the_plan_falls_back_to_a_lower_confidence_and_says_so():
     # beyond the 75% bound's reach but within the estimates': out of reach, and the estimates' answer beside
     between = Target("mdd95", (limits[0.75] + limits[0.5]) / 2)
     plan = plan_stage(vc, cfg, between, prices, StageDesign((), (), (), 1))
-    assert not plan.reachable and plan.confidence == 0.75 and "out of reach" in plan.message and not plan.learn
+    assert not plan.reachable and plan.confidence == 0.75 and "out of reach" in plan.message
     assert "At the estimates alone" in plan.message and "cannot tell" in plan.message
+    assert "No number of items from these pools can" in plan.message  # the pools' own 6 df set the bound
     far = Target("mdd95", 0.5 * limits[0.5])
     plan = plan_stage(vc, cfg, far, prices, StageDesign((), (), (), 1))
     assert not plan.reachable and "out of reach" in plan.message and "At the estimates alone" not in plan.message
@@ -405,10 +406,11 @@ def test_the_pool_limited_covariance_keeps_only_what_no_number_of_items_narrows(
     assert np.count_nonzero(cov - np.diag(np.diagonal(cov))) == 0
 
 
-def test_a_target_the_data_cannot_show_yet_but_more_items_can_gets_a_stage_to_learn():
-    """Out of reach at the 90% and 75% bounds of a pilot whose system x judge estimate has 2 df, within
-    reach at the 90% bound the pools allow ((8 - 1)(3 - 1) = 14 df, pool_limited): the plan is that design,
-    marked as a stage to learn; a target beyond even that bound stays out of reach with nothing collected."""
+def test_out_of_reach_says_whether_more_items_could_tell():
+    """Out of reach at the 90% and 75% bounds of a pilot whose system x judge estimate has 2 df, within the
+    estimates' reach: the message says whether more items could show it (the plan at the 90% bound the
+    pools allow, (8 - 1)(3 - 1) = 14 df, pool_limited) or whether no number of items can; nothing is
+    planned either way (a stage "to learn" cost the final intervals their coverage, see _could_items_tell)."""
     from evalgauge.collect.adaptive import pool_limited
 
     vc, cfg = _noisy(_vc(0.05), 2.0), _Cfg(systems=8)
@@ -416,39 +418,7 @@ def test_a_target_the_data_cannot_show_yet_but_more_items_can_gets_a_stage_to_le
     full = {"item": 60, "judge": 3, "variant": 2}
     pool_best = bound(pool_limited(vc, cfg), "mdd95", full, 3, 0.9)
     assert bound(vc, "mdd95", full, 3, 0.75) > 1.05 * pool_best  # the pilot's noise hides it
-    target = Target("mdd95", 1.02 * pool_best)
-    plan = plan_stage(vc, cfg, target, prices, StageDesign((), (), (), 1))
-    assert plan.learn and plan.reachable and plan.design is not None and plan.confidence == 0.9
-    assert "a stage to learn" in plan.message and "out of reach at the upper 90% and 75% bounds" in plan.message
-    d = plan.design
-    at = bound(pool_limited(vc, cfg), "mdd95", {"item": len(d.items), "judge": len(d.judges),
-                                                  "variant": len(d.variants)}, d.replicates, 0.9)
-    assert at <= target.value and at == pytest.approx(plan.predicted)
-    beyond = plan_stage(vc, cfg, Target("mdd95", 0.98 * pool_best), prices, StageDesign((), (), (), 1))
-    assert not beyond.learn and beyond.design is None and "out of reach" in beyond.message
-
-
-def test_after_a_stage_to_learn_the_run_stops_only_at_the_90_percent_check():
-    """follow collects the stage to learn (named so, recorded in the path) and stops "met" only when the
-    refit passes the 90% check; a refit that still cannot show the target ends without a second such
-    stage of the same design."""
-    from evalgauge.collect.adaptive import Collected, follow, pool_limited
-
-    cfg, prices = _Cfg(systems=8), {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
-    noisy = _noisy(_vc(0.05), 2.0)
-    target = Target("mdd95", 1.02 * bound(pool_limited(noisy, cfg), "mdd95", {"item": 60, "judge": 3,
-                                                                              "variant": 2}, 3, 0.9))
-    pilot = StageDesign(tuple(f"q{k}" for k in range(12)), ("j0", "j1", "j2"), ("v0", "v1"), 2)
-    for refit, outcome in ((pool_limited(noisy, cfg), "met"), (noisy, "unreachable")):
-        fits = iter([noisy, refit, refit, refit])
-        collected = []
-
-        def collect(design, collected=collected):
-            collected.append(design)
-            return Collected(len(design.items), 0.001 * len(collected))
-
-        result = follow(cfg, target, pilot, collect=collect, fit=lambda fits=fits: (next(fits), prices),
-                        say=lambda text: None)
-        assert result.outcome == outcome, result.message
-        assert [st.name for st in result.stages] == ["pilot", "stage 1 (to learn)"] and len(collected) == 2
-        assert result.stages[0].plan["learn"] is True
+    for factor, says in ((1.02, "More items can tell"), (0.98, "No number of items from these pools can")):
+        plan = plan_stage(vc, cfg, Target("mdd95", factor * pool_best), prices, StageDesign((), (), (), 1))
+        assert not plan.reachable and plan.design is None and "out of reach" in plan.message
+        assert "At the estimates alone" in plan.message and says in plan.message, plan.message
