@@ -30,7 +30,15 @@ import numpy as np
 import pandas as pd
 
 from evalgauge import dstudy
-from evalgauge.collect.adaptive import Collected, StageDesign, Target, default_pilot_items, follow, plan_stage
+from evalgauge.collect.adaptive import (
+    Collected,
+    StageDesign,
+    Target,
+    default_pilot_items,
+    follow,
+    plan_stage,
+    pool_limited,
+)
 from evalgauge.compare import compare
 from evalgauge.components import VarianceComponents
 from evalgauge.estimate import estimate_components
@@ -171,12 +179,13 @@ def _panel_from_pilot(vc: VarianceComponents, pilot: VarianceComponents) -> Vari
     return replace(vc, components=tuple(comps), covariance=cov)
 
 
-def pool_limited(components, sigma2_s, target: Target, pools: Pools, runs: int, seed: int) -> dict:
+def yardstick(components, sigma2_s, target: Target, pools: Pools, runs: int, seed: int) -> dict:
     """The best an honest rule could do with these pools: every component known except the panel
     interactions, which no number of items from a pool of 4 judges and 2 variants estimates better than
-    their realized spread over the 8 systems, a chi-square with (S-1)(J-1) = 21 and (S-1)(V-1) = 7 df.
-    The package's plan at the 90% bound on such estimates (as in `follow`) gives how often an honest
-    rule can meet the target at the truth and what it spends: the yardstick for issue 15's targets."""
+    their realized spread over the 8 systems, a chi-square with (S-1)(J-1) = 21 and (S-1)(V-1) = 7 df
+    (drawn here; their covariance from the package's own `pool_limited`). The package's plan at the 90%
+    bound on such estimates (as in `follow`) gives how often an honest rule can meet the target at the
+    truth and what it spends: the yardstick for issue 15's targets."""
     from dataclasses import replace
 
     rng = np.random.default_rng(seed)
@@ -184,13 +193,10 @@ def pool_limited(components, sigma2_s, target: Target, pools: Pools, runs: int, 
     df = {"system:judge": (SYSTEMS - 1) * (JUDGES - 1), "system:variant": (SYSTEMS - 1) * (VARIANTS - 1)}
     met, spend, out = [], [], 0
     for _ in range(runs):
-        comps, cov = list(true_vc.components), np.zeros((len(true_vc.components),) * 2)
-        for k, c in enumerate(comps):
-            if c.name in df and c.variance > 0:
-                v = c.variance * rng.chisquare(df[c.name]) / df[c.name]
-                comps[k], cov[k, k] = replace(c, variance=v, se=math.sqrt(2 / df[c.name]) * v), 2 * v * v / df[c.name]
-        plan = plan_stage(replace(true_vc, components=tuple(comps), covariance=cov), pools, target, PRICES,
-                          StageDesign((), (), (), 1), levels=(0.9,))
+        comps = [replace(c, variance=c.variance * rng.chisquare(df[c.name]) / df[c.name])
+                 if c.name in df and c.variance > 0 else c for c in true_vc.components]
+        drawn = pool_limited(replace(true_vc, components=tuple(comps)), pools)
+        plan = plan_stage(drawn, pools, target, PRICES, StageDesign((), (), (), 1), levels=(0.9,))
         d = plan.design
         out += d is None
         met.append(d is not None and dstudy.project(true_vc, {"item": len(d.items), "judge": len(d.judges),
@@ -201,7 +207,7 @@ def pool_limited(components, sigma2_s, target: Target, pools: Pools, runs: int, 
 
 
 def yardstick_with(n_systems: int, components, sigma2_s, target: Target, runs: int, seed: int) -> str:
-    """pool_limited with another number of systems (the panel interactions' df grow with it; a pair's
+    """The yardstick with another number of systems (the panel interactions' df grow with it; a pair's
     MDD and the spend ratio do not depend on it otherwise): whether larger pools would let an honest
     rule meet issue 15's targets."""
     global SYSTEMS
@@ -209,7 +215,7 @@ def yardstick_with(n_systems: int, components, sigma2_s, target: Target, runs: i
     try:
         pools = Pools()
         cost, _ = oracle(components, sigma2_s, target, pools)
-        lim = pool_limited(components, sigma2_s, target, pools, runs, seed)
+        lim = yardstick(components, sigma2_s, target, pools, runs, seed)
     finally:
         SYSTEMS = saved
     return (f"with {n_systems} systems (system x judge {(n_systems - 1) * (JUDGES - 1)} df, system x variant "
@@ -286,7 +292,7 @@ def main() -> None:
         print(f"  median spend ${spend:.4f} against ${cost:.4f} for the cheapest design knowing the truth ({best}): "
               f"{ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'}); the pilot alone "
               f"(every judge, 2 variants, 2 replicates) costs ${pilot_cost:.4f}, {pilot_cost / cost:.2f}x")
-        lim = pool_limited(components, sigma2_s, target, pools, args.runs, 7 * ord(name))
+        lim = yardstick(components, sigma2_s, target, pools, args.runs, 7 * ord(name))
         print(f"  an honest rule's limit (everything known but the panel interactions' 21 and 7 df, planned at the "
               f"90% bound): target met at the truth in {100 * lim['met']:.1f}%, out of reach in {lim['out']} runs, "
               f"median spend {lim['spend'] / cost:.2f}x the oracle's (where reachable)")
