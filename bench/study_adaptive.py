@@ -14,9 +14,11 @@ components, and what the fixed design a user would pick (all 300 items, one judg
 replicate) gives at the truth and costs. Issue 15's targets: coverage 94-96%, target met in >= 90% of
 runs, spend within 1.3x of the oracle's.
 
-Scenario e has a pool of 1,200 items (the others 300): a large benchmark whose error items dominate.
+Scenarios e and f have a pool of 1,200 items (the others 300): a large benchmark whose error items
+dominate; in f the systems do not interact with the judges or variants at all.
 
-Run: `python bench/study_adaptive.py [--runs 200] [--scenarios a,b,c,d,e] [--pilot-items N]`.
+Run: `python bench/study_adaptive.py [--runs 200] [--scenarios a,b,c,d,e,f] [--pilot-items N]
+[--yardstick-systems 16,32]`.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ SCENARIOS = {
     "e": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.6, "system:judge": 0.004,
            "item:judge": 0.1, "system:variant": 0.002, "residual": 0.5}, 0.3, 0.22,
           "a large pool (1,200 items), items dominate: the pilot is small beside the design", 1200),
+    "f": ({"item": 0.4, "judge": 0.2, "variant": 0.05, "system:item": 0.6, "system:judge": 0.0,
+           "item:judge": 0.1, "system:variant": 0.0, "residual": 0.5}, 0.3, 0.22,
+          "e without panel interactions: one judge and one variant suffice, the fixed design reaches it", 1200),
 }
 
 
@@ -236,13 +241,13 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--scenarios", default="a,b,c,d,e")
+    parser.add_argument("--scenarios", default="a,b,c,d,e,f")
     parser.add_argument("--pilot-items", type=int, default=default_pilot_items(SYSTEMS, ITEMS))
     parser.add_argument("--yardstick-systems", default="",
                         help="also print the honest rule's limit with these numbers of systems (e.g. 16,32)")
     args = parser.parse_args()
     print(f"Adaptive collection, Monte Carlo: {args.runs} seeded runs per scenario; pool {SYSTEMS} systems x "
-          f"{ITEMS} items (e: 1,200) x {JUDGES} judges x {VARIANTS} variants x {REPS} replicates; pilot "
+          f"{ITEMS} items (e, f: 1,200) x {JUDGES} judges x {VARIANTS} variants x {REPS} replicates; pilot "
           f"{args.pilot_items} items")
     for name in args.scenarios.split(","):
         components, sigma2_s, mdd, what, *pool = SCENARIOS[name]
