@@ -106,6 +106,15 @@ def _vc(sj: float) -> VarianceComponents:
                        "system:judge": sj, "item:judge": 0.1, "residual": 0.15}})
 
 
+def _noisy(vc: VarianceComponents, df: float) -> VarianceComponents:
+    """``vc`` with system x judge estimated from ``df`` degrees of freedom (a pilot whose few items leave
+    the residual's noise in it) and the other components known."""
+    cov = np.zeros((len(vc.components), len(vc.components)))
+    k = vc.names.index("system:judge")
+    cov[k, k] = 2 * vc.components[k].variance ** 2 / df
+    return dataclasses.replace(vc, covariance=cov)
+
+
 class _Cfg:
     """The pools of a configuration, as plan_stage reads them."""
 
@@ -304,12 +313,8 @@ def test_the_plan_falls_back_to_a_lower_confidence_and_says_so():
     """When no design reaches the target at the 90% bound but one does at the 75% bound, the plan is made
     at the highest level that reaches (PLAN_LEVELS), its message says the pilot cannot rule out a miss,
     and the run's stop rule judges at that level."""
-    vc = _vc(0.02)
-    cov = np.zeros((len(vc.components), len(vc.components)))
-    names = [c.name for c in vc.components]
-    k = names.index("system:judge")
-    cov[k, k] = 0.02**2 * 2 / 6  # system x judge from the pools' (4 - 1)(3 - 1) = 6 df: a wide upper tail
-    vc = dataclasses.replace(vc, covariance=cov)  # that more items cannot narrow
+    # system x judge from the pools' (4 - 1)(3 - 1) = 6 df: a wide upper tail that more items cannot narrow
+    vc = _noisy(_vc(0.02), 6.0)
     cfg = _Cfg()
     prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
     limits = {lv: bound(vc, "mdd95", {"item": 60, "judge": 3, "variant": 2}, 3, lv) for lv in (0.9, 0.75, 0.5)}
@@ -328,18 +333,12 @@ def test_the_plan_falls_back_to_a_lower_confidence_and_says_so():
     assert not plan.reachable and "out of reach" in plan.message and "At the estimates alone" not in plan.message
 
 
-
-
 def test_a_design_planned_at_75_percent_must_pass_the_90_percent_check():
     """The stop check stays at the 90% bound: when the design the 75% bound chose is collected and the
     estimates do not move, the run ends 'not confirmed' (no repeated empty stages, no 'met' claim)."""
     from evalgauge.collect.adaptive import Collected, follow
 
-    vc = _vc(0.02)
-    cov = np.zeros((len(vc.components), len(vc.components)))
-    k = [c.name for c in vc.components].index("system:judge")
-    cov[k, k] = 0.02**2 * 2 / 3
-    vc = dataclasses.replace(vc, covariance=cov)
+    vc = _noisy(_vc(0.02), 3.0)
     cfg = _Cfg()
     prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
     limits = {lv: bound(vc, "mdd95", {"item": 60, "judge": 3, "variant": 2}, 3, lv) for lv in (0.9, 0.75)}
@@ -379,15 +378,6 @@ def test_the_combination_bound_is_never_below_the_estimate_or_the_normal_bound(c
     upper = combination_bound(c, values, cov, 0.9)
     assert math.isfinite(upper) and upper >= point - 1e-12 and upper >= normal - 1e-9
     assert combination_bound(c, values, cov, 0.95) >= upper - 1e-9
-
-
-def _noisy(vc: VarianceComponents, df: float) -> VarianceComponents:
-    """``vc`` with system x judge estimated from ``df`` degrees of freedom (a pilot whose few items leave
-    the residual's noise in it) and the other components known."""
-    cov = np.zeros((len(vc.components), len(vc.components)))
-    k = vc.names.index("system:judge")
-    cov[k, k] = 2 * vc.components[k].variance ** 2 / df
-    return dataclasses.replace(vc, covariance=cov)
 
 
 def test_the_pool_limited_covariance_keeps_only_what_no_number_of_items_narrows():

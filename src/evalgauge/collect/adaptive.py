@@ -248,10 +248,7 @@ def bound(vc, quantity: str, counts: dict | None = None, replicates: float | Non
     kw = {"counts": counts, "replicates": replicates}
     c = linear_coefficients(vc, kind, **kw)
     values = np.array([comp.variance_truncated for comp in vc.components])
-    if vc.covariance is not None:
-        cov = np.nan_to_num(np.asarray(vc.covariance, dtype=float))
-    else:
-        cov = np.diag(np.nan_to_num([comp.se for comp in vc.components]) ** 2)
+    cov = _covariance(vc)
     point = float(c @ values)
     # at 0.5 the estimates themselves (a chi-square's median is below them)
     upper = point if confidence is None or confidence <= 0.5 else combination_bound(c, values, cov, confidence)
@@ -316,13 +313,10 @@ def pool_limited(vc, cfg: RunConfig):
     over its facets (the pools' levels: (8 - 1)(4 - 1) = 21 for system x judge with 8 systems and 4
     judges), whatever the item count. A component with a facet the pools do not bound keeps its own
     variance. What a plan on it cannot reach, no number of items can show (:func:`_could_items_tell`)."""
-    from dataclasses import replace as replace_
-
     pool = {"system": len(cfg.systems), "judge": len(cfg.judges), "variant": len(cfg.variants),
             "temperature": len(cfg.temperatures)}
     k = len(vc.components)
-    own = (np.nan_to_num(np.asarray(vc.covariance, dtype=float)) if vc.covariance is not None
-           else np.diag(np.nan_to_num([comp.se for comp in vc.components]) ** 2))
+    own = _covariance(vc)
     cov = np.zeros((k, k))
     for j, comp in enumerate(vc.components):
         facets = comp.name.split(":")
@@ -333,7 +327,14 @@ def pool_limited(vc, cfg: RunConfig):
             cov[j, j] = 2 * comp.variance_truncated**2 / df
         else:
             cov[j, j] = own[j, j]
-    return replace_(vc, covariance=cov)
+    return replace(vc, covariance=cov)
+
+
+def _covariance(vc) -> np.ndarray:
+    """The components' sampling covariance (NaN as 0), or the squared standard errors when the fit kept none."""
+    if vc.covariance is not None:
+        return np.nan_to_num(np.asarray(vc.covariance, dtype=float))
+    return np.diag(np.nan_to_num([comp.se for comp in vc.components]) ** 2)
 
 
 def _could_items_tell(vc, cfg: RunConfig, target: Target, prices: dict[str, float], done: list[StageDesign]) -> str:
