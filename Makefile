@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_cli.py
 	$(BIN)/python bench/bench_dstudy.py
 	$(BIN)/python bench/bench_collector.py
+	$(BIN)/python bench/fuzz_boundary.py
 	$(BIN)/python bench/bench_compare.py
 	$(BIN)/python bench/bench_pairwise.py
 	$(BIN)/python bench/study_compare.py --reps 400

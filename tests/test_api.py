@@ -121,7 +121,7 @@ def test_a_run_database_is_read_once(tmp_path, monkeypatch, command):
     from evalgauge.collect.store import RunStore
 
     path = tmp_path / "run.sqlite"
-    RunStore(path).close()
+    RunStore(path, writer=True).close()
     rng = np.random.default_rng(3)
     cells = [(i, s, j, r) for i in range(6) for s in range(3) for j in range(2) for r in (1, 2)]
     rows = [(f"k{n}", f"i{i}", f"s{s}", f"j{j}", r, float(s + rng.normal())) for n, (i, s, j, r) in enumerate(cells)]
@@ -137,7 +137,7 @@ def test_a_run_database_is_read_once(tmp_path, monkeypatch, command):
 
 CORE = ("data", "design", "components", "estimate", "dstudy", "inference", "compare", "pairwise", "simulate",
         "montecarlo", "vocabulary", "errors")
-EDGES = ("io", "collect", "report", "cli", "api", "outputs")
+EDGES = ("io", "collect", "report", "cli", "api", "outputs", "inputs")
 
 
 def _imports(path) -> set[str]:

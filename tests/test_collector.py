@@ -355,3 +355,27 @@ def test_systems_generate_then_judges_score(tmp_path, env_key):
     store.close()
     assert len(responses) == 12 and responses[("q00", "sut1")] == "Simulated answer of sut1 to item q00."
     assert calls["score"].notna().all() and set(calls["system"]) == {"sut0", "sut1", "sut2"}
+
+
+def test_equal_short_verdicts_with_fresh_ids_are_not_caching():
+    """A Likert judge often gives a cell's replicates the same score; distinct ids and ordinary latency say
+    the replies were generated, so no caching alarm. Repeated ids, or a long completion repeated without
+    ids, or repeats at a tenth of the usual latency are a cache's."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for i in range(40):
+        for rep in (1, 2, 3):
+            rows.append({"item": f"q{i}", "system": "s", "variant": "v", "temperature": 0.7, "judge": "j",
+                         "position": None, "replicate": rep, "completion": f"Score: {3 + (rep == 3 and i % 4 == 0)}",
+                         "response_id": f"r{i}-{rep}", "latency_s": float(rng.uniform(0.5, 1.5)),
+                         "parse_error": None, "score": 3.0, "model": "m", "finished_at": float(i * 3 + rep)})
+    calls = pd.DataFrame(rows)
+    honest = diagnose(calls)
+    assert honest.cached_fraction == 0 and not any("caching" in w for w in honest.warnings)
+    by_id = diagnose(calls.assign(response_id=calls["item"]))
+    assert by_id.cached_fraction == 1.0 and any("replicate caching" in w for w in by_id.warnings)
+    long = "The answer is thorough and correct; it cites the source. Score: 4 " * 2
+    no_ids = diagnose(calls.assign(response_id=None, completion=long))
+    assert no_ids.cached_fraction == 1.0
+    fast = calls.assign(completion="Score: 3", latency_s=np.where(calls["replicate"] == 1, 1.0, 0.01))
+    assert diagnose(fast).cached_fraction == 1.0

@@ -282,6 +282,12 @@ def _variant(tmp_path, old, new, name):
     ("{{response}}. Reply", ". Reply", "variant 'v1' does not show the response ({response})"),
     ("Rate: {{item}} /", "Rate: /", "variant 'v1' does not show the item ({item})"),
     ('mode = "numeric"', 'mode = "numeric"\nscale_min = 5\nscale_max = 1', "scale_min (5) must be below"),
+    ("temperatures = [0.0]", "temperatures = [nan]", "[run] temperatures #1: input should be a finite number"),
+    ("temperatures = [0.0]", "temperatures = [inf, -1.0]", "[run] temperatures #1: input should be a finite"),
+    ("temperatures = [0.0]", "temperatures = [0.0, -1.0]", "temperatures #2: input should be greater than"),
+    ("timeout_s = 10.0", "timeout_s = inf", "[run] timeout_s: input should be a finite number"),
+    ('mode = "numeric"', 'mode = "numeric"\nchoices = "AA"', "choices must be distinct letters"),
+    ("price_input_per_mtok = 1.0", "price_input_per_mtok = nan", "price_input_per_mtok: input should be a finite"),
 ])
 def test_config_mistakes_are_named(tmp_path, old, new, expected):
     path = _variant(tmp_path, old.replace("{{", "{").replace("}}", "}"), new.replace("{{", "{").replace("}}", "}"),

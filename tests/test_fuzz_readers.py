@@ -89,7 +89,7 @@ def test_readers_never_traceback(tmp_path_factory, data, suffix):
 def test_run_databases_never_traceback(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("db")
     path = tmp / "run.sqlite"
-    RunStore(path).close()  # the collector's schema
+    RunStore(path, writer=True).close()  # the collector's schema
     con = sqlite3.connect(path)
     noise = np.random.default_rng(2).normal(size=60)
     rows = [(f"k{n}", f"i{n % 5}", None, f"s{n % 3}", "v", 0.0, f"j{n % 2}", 1 + n // 30, None,

@@ -82,10 +82,16 @@ def test_the_request_is_the_chat_completions_call(monkeypatch):
     json.dumps({"choices": []}).encode(), json.dumps({"choices": "x"}).encode(),
     json.dumps({"choices": [None]}).encode(), json.dumps({"choices": [{"message": "hi"}]}).encode(),
     json.dumps({"choices": [{"message": {"content": 42}}]}).encode(),
-    json.dumps({"choices": [{"message": {"content": None}}], "usage": {"prompt_tokens": -5,
-                                                                        "completion_tokens": "3"}}).encode(),
 ])
-def test_a_malformed_answer_is_an_empty_completion_not_an_exception(monkeypatch, body):
+def test_a_malformed_answer_is_a_retryable_billed_error_not_an_answer(monkeypatch, body):
+    result, _ = _complete([(200, {}, body)], monkeypatch)
+    assert isinstance(result, ProviderError) and result.retryable and result.billed and not result.fatal
+    assert "malformed reply" in str(result)
+
+
+def test_a_null_content_is_an_empty_completion(monkeypatch):
+    body = json.dumps({"choices": [{"message": {"content": None}}], "usage": {"prompt_tokens": -5,
+                                                                             "completion_tokens": "3"}}).encode()
     result, _ = _complete([(200, {}, body)], monkeypatch)
     assert isinstance(result, Completion)
     assert result.text is None and result.input_tokens == 0 and result.output_tokens == 0
@@ -172,9 +178,12 @@ def test_anthropic_request_and_answer(monkeypatch):
     json.dumps({"content": [{"type": "thinking"}]}).encode(),
     json.dumps({"content": [{"type": "text", "text": 3}], "usage": {"input_tokens": "9"}}).encode(),
 ])
-def test_anthropic_malformed_answer_is_an_empty_completion(monkeypatch, body):
+def test_anthropic_malformed_answer_is_a_retryable_error_or_an_empty_completion(monkeypatch, body):
     result, _ = _complete([(200, {}, body)], monkeypatch, provider=AnthropicProvider)
-    assert isinstance(result, Completion) and result.text is None and result.input_tokens == 0
+    if isinstance(body, bytes) and body.startswith(b'{"content": ['):  # a list with no text block: empty
+        assert isinstance(result, Completion) and result.text is None and result.input_tokens == 0
+    else:
+        assert isinstance(result, ProviderError) and result.retryable and result.billed
 
 
 def test_anthropic_overloaded_is_retried(monkeypatch):

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from . import __version__, vocabulary
 from .errors import EvalGaugeError
-from .outputs import atomic_write_text, atomic_write_with, check_outputs, dumps
+from .outputs import atomic_write_text, atomic_write_with, check_new, check_outputs, dumps
 from .vocabulary import METHODS
 
 if TYPE_CHECKING:
@@ -67,17 +67,40 @@ simulate = _lazy(".simulate", "simulate")
 
 
 class _OptionsConsole(Console):
-    """A console that shows the core's `parameter` names as the command's options (see :func:`as_options`)."""
+    """A console that shows the core's `parameter` names as the command's options (see :func:`as_options`),
+    and every string it renders (table cells included) through :func:`evalgauge.display.shown`, so a label or
+    a model id from the data never reaches the terminal as an escape sequence or a bidi override."""
 
     def print(self, *objects, **kwargs) -> None:
-        shown = []
+        from .display import shown
+
+        out = []
         for obj in objects:
             if isinstance(obj, str):
                 obj = as_options(obj)
-            elif isinstance(obj, Text) and "`" in obj.plain:
-                obj = Text(as_options(obj.plain), style=obj.style)
-            shown.append(obj)
-        super().print(*shown, **kwargs)
+            elif isinstance(obj, Text):
+                plain = shown(obj.plain)
+                if "`" in plain:
+                    obj = Text(as_options(plain), style=obj.style)
+                elif plain != obj.plain:
+                    obj = Text(plain, style=obj.style)
+            out.append(obj)
+        super().print(*out, **kwargs)
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        from .display import shown
+
+        return super().render_str(shown(text), **kwargs)
+
+    def _render_buffer(self, buffer) -> str:
+        # the last step before the terminal: text a renderable built itself (a Text cell) is shown here too;
+        # rich's own styles and control codes travel apart from the text and are kept
+        from rich.segment import Segment
+
+        from .display import shown
+
+        return super()._render_buffer(seg if seg.control else Segment(shown(seg.text), seg.style, seg.control)
+                                      for seg in buffer)
 
 
 def _console(stderr: bool = False) -> Console:
@@ -184,6 +207,9 @@ def main() -> None:
     prompt wording, which temperature, which items, repeated calls) so that
     intervals count every source of error, not only item sampling.
     """
+    from .outputs import exit_on_terminate
+
+    exit_on_terminate()
 
 
 def design_options(func: Callable) -> Callable:
@@ -392,7 +418,8 @@ def _preset_command(name: str):
         frame = simulate(spec, seed=seed)
         _write_frame(frame, Path(out))
         truth = ", ".join(f"{k}={v:g}" for k, v in spec.true_components().items())
-        _console().print(f"{len(frame)} judgments written to {out} (seed {seed}). True components: {truth}")
+        _console(stderr=out == "-").print(f"{len(frame)} judgments written to {out} (seed {seed}). True "
+                                          f"components: {truth}")
 
     return command
 
@@ -585,8 +612,10 @@ def bias_cmd(scenario, reps, items, seed, scheduler, json_out) -> None:
 
 
 def _write_frame(frame: pd.DataFrame, path: Path) -> None:
-    """A judgments table in the format its suffix names (CSV by default)."""
-    if path.suffix == ".parquet":
+    """A judgments table in the format its suffix names (CSV by default); ``-`` is CSV on stdout."""
+    if str(path) == "-":
+        click.echo(frame.to_csv(index=False), nl=False)
+    elif path.suffix == ".parquet":
         atomic_write_with(path, lambda tmp: frame.to_parquet(tmp, index=False))
     elif path.suffix == ".jsonl":
         atomic_write_with(path, lambda tmp: frame.to_json(tmp, orient="records", lines=True))
@@ -926,6 +955,8 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
         t.add_row(str(r["rank"]), Text(str(r["object"])), f"{r['mean']:.4g}", f"{r['se']:.3g}",
                   f"[{r['low']:.4g}, {r['high']:.4g}]", naive, f"{r['rank_low']}-{r['rank_high']}",
                   f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", r["group"])
+    if len(result.systems) > limit:
+        t.caption = f"the first {limit} of {len(result.systems)} by rank; all of them in --json and the report"
     console.print(t)
     p = Table(title=f"Pairs (difference a - b; simultaneous intervals hold for all {len(result.pairs)} pairs at "
                     f"once, critical value {result.critical_simultaneous:.3g})")
@@ -938,7 +969,7 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
                   "yes" if r["separable"] else "no")
     console.print(p)
     if len(result.pairs) > limit:
-        console.print(f"({len(result.pairs) - limit} more pairs in --json.)")
+        console.print(f"(the first {limit} of {len(result.pairs)} pairs shown; all of them in --json)")
     for text in result.sentences:
         console.print(Text(text))
     for note in result.notes:
@@ -1095,12 +1126,12 @@ def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, colum
                          ids=id_map, columns=cols)
     notes = frame.attrs.get("notes", [])
     _write_frame(frame, Path(out))
-    c = _console()
+    c = _console(stderr=out == "-")  # the table itself may be on stdout
     kind = "pairwise rows" if "winner" in frame else "judgments"
-    c.print(f"{len(frame)} {kind} written to {out}.")
+    c.print(f"{len(frame)} {kind} written to {'stdout' if out == '-' else out}.")
     for note in notes:
         c.print(Text("note: ", style="yellow") + Text(note))
-    c.print(f"next: {_next_command(frame, out)}")
+    c.print(f"next: {_next_command(frame, 'FILE' if out == '-' else out)}")
 
 
 def _next_command(frame: pd.DataFrame, out: str) -> str:
@@ -1209,7 +1240,7 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
     from .collect.tasks import count_tasks
 
     cfg = load_config(config, base_url=base_url, database=database)
-    check_outputs([config, cfg.database], {"--json": json_out})
+    check_outputs([config, cfg.database, *cfg.sources], {"--json": json_out})
     if budget_usd is not None:
         cfg = replace(cfg, budget_usd=budget_usd)
     targets = [(q, v) for q, v in (("mdd95", target_mdd), ("erho2", target_erho2), ("se", target_se)) if v]
@@ -1277,6 +1308,12 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
         for warning in diag.warnings:
             c.print(Text("warning: ", style="bold yellow") + Text(warning))
     _emit(payload, json_out, show)
+    if summary.paused and not summary.fatal:
+        err = _console(stderr=True)
+        for name, reason in summary.paused.items():
+            err.print(Text("paused: ", style="bold yellow") + Text(f"'{name}': {reason}"))
+        err.print("The run stopped resumably: run the same command again later (completed calls are kept).")
+        sys.exit(3)
     if not summary.ok:
         err = _console(stderr=True)
         for name, reason in summary.fatal.items():
@@ -1296,8 +1333,9 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=str), help="Output file (default: beside).")
 @click.option("--judgments", is_flag=True, help="Only the judgments table (facets and score), as components reads.")
+@click.option("--force", is_flag=True, help="Replace an existing file at the default output path.")
 @user_errors
-def export_cmd(database, fmt, out, judgments) -> None:
+def export_cmd(database, fmt, out, judgments, force) -> None:
     """Export a run database: every call with its completion, parse, model, tokens and cost.
 
     \b
@@ -1313,6 +1351,8 @@ def export_cmd(database, fmt, out, judgments) -> None:
         raise EvalGaugeError(f"{path}: no such run database.")
     target = Path(out) if out else path.with_suffix(f".{fmt}")
     check_outputs([path], {"--out": target})
+    if not out:
+        check_new("--out", target, force)
     if judgments:
         frame = read_run(Path(path))
     else:
@@ -1321,9 +1361,47 @@ def export_cmd(database, fmt, out, judgments) -> None:
             frame = store.calls()
         finally:
             store.close()
+    if str(target) == "-":
+        if fmt == "parquet":
+            sys.stdout.buffer.write(frame.to_parquet(index=False))
+        else:
+            click.echo(frame.to_csv(index=False), nl=False)
+        _console(stderr=True).print(f"{len(frame)} rows written to stdout")
+        return
     atomic_write_with(target, lambda tmp: frame.to_parquet(tmp, index=False) if fmt == "parquet"
                       else frame.to_csv(tmp, index=False))
     _console().print(f"{len(frame)} rows written to {target}")
+
+
+def _sim_components(path: Path) -> dict[str, float]:
+    """``{term: variance}`` from a JSON file of that shape or an `evalgauge components --json` result."""
+    import math
+
+    from .inputs import check_input_file
+
+    check_input_file(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise EvalGaugeError(f"{path}: cannot read components JSON ({str(exc)[:120]}).") from None
+    shape = ("; give {\"term\": variance, ...} or the output of `evalgauge components --json`, e.g. "
+             "{\"item\": 0.4, \"judge\": 0.1, \"residual\": 0.2}.")
+    if isinstance(raw, dict) and isinstance(raw.get("components"), list):
+        pairs = [(c.get("component"), c.get("variance")) if isinstance(c, dict) else (None, None)
+                 for c in raw["components"]]
+    elif isinstance(raw, dict):
+        pairs = list(raw.items())
+    else:
+        raise EvalGaugeError(f"{path}: a JSON {type(raw).__name__}, not an object" + shape)
+    comps = {}
+    for term, value in pairs:
+        if not isinstance(term, str) or isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
+            raise EvalGaugeError(f"{path}: component {term!r} has variance {value!r}, not a finite number" + shape)
+        comps[term] = max(float(value), 0.0)
+    if not comps:
+        raise EvalGaugeError(f"{path}: no components" + shape)
+    return comps
 
 
 @main.command(name="serve-sim")
@@ -1355,12 +1433,7 @@ def serve_sim_cmd(config, components_path, mu, seed, host, port, faults, require
     cfg = load_config(config)
     comps = DEFAULT_SIM_COMPONENTS
     if components_path:
-        try:
-            raw = json.loads(Path(components_path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise EvalGaugeError(f"{components_path}: cannot read components JSON ({exc}).") from None
-        comps = ({c["component"]: max(float(c["variance"]), 0.0) for c in raw["components"]}
-                 if isinstance(raw, dict) and "components" in raw else {k: float(v) for k, v in raw.items()})
+        comps = _sim_components(Path(components_path))
     fault_map = {}
     for item in faults:
         key, _, value = item.partition("=")

@@ -424,12 +424,35 @@ def code_data(data, design: Design) -> CodedData:
                 f"{judgments.source}: facet '{f.name}' has one level within each level of '{f.parent}', "
                 f"so it is the same facet as '{f.parent}'. Drop it from `facets` or drop the nesting."
             )
+    _check_grid(judgments, design, shape, len(y))
     cell = np.ravel_multi_index(tuple(codes), tuple(shape)) if codes else np.zeros(len(y), np.int64)
     n_cells = int(np.prod(shape))
     count = np.bincount(cell, minlength=n_cells)
     _check_replicates(judgments, design, cell, count, n_cells)
     return CodedData(design, judgments.source, y, tuple(codes), tuple(shape), tuple(labels),
                      cell, count, tuple(nested))
+
+
+#: the design's grid of cells (every combination of levels) is counted densely; past this many cells
+#: and this many times the rows, it is refused before anything that size is allocated
+MAX_GRID_CELLS = 2 * 10**8
+MAX_GRID_PER_ROW = 100
+
+
+def _check_grid(judgments: Judgments, design: Design, shape: list[int], n_rows: int) -> None:
+    """Refuse, with the sizes and what to do, a grid of cells too large to count (before allocating it)."""
+    import math
+
+    n_cells = math.prod(shape)  # a Python int: no overflow however many levels
+    if n_cells <= MAX_GRID_CELLS or n_cells <= MAX_GRID_PER_ROW * n_rows:
+        return
+    sizes = " x ".join(f"{f.name} {k:,}" for f, k in zip(design.facets, shape, strict=True))
+    raise DesignError(
+        f"{judgments.source}: the design's grid ({sizes}) has {n_cells:.3g} cells for {n_rows:,} rows, "
+        f"{100 * n_rows / n_cells:.2g}% of them filled; counting it would take {8 * n_cells / 2**30:,.0f} GiB, "
+        "and so sparse a design cannot estimate the interactions of these facets. Nest a facet in another "
+        "(`nest`, e.g. item/judge when each item has its own judges), drop a facet (`facets`), or keep "
+        "fewer levels of a facet.")
 
 
 def _factorize(judgments: Judgments, column: str) -> tuple[np.ndarray, np.ndarray]:

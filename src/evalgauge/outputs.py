@@ -16,13 +16,24 @@ from pathlib import Path
 from .errors import EvalGaugeError
 from .results import dumps, json_safe
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_with", "check_outputs", "dumps",
-           "json_safe"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_with", "check_new", "check_outputs", "dumps",
+           "is_special", "json_safe"]
 
 
 def _companions(path: Path) -> list[Path]:
-    """A path and the files SQLite keeps beside a database (its WAL and shared memory)."""
-    return [path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")]
+    """A path and the files kept beside a database (SQLite's WAL, shared memory, journal; a lock file)."""
+    return [path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal"), Path(f"{path}.lock")]
+
+
+def is_special(path: Path) -> bool:
+    """A device, FIFO or socket (``/dev/null``, ``/dev/stdout``): written in place, never replaced."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -41,20 +52,46 @@ def check_outputs(inputs: Iterable[str | Path | None], outputs: dict[str, str | 
     and None are skipped.
     """
     ins = [Path(p) for p in inputs if p is not None and str(p) != "-"]
+    seen: dict[Path, str] = {}
     for option, out in outputs.items():
         if out is None or str(out) == "-":
             continue
         out = Path(out)
+        if is_special(out):
+            continue  # a device or FIFO is written in place: it cannot be an input's data
+        for other, other_option in seen.items():
+            if _same(out, other):
+                raise EvalGaugeError(f"{option} {out}: {other_option} writes there too; give each output its own "
+                                     "path.")
+        seen[out] = option
         for src in ins:
             if any(_same(out, c) for c in _companions(src)):
                 raise EvalGaugeError(f"{option} {out}: that is the input {src}; writing there would destroy it. "
                                      "Choose another output path.")
         if out.is_dir():
             raise EvalGaugeError(f"{option} {out}: is a folder; give a file name inside it.")
-        parent = out.parent if str(out.parent) else Path(".")
+        parent = _target(out).parent
         if not parent.is_dir():
             raise EvalGaugeError(f"{option} {out}: the folder {parent} does not exist; create it first "
                                  f"(mkdir -p {parent}) or choose another path.")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise EvalGaugeError(f"{option} {out}: the folder {parent} is not writable; choose another path.")
+
+
+def check_new(option: str, path: str | Path, force: bool) -> None:
+    """A default output name never replaces an existing file unless the user says ``--force``."""
+    path = Path(path)
+    if path.exists() and not is_special(path) and not force:
+        raise EvalGaugeError(f"{option} {path}: the file exists; give another path with {option}, or --force to "
+                             "replace it.")
+
+
+def _target(path: Path) -> Path:
+    """Where a write to ``path`` lands: a symlink's target (the link itself stays), else the path."""
+    path = Path(path)
+    if path.is_symlink():
+        return Path(os.path.realpath(path))
+    return path if str(path.parent) else Path(".") / path
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
@@ -74,16 +111,82 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def atomic_write_with(path: str | Path, writer) -> Path:
-    """``writer(tmp_path)`` writes a file (e.g. ``frame.to_parquet``); it then replaces ``path`` at once."""
+    """``writer(tmp_path)`` writes a file (e.g. ``frame.to_parquet``); it then replaces ``path`` at once.
+
+    A symlink is written through (its target is replaced, the link stays); a device or FIFO
+    (``/dev/null``, ``/dev/stdout``) is written in place, never turned into a regular file. The new
+    file gets the mode the umask gives (or the mode of the file it replaces), not mkstemp's 0600.
+    """
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix or ".tmp", dir=folder)
+    try:
+        return _atomic_write(path, writer)
+    except OSError as exc:  # a full disk, a full device, a folder made read-only since the check
+        raise EvalGaugeError(f"{path}: could not be written ({exc.strerror or exc}); nothing was replaced. Free "
+                             "space or choose another path.") from None
+
+
+def _atomic_write(path: Path, writer) -> Path:
+    if is_special(path):
+        return _write_special(path, writer)
+    target = _target(path)
+    _remove_stale(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.evalgauge-{os.getpid()}-", suffix=target.suffix or ".tmp",
+                               dir=target.parent)
     os.close(fd)
     try:
         writer(tmp)
-        os.replace(tmp, path)
+        os.chmod(tmp, _mode_for(target))
+        os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return path
+
+
+def _remove_stale(target: Path) -> None:
+    """Temporary files a write to ``target`` left when its process was killed (``kill -9`` runs no clean-up):
+    removed by the next write, once their process is gone."""
+    for leftover in target.parent.glob(f".{target.name}.evalgauge-*"):
+        pid = leftover.name[len(target.name) + len(".evalgauge-") + 1:].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            leftover.unlink(missing_ok=True)
+        except PermissionError:  # another user's live process
+            pass
+
+
+def exit_on_terminate() -> None:
+    """SIGTERM ends the command as Ctrl-C does, through the clean-up of any write in progress."""
+    import signal
+    import sys
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def _mode_for(target: Path) -> int:
+    try:
+        return os.stat(target).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _write_special(path: Path, writer) -> Path:
+    """Through a temporary file (the writer may need a path), then copied into the device as it is."""
+    import shutil
+
+    fd, tmp = tempfile.mkstemp(prefix=".evalgauge.", suffix=path.suffix or ".tmp")
+    os.close(fd)
+    try:
+        writer(tmp)
+        with open(tmp, "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    finally:
+        os.unlink(tmp)
     return path

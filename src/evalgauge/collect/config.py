@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DataError
+from ..inputs import check_input_file
 from .schema import JudgeSpec, validate_raw
 
 
@@ -80,6 +81,8 @@ class RunConfig:
     generation_template: str = "{item}"
     generation_temperature: float = 0.0
     notes: tuple[str, ...] = field(default=(), compare=False)
+    #: the files the configuration reads (items, responses): inputs that no output may replace
+    sources: tuple[Path, ...] = field(default=(), compare=False)
     #: a stage of an adaptive run is part of its pool's factorial: it carries the pool's fingerprint
     fingerprint_override: str | None = field(default=None, compare=False)
 
@@ -113,6 +116,7 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: no such run configuration.")
+    check_input_file(path, what="configuration")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -173,6 +177,7 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
         in_flight=run.in_flight, timeout_s=run.timeout_s, max_retries=run.max_retries, seed=run.seed,
         system_prompt=spec.system_prompt, generators=generators,
         generation_template=generation.template, generation_temperature=generation.temperature, notes=tuple(notes),
+        sources=tuple(where / f for f in (spec.data.items, spec.data.responses) if f),
     )
     check_templates(cfg)
     return cfg
@@ -241,8 +246,7 @@ def check_templates(cfg: RunConfig) -> None:
 
 
 def _read_table(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        raise DataError(f"{path}: no such file.")
+    check_input_file(path)
     try:
         if path.suffix.lower() in (".jsonl", ".ndjson"):
             return pd.read_json(path, lines=True, dtype=False).astype(object)

@@ -1,7 +1,10 @@
 """Integrity diagnostics of a run: the failures that silently corrupt measurement (sizing sec. 4).
 
-* replicate caching: byte-identical completions, or repeated response ids, across
-  the replicates of a cell (a caching gateway makes residual variance read zero);
+* replicate caching: what a cache repeats across the replicates of a cell (a caching
+  gateway makes residual variance read zero): the response id; the same long completion where the
+  server gives no ids; the same completion returned at a fraction of the cell's first call's latency.
+  Equal short verdicts ("Score: 4" on a 5-point scale) are what an honest judge often gives, and
+  never count alone;
 * empty completions and parse failures per judge (a reasoning judge whose
   token budget was sized for a score returns nothing);
 * model identifiers that changed during the run (aliases resolving to other
@@ -45,18 +48,17 @@ def diagnose(calls: pd.DataFrame, replicates_planned: int | None = None) -> Diag
     frame = calls.copy()
     cell_cols = [c for c in CELL if c in frame]
     frame[cell_cols] = frame[cell_cols].astype(object).fillna("")
-    groups = frame.groupby(cell_cols, sort=False, dropna=False)
-    sizes = groups.size()
-    multi = sizes[sizes > 1].index
-    identical = groups["completion"].nunique(dropna=False)
-    cached = int(((identical == 1) & (sizes > 1)).sum())
+    sizes = frame.groupby(cell_cols, sort=False, dropna=False).size()
+    cached_cells = _cached_cells(frame, cell_cols)
+    cached = int(cached_cells.sum())
     n_multi = int((sizes > 1).sum())
     rid_rep = int(frame["response_id"].dropna().duplicated().sum())
     fraction = cached / n_multi if n_multi else 0.0
     if n_multi and fraction > 0.5:
-        warnings.append(f"replicate caching: {100 * fraction:.1f}% of cells with several replicates got byte-identical "
-                        "completions; a caching gateway or seeded decoding makes residual variance read as zero. "
-                        "Disable response caching, or vary the request (e.g. a per-call nonce), and rerun.")
+        warnings.append(f"replicate caching: {100 * fraction:.1f}% of cells with several replicates were answered "
+                        "from a cache (the same response id, or the same completion without ids or at a fraction "
+                        "of the first call's latency); a caching gateway makes residual variance read as zero. Disable "
+                        "response caching, or vary the request (e.g. a per-call nonce), and rerun.")
     if rid_rep:
         warnings.append(f"{rid_rep} response id(s) repeat across calls: replies are being served from a cache.")
     per = []
@@ -86,6 +88,30 @@ def diagnose(calls: pd.DataFrame, replicates_planned: int | None = None) -> Diag
                         "run at least 2 replicates to see run-to-run noise.")
     if frame["judge"].nunique() < 2:
         warnings.append("one judge: judge variance and the item x judge interaction are not identifiable.")
-    del multi
     return Diagnostics(len(frame), int(sizes.size), cached, fraction, rid_rep, pd.DataFrame(per), models,
                        tuple(warnings))
+
+
+#: a completion at least this long, repeated byte for byte with no response ids, is a cache's, not chance
+LONG_COMPLETION = 64
+#: a repeat answered this much faster than the cell's first call came from a cache
+FAST_FRACTION = 0.1
+
+
+def _cached_cells(frame: pd.DataFrame, cell_cols: list[str]) -> pd.Series:
+    """Per cell with several replicates: True when what a cache repeats is repeated (see the module)."""
+    order = frame.sort_values("finished_at", kind="stable") if "finished_at" in frame else frame
+    work = pd.DataFrame({"cell": order.groupby(cell_cols, sort=False, dropna=False).ngroup(),
+                         "text": order["completion"].fillna(""), "rid": order["response_id"],
+                         "latency": pd.to_numeric(order["latency_s"], errors="coerce") if "latency_s" in order
+                         else float("nan")})
+    g = work.groupby("cell", sort=False)
+    size = g.size()
+    ids = g["rid"].agg(lambda r: r.notna().all())
+    repeated_id = g["rid"].agg(lambda r: r.dropna().duplicated().any())
+    same_text = g["text"].nunique() == 1
+    long_text = g["text"].agg(lambda t: t.str.len().min() >= LONG_COMPLETION)
+    # every replicate after the cell's first answered in a fraction of the first one's time
+    fast_repeats = g["latency"].agg(lambda x: len(x) > 1 and bool((x.iloc[1:] < FAST_FRACTION * x.iloc[0]).all()))
+    cached = repeated_id | (same_text & ~ids & long_text) | (same_text & fast_repeats)
+    return cached & (size > 1)

@@ -34,8 +34,10 @@ class ProviderError(Exception):
     that every call to this judge would meet (wrong key, no access, unknown model, malformed request)."""
 
     def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None,
-                 status: int | None = None, fatal: bool = False, connection: bool = False):
+                 status: int | None = None, fatal: bool = False, connection: bool = False, billed: bool = False):
         super().__init__(message)
+        #: the server answered 2xx (or began to): the provider may have billed the call
+        self.billed = billed
         self.retryable = retryable
         self.retry_after = retry_after
         self.status = status
@@ -119,14 +121,18 @@ def _retry_after(headers) -> float | None:
     value = headers.get("retry-after-ms")
     if value:
         try:
-            return float(value) / 1000.0
+            ms = float(value)
+            if ms == ms:
+                return max(0.0, ms / 1000.0)
         except ValueError:
             pass
     value = headers.get("retry-after")
     try:
-        return float(value) if value is not None else None
+        seconds = float(value) if value is not None else None
     except ValueError:
         return None
+    # NaN says nothing; a negative wait is none; inf stays: the runner caps every wait and says so
+    return None if seconds is None or seconds != seconds else max(0.0, seconds)
 
 
 class _HTTPProvider:
@@ -163,16 +169,29 @@ class _HTTPProvider:
         """The parsed answer to one request (JSON, or its text when it is not JSON); ProviderError on failure."""
         import aiohttp
 
+        from .reply import body_limit
+
         session = self._session or self._open()
+        limit = body_limit(self.judge.max_tokens)
+        status = None
         try:
             async with session.post(self.url, data=json.dumps(body), headers=self._headers,
                                     proxy=self._proxy) as resp:
-                raw = await resp.read()
+                status = resp.status
+                raw = await _read_bounded(resp, limit, self.judge)
                 if resp.status >= 400:
                     raise status_error(self.judge, resp.status, _json_or_text(raw), resp.headers)
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             raise connection_error(self.judge, exc) from None
-        return _json_or_text(raw)
+        except aiohttp.ClientPayloadError as exc:  # a body cut short or a broken encoding: a transport fault
+            raise ProviderError(f"judge '{self.judge.name}': the reply was cut short or garbled in transfer "
+                                f"({_clean(exc, 120)})", retryable=True, billed=status is not None and status < 400
+                                ) from None
+        try:
+            return json.loads(raw)
+        except ValueError:  # not JSON, or not UTF-8: broken in transfer or by the server, asked again
+            head = _clean(raw[:80].decode("utf-8", "replace"), 80)
+            raise malformed(self.judge, f"not JSON ({len(raw):,} bytes: {head!r})") from None
 
     async def close(self) -> None:
         if self._session is not None:
@@ -195,11 +214,12 @@ class OpenAIProvider(_HTTPProvider):
             [{"role": "user", "content": prompt}]
         body = await self._post({"model": self.judge.model, "messages": messages, "temperature": temperature,
                                  "max_tokens": self.judge.max_tokens})
-        body = body if isinstance(body, dict) else {}
-        choices = body.get("choices")
+        choices = body.get("choices") if isinstance(body, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         message = choice.get("message")
-        text = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str | None):
+            raise malformed(self.judge, "no choices[0].message.content")
+        text = message.get("content")
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         return Completion(text if isinstance(text, str) else None, _str_or_none(body.get("model")),
                           _str_or_none(body.get("id")), _count(usage.get("prompt_tokens")),
@@ -223,8 +243,9 @@ class AnthropicProvider(_HTTPProvider):
         if system_prompt:
             request["system"] = system_prompt
         body = await self._post(request)
-        body = body if isinstance(body, dict) else {}
-        content = body.get("content")
+        content = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(content, list):
+            raise malformed(self.judge, "no content list")
         # the text blocks, in order (a thinking block has no "text"); no text block at all is an empty completion
         texts = [b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)] \
             if isinstance(content, list) else []
@@ -245,6 +266,24 @@ def _proxy_for(url: str) -> str | None:
     if not proxies or proxy_bypass(parts.hostname or ""):
         return None
     return proxies.get(parts.scheme)
+
+
+def malformed(judge: Judge, what: str) -> ProviderError:
+    """A 2xx reply that is not the protocol's answer: retried, and recorded as a failure if it stays so."""
+    return ProviderError(f"judge '{judge.name}': a malformed reply, {what}", retryable=True, billed=True)
+
+
+async def _read_bounded(resp, limit: int, judge: Judge) -> bytes:
+    """The reply's body, refused past ``limit`` bytes (decompressed) without reading the rest."""
+    chunks, size = [], 0
+    while chunk := await resp.content.read(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise ProviderError(f"judge '{judge.name}': a reply of more than {limit:,} bytes for max_tokens = "
+                                f"{judge.max_tokens}; not read further or stored, the cell is asked again on "
+                                "resume.", retryable=False, billed=resp.status < 400)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _json_or_text(raw: bytes) -> object:

@@ -14,6 +14,7 @@ from ..errors import DataError
 from .config import Judge, RunConfig
 from .parsers import parse_score
 from .providers import ProviderError, make_provider
+from .reply import Vetted, redact, text_limit, vet
 from .store import CallRecord, RunStore
 from .tasks import Task, build_tasks, check_templates, count_tasks, generation_prompt, prompt_hash
 
@@ -68,12 +69,19 @@ class RunSummary:
     fatal: dict[str, str] = field(default_factory=dict)
     #: calls left for a stopped judge: not sent, tried again on resume
     skipped: int = 0
+    #: judges paused because the server asked to wait longer than MAX_RETRY_WAIT_S (resume later)
+    paused: dict[str, str] = field(default_factory=dict)
+    #: replies the provider may have billed that gave no usable completion (charged at their worst case)
+    billed_failures: int = 0
+    #: completions stored with a flag (implausible usage, redacted text, replaced surrogates), by kind
+    flagged: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """False when a judge was stopped, or calls were due and none completed."""
+        """False when a judge was stopped or paused, or calls were due and none completed."""
         due = self.planned - self.already_done
-        return not self.fatal and not (due > 0 and self.completed == 0 and not self.stopped_by_budget)
+        nothing_done = due > 0 and self.completed == 0 and not self.stopped_by_budget
+        return not self.fatal and not self.paused and not nothing_done
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "ok": self.ok}
@@ -104,10 +112,7 @@ def worst_case_cost(judge: Judge, prompt: str, system_prompt: str | None = None)
 
 
 def _redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    return redact(text, secrets)
 
 
 class JudgeGate:
@@ -125,22 +130,24 @@ class JudgeGate:
         self.dead: str | None = None
         self.lock = asyncio.Lock()
         self.failures_in_a_row = 0
+        self.paused = False
 
-    def settle(self, error: str | None, fatal: bool) -> None:
-        if fatal:
-            self.dead = self.dead or error
-        elif error is None:
+    def settle(self, at: Attempt) -> None:
+        if at.fatal or at.pause:
+            self.dead = self.dead or at.error
+            self.paused = self.paused or at.pause
+        elif at.error is None:
             self.ok, self.failures_in_a_row = True, 0
         else:
             self.failures_in_a_row += 1
             limit = self.LIMIT_AFTER_ANSWER if self.ok else self.LIMIT_BEFORE_ANSWER
             if self.failures_in_a_row >= limit and not self.dead:
-                self.dead = (f"{self.failures_in_a_row} calls in a row failed after every retry (last: {error}); "
+                self.dead = (f"{self.failures_in_a_row} calls in a row failed after every retry (last: {at.error}); "
                              "stopped so as not to hammer a failing endpoint. Run again later to resume.")
 
 
 async def _gated(gate: JudgeGate, call):
-    """Run ``call()`` (returning (result, error, attempts, fatal)) through the judge's gate; None if stopped."""
+    """Run ``call()`` (returning (result, Attempt)) through the judge's gate; None if the judge was stopped."""
     if gate.dead:
         return None
     if gate.ok:
@@ -150,8 +157,7 @@ async def _gated(gate: JudgeGate, call):
             if gate.dead:
                 return None
             result = await call()
-    _, error, _, fatal = result
-    gate.settle(error, fatal)
+    gate.settle(result[1])
     return result
 
 
@@ -190,7 +196,7 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
         if cfg.generators:
             await _generate(cfg, store, summary, secrets, gen_providers)
             cfg = replace(cfg, responses=store.responses())
-            if summary.stopped_by_budget or summary.fatal:
+            if summary.stopped_by_budget or summary.fatal or summary.paused:
                 if summary.stopped_by_budget:
                     summary.notes.append(f"stopped at the budget cap of ${cfg.budget_usd:g} while generating "
                                          "responses.")
@@ -203,7 +209,22 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
     if summary.stopped_by_budget:
         summary.notes.append(f"stopped at the budget cap of ${cfg.budget_usd:g}; run again with a larger "
                              "budget_usd to finish (completed calls are kept).")
+    _flag_notes(summary)
     return summary
+
+
+def _flag_notes(summary: RunSummary) -> None:
+    """Say what the replies did that the run had to correct for."""
+    for kind, n in sorted(summary.flagged.items()):
+        what = {"implausible usage": "reported implausible token usage (none, or more than the request "
+                                     "allows); charged at its worst case, not at the server's count",
+                "key-shaped text redacted": "echoed a key or key-shaped text; redacted before it was stored",
+                "lone surrogates replaced": "held lone UTF-16 surrogates; stored with U+FFFD in their place"}
+        summary.notes.append(f"{n} repl{'y' if n == 1 else 'ies'} {what.get(kind, kind)}.")
+    if summary.billed_failures:
+        summary.notes.append(f"{summary.billed_failures} repl{'y' if summary.billed_failures == 1 else 'ies'} "
+                             "the provider may have billed gave no usable completion (malformed, cut short or too "
+                             "long); each counts its worst-case cost as spent.")
 
 
 async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secrets: list[str], providers: dict,
@@ -244,31 +265,28 @@ async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secre
                 return
             reserved[0] += worst
             reservation = store.reserve(task.key, worst) if worst > 0 else None
+            on_billed = _charger(store, summary, task.key, worst, lambda: reserved[0], cfg.budget_usd)
             try:
-                result = await _gated(gates[task.judge], lambda task=task, judge=judge: _call(
-                    cfg, judge, providers[task.judge], limiters[task.judge], task, secrets))
-            except BaseException:
+                result = await _gated(gates[task.judge], lambda task=task, judge=judge, on_billed=on_billed: _call(
+                    cfg, judge, providers[task.judge], limiters[task.judge], task, secrets, on_billed))
+            finally:
                 reserved[0] -= worst
-                raise
-            reserved[0] -= worst
             if result is None:  # the judge was stopped while this call waited
                 summary.skipped += 1
                 if reservation is not None:
                     store.release(reservation)
                 continue
-            record, error, attempts, fatal = result
-            summary.retries += attempts - 1
+            record, at = result
+            summary.retries += at.attempts - 1
             if record is not None:
                 store.record(record, reservation)
                 summary.completed += 1
                 summary.cost_usd += record.cost_usd
+                _count_flags(summary, record.flags)
             else:
                 if reservation is not None:
                     store.release(reservation)
-                store.record_failure(task.key, attempts, error)
-                summary.failed += 1
-                if fatal or gates[task.judge].dead:
-                    summary.fatal.setdefault(task.judge, gates[task.judge].dead or error)
+                _failed(store, summary, gates[task.judge], task.judge, task.key, at)
             if progress is not None:
                 progress(summary)
 
@@ -280,6 +298,34 @@ async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secre
         summary.seconds = time.monotonic() - start
     if limit is not None and sent[0] >= limit:
         summary.notes.append(f"stopped after {limit} call(s) (--limit); run again to go on.")
+
+
+def _charger(store: RunStore, summary: RunSummary, key: str, worst: float, reserved, budget: float):
+    """``on_billed`` for one call: a reply the provider may have billed but that gave no usable completion
+    counts its worst case as spent (held across crashes); another try only if the budget still fits it."""
+    def on_billed() -> bool:
+        if worst > 0:
+            store.charge(key, worst)
+            summary.cost_usd += worst
+        summary.billed_failures += 1
+        return summary.cost_usd + reserved() <= budget
+    return on_billed
+
+
+def _failed(store: RunStore, summary: RunSummary, gate: JudgeGate, name: str, key: str, at: Attempt) -> None:
+    """A call that ended without a completion: recorded (asked again on resume), and a stopped judge said."""
+    store.record_failure(key, at.attempts, at.error or "failed")
+    summary.failed += 1
+    if gate.paused:
+        summary.paused.setdefault(name, gate.dead or at.error or "")
+    elif at.fatal or gate.dead:
+        summary.fatal.setdefault(name, gate.dead or at.error or "")
+
+
+def _count_flags(summary: RunSummary, flags: str | None) -> None:
+    for flag in filter(None, (flags or "").split("; ")):
+        kind = flag.split(" (")[0]
+        summary.flagged[kind] = summary.flagged.get(kind, 0) + 1
 
 
 def _limiters(judges) -> dict[str, RateLimiter]:
@@ -303,12 +349,34 @@ def _secrets(cfg: RunConfig) -> list[str]:
     return [os.environ.get(j.api_key_env, "") for j in (*cfg.judges, *cfg.generators) if j.api_key_env]
 
 
-async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, prompt: str, system_prompt,
-                   temperature: float, secrets: list[str]):
-    """One request with retries: exponential backoff with full jitter, at least the server's Retry-After.
+#: The longest wait a server's Retry-After is honoured for; asked for more, the judge is paused and the run
+#: ends resumably (a worker parked for a day holds its cell and its budget reservation all that time).
+MAX_RETRY_WAIT_S = 120.0
 
-    Returns (completion or None, started, latency, attempts, error, fatal). ``fatal``: an error that every
-    call to this judge would meet (HTTP 400/401/403/404, or no connection after every retry)."""
+
+@dataclass
+class Attempt:
+    """How one call ended after its retries: a vetted completion, or the (redacted) error."""
+
+    vetted: Vetted | None
+    started: float = 0.0
+    latency: float = 0.0
+    attempts: int = 0
+    error: str | None = None
+    #: an error every call to this judge would meet (HTTP 400/401/403/404, or no connection at all)
+    fatal: bool = False
+    #: the server asked to wait longer than MAX_RETRY_WAIT_S: stop this judge for now, resume later
+    pause: bool = False
+
+
+async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, prompt: str, system_prompt,
+                   temperature: float, secrets: list[str], on_billed=None) -> Attempt:
+    """One request with retries: exponential backoff with full jitter, at least the server's Retry-After
+    (up to MAX_RETRY_WAIT_S).
+
+    ``on_billed()`` is called for an attempt the provider may have billed without a usable completion (a
+    2xx reply that was malformed, cut short or too long): it charges the call's worst case and returns
+    whether the budget allows one more try."""
     attempts = 0
     last_error = ""
     connection_only = True
@@ -319,13 +387,22 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
         t0 = time.monotonic()
         try:
             completion = await provider.complete(prompt, system_prompt, temperature)
+            vetted = vet(completion, judge, prompt, system_prompt, secrets)
         except ProviderError as exc:
             last_error = _redact(str(exc), secrets)
             connection_only = connection_only and exc.connection
             if exc.fatal:
-                return None, 0.0, 0.0, attempts, last_error, True
+                return Attempt(None, attempts=attempts, error=last_error, fatal=True)
+            if exc.billed and on_billed is not None and not on_billed():
+                last_error += "; the budget leaves no room to ask again"
+                break
             if not exc.retryable:
                 break
+            if exc.retry_after is not None and exc.retry_after > MAX_RETRY_WAIT_S:
+                wait = "forever" if exc.retry_after == float("inf") else f"{exc.retry_after:,.0f} s"
+                return Attempt(None, attempts=attempts, pause=True, error=(
+                    f"{last_error}: the server asked to wait {wait} (Retry-After), more than the "
+                    f"{MAX_RETRY_WAIT_S:g} s a run waits; paused, run again later to resume"))
             backoff = random.uniform(0, min(30.0, 0.25 * 2 ** (attempts - 1)))
             await asyncio.sleep(max(backoff, exc.retry_after or 0.0))
             continue
@@ -335,18 +412,20 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
             last_error = _redact(f"{type(exc).__name__}: {exc}", secrets)
             connection_only = False
             break
-        return completion, started, time.monotonic() - t0, attempts, None, False
+        return Attempt(vetted, started, time.monotonic() - t0, attempts)
     if connection_only and last_error:
         last_error += f" after {attempts} attempt(s); is the server running and the base_url right?"
-    return None, 0.0, 0.0, attempts, last_error or "failed", connection_only and bool(last_error)
+    return Attempt(None, attempts=attempts, error=last_error or "failed", fatal=connection_only and bool(last_error))
 
 
-async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, task: Task, secrets: list[str]):
-    """One judge call, parsed and priced: (record or None, error, attempts, fatal)."""
-    completion, started, latency, attempts, error, fatal = await _attempt(
-        cfg, judge, provider, limiter, task.prompt, cfg.system_prompt, task.temperature, secrets)
-    if completion is None:
-        return None, error, attempts, fatal
+async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, task: Task, secrets: list[str],
+                on_billed=None):
+    """One judge call, parsed and priced: (record or None, attempt)."""
+    at = await _attempt(cfg, judge, provider, limiter, task.prompt, cfg.system_prompt, task.temperature, secrets,
+                        on_billed)
+    if at.vetted is None:
+        return None, at
+    completion = at.vetted.completion
     score, parse_error = parse_score(completion.text, cfg.mode, scale_max=cfg.scale_max, scale_min=cfg.scale_min,
                                      choices=cfg.choices)
     if score is not None and cfg.pairwise and task.position == "BA":
@@ -359,10 +438,10 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
         variant=task.variant.id, temperature=task.temperature, judge=task.judge, replicate=task.replicate,
         position=task.position, prompt_hash=task.prompt_hash, request=request, completion=completion.text,
         score=score, parse_error=parse_error, model=completion.model, response_id=completion.response_id,
-        started_at=started, finished_at=time.time(), latency_s=latency,
+        started_at=at.started, finished_at=time.time(), latency_s=at.latency,
         input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
-        cost_usd=judge.price(completion.input_tokens, completion.output_tokens))
-    return record, None, attempts, False
+        cost_usd=judge.price(at.vetted.input_tokens, at.vetted.output_tokens), flags="; ".join(at.vetted.flags))
+    return record, at
 
 
 async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secrets: list[str],
@@ -385,35 +464,34 @@ async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secret
         reserved[0] += worst
         reservation = store.reserve(f"generate|{key}", worst) if worst > 0 else None
 
+        on_billed = _charger(store, summary, f"generate|{key}", worst, lambda: reserved[0], cfg.budget_usd)
+
         async def call():
-            completion, started, latency, attempts, error, fatal = await _attempt(
-                cfg, gen, providers[gen.name], limiters[gen.name], prompt, None, cfg.generation_temperature,
-                secrets)
-            return (completion, started, latency, prompt), error, attempts, fatal
+            return None, await _attempt(cfg, gen, providers[gen.name], limiters[gen.name], prompt, None,
+                                        cfg.generation_temperature, secrets, on_billed)
 
         try:
             result = await _gated(gates[gen.name], call)
         finally:
             reserved[0] -= worst
-        if result is None or result[0][0] is None:
+        if result is None or result[1].vetted is None:
             if reservation is not None:
                 store.release(reservation)
             if result is None:
                 summary.skipped += 1
                 return True
-            _, error, attempts, fatal = result
-            summary.retries += attempts - 1
-            store.record_failure(f"generate|{key}", attempts, error)
-            summary.failed += 1
-            if fatal or gates[gen.name].dead:
-                summary.fatal.setdefault(gen.name, gates[gen.name].dead or error)
+            at = result[1]
+            summary.retries += at.attempts - 1
+            _failed(store, summary, gates[gen.name], gen.name, f"generate|{key}", at)
             return True
-        (completion, started, latency, _), _, attempts, _ = result
-        summary.retries += attempts - 1
-        cost = gen.price(completion.input_tokens, completion.output_tokens)
+        at = result[1]
+        completion = at.vetted.completion
+        summary.retries += at.attempts - 1
+        cost = gen.price(at.vetted.input_tokens, at.vetted.output_tokens)
         store.record_response((key, item.id, gen.name, prompt_hash(prompt), completion.text, completion.model,
-                               completion.response_id, started, time.time(), latency, completion.input_tokens,
+                               completion.response_id, at.started, time.time(), at.latency, completion.input_tokens,
                                completion.output_tokens, cost), reservation)
+        _count_flags(summary, "; ".join(at.vetted.flags))
         summary.cost_usd += cost
         summary.generated += 1
         return True
@@ -447,20 +525,36 @@ def dry_run(cfg: RunConfig) -> dict:
             store.close()
     judges = {j.name: j for j in cfg.judges}
     to_send, worst = 0, 0.0
+    if cfg.generators:  # responses not generated yet are priced at the longest a generator's reply is accepted
+        known = _stored_responses(cfg)
+        filler = {(i.id, g.name): known.get((i.id, g.name), "x" * text_limit(g.max_tokens))
+                  for i in cfg.items for g in cfg.generators}
+        cfg = replace(cfg, responses=filler)
     for task in build_tasks(cfg, skip=done):
         to_send += 1
         worst += worst_case_cost(judges[task.judge], task.prompt, cfg.system_prompt)
     gen_todo = [(i, g) for i in cfg.items for g in cfg.generators if f"{i.id}|{g.name}" not in generations]
     gen_worst = sum(worst_case_cost(g, generation_prompt(cfg, i)) for i, g in gen_todo)
     notes = []
-    if cfg.generators:
-        notes.append("judge calls are priced without the responses the systems will generate (not known yet).")
+    if gen_todo:
+        notes.append("judge calls on responses not generated yet are priced as if each were as long as a reply "
+                     "of the generator's max_tokens is accepted (the run refuses longer ones).")
     budget = None if cfg.budget_usd == float("inf") else cfg.budget_usd
     fits = budget is None or spent + worst + gen_worst <= budget
     return {"config": str(cfg.path), "database": str(cfg.database), "planned": count_tasks(cfg),
             "already_done": len(done), "to_send": to_send, "generations_to_send": len(gen_todo),
             "spent_usd": spent, "worst_case_usd": worst + gen_worst, "budget_usd": budget,
             "fits_budget": fits, "notes": notes}
+
+
+def _stored_responses(cfg: RunConfig) -> dict[tuple[str, str], str]:
+    if not cfg.database.exists():
+        return {}
+    store = RunStore(cfg.database)
+    try:
+        return store.responses()
+    finally:
+        store.close()
 
 
 def run(cfg: RunConfig, **kw) -> RunSummary:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import DataError
 from .parsers import MODES
@@ -44,17 +44,19 @@ def looks_like_key(value: str) -> bool:
 
 class _Table(BaseModel):
     # strict: TOML has types, so "two" is never coerced to 2 nor 0.7 to [0.7]
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # and finite: nan or inf in a temperature, a timeout or a price has no meaning a server would honour
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class RunSpec(_Table):
     name: str | None = None
     database: str | None = None
     replicates: int = Field(1, ge=1, le=1000)
-    temperatures: list[float] = Field(default_factory=lambda: [0.0], min_length=1)
+    # 0-2 is the range OpenAI-compatible servers take (Anthropic's is 0-1; the server says so on a 400)
+    temperatures: list[Annotated[float, Field(ge=0, le=2)]] = Field(default_factory=lambda: [0.0], min_length=1)
     budget_usd: float | None = Field(None, gt=0)
     in_flight: int = Field(32, ge=1, le=10_000)
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(60.0, gt=0, le=3600)
     max_retries: int = Field(6, ge=0, le=100)
     seed: int = 0
 
@@ -68,8 +70,15 @@ class ScoringSpec(_Table):
     mode: str = "likert"
     scale_min: int = 1
     scale_max: int = 5
-    choices: str = Field("ABCD", min_length=2)
+    choices: str = Field("ABCD", min_length=2, max_length=26)
     baseline: str | None = None
+
+    @field_validator("choices")
+    @classmethod
+    def _distinct_letters(cls, value: str) -> str:
+        if not value.isalnum() or len(set(value.upper())) != len(value):
+            raise ValueError("choices must be distinct letters or digits, e.g. \"ABCD\"")
+        return value
 
 
 class VariantSpec(_Table):
@@ -92,7 +101,7 @@ class JudgeSpec(_Table):
 
 class GenerationSpec(_Table):
     template: str = "{item}"
-    temperature: float = Field(0.0, ge=0)
+    temperature: float = Field(0.0, ge=0, le=2)
 
 
 class PilotSpec(_Table):
@@ -162,9 +171,9 @@ def _place(loc: tuple) -> str:
     out = _TABLE_NAMES.get(str(head), str(head)) if rest or str(head) in _TABLE_NAMES else f"top-level '{head}'"
     if rest and isinstance(rest[0], int):
         out += f" #{rest.pop(0) + 1}"
-    if rest:
-        out += " " + ".".join(str(r) for r in rest)
-    return out
+    if rest:  # a list's element is its position as the user counts it: `temperatures #2`
+        out += " " + "".join(f" #{r + 1}" if isinstance(r, int) else f".{r}" for r in rest).lstrip(".")
+    return out.replace("  #", " #")
 
 
 def _describe(err: dict, raw: dict) -> str:

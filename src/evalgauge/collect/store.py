@@ -9,7 +9,12 @@ The budget holds across crashes: before a priced call is sent, its worst-case co
 committed to ``inflight``; the call's record replaces it in one transaction. Rows
 left in ``inflight`` by a run that was killed were calls the provider may have
 billed, so the next run moves them to ``unaccounted`` and counts them as spent.
-Only one process writes a run database at a time (a lock file beside it).
+Only one process writes a run database at a time: the writer holds an exclusive ``flock`` on the
+database file itself, so a second path to it (a symlink, a hard link, ``..``) meets the same lock.
+
+Readers never write: they open the database read-only (``mode=ro``), and as ``immutable`` when no
+writer holds it and no write-ahead log is pending, so an unrelated SQLite file, a read-only mount or
+another user's run database is read without a byte of it (or of a companion file) changing.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ import fcntl
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, fields
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -31,7 +39,7 @@ CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY, item TEXT, category TEXT, system TEXT, variant TEXT, temperature REAL, judge TEXT,
     replicate INTEGER, position TEXT, prompt_hash TEXT, request TEXT, completion TEXT, score REAL,
     parse_error TEXT, model TEXT, response_id TEXT, started_at REAL, finished_at REAL, latency_s REAL,
-    input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL
+    input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL, flags TEXT
 );
 CREATE TABLE IF NOT EXISTS failures (key TEXT, attempts INTEGER, error TEXT, at REAL);
 CREATE TABLE IF NOT EXISTS responses (
@@ -69,6 +77,12 @@ class CallRecord:
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    #: what the reply did that was corrected before storing ("implausible usage ...; key-shaped text redacted")
+    flags: str | None = None
+
+
+#: Columns a database written before ``flags`` existed lacks; they are added when it is next written.
+OPTIONAL_COLUMNS = {"flags": "TEXT"}
 
 
 class RunStore:
@@ -76,58 +90,126 @@ class RunStore:
 
     def __init__(self, path: str | Path, *, writer: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = self._acquire_lock() if writer else None
+        # a file object, not a bare descriptor: a store dropped without close() still frees its lock
+        self._lock = None
+        with self._guard():
+            if writer:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._lock = self._acquire_lock()
+                self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
+            else:
+                self.db = self._open_read_only()
+        # a text cell that is not UTF-8 reads with U+FFFD in place of its bad bytes, never as an exception
+        self.db.text_factory = lambda b: b.decode("utf-8", "replace")
         try:
-            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
-            self.db.executescript(SCHEMA)
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # sqlite may fail to decode its own message
-            raise DataError(f"{self.path}: not a usable run database ({exc}).") from None
-        try:
-            have = {row[1] for row in self.db.execute("PRAGMA table_info(calls)")}
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-            self.db.close()
-            raise DataError(f"{self.path}: not a usable run database ({exc}).") from None
-        missing = [f.name for f in fields(CallRecord) if f.name not in have]
-        if missing:
-            self.db.close()
-            raise DataError(f"{self.path}: a SQLite database, but not one `evalgauge run` wrote (its calls table has "
-                            f"no {', '.join(missing[:4])}). Export the judgments to CSV or Parquet instead.")
+            self._check_schema(writer)
+        except BaseException:
+            self.close()
+            raise
         self._columns = tuple(f.name for f in fields(CallRecord))
         cols = ", ".join(self._columns)
         marks = ", ".join("?" for _ in fields(CallRecord))
         self._insert = f"INSERT OR IGNORE INTO calls ({cols}) VALUES ({marks})"
 
-    def _acquire_lock(self) -> int:
-        """An exclusive lock for the run's writer (released by the OS even after kill -9)."""
-        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A connection that cannot write the file: immutable when nothing is writing it, else ``mode=ro``."""
+        if not self.path.is_file():
+            raise DataError(f"{self.path}: no such run database (or not a regular file).")
+        uri = "file:" + quote(str(self.path.resolve()))
+        wal = Path(f"{self.path.resolve()}-wal")
+        lock = open(self.path, "rb")  # noqa: SIM115 - held until close()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # a run is writing it: read what it has committed, through its log
+            lock.close()
+            return sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        if wal.exists() and wal.stat().st_size > 0:  # a log a killed run left: only mode=ro reads it
+            lock.close()
+            return sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        self._lock = lock  # held while reading, so no run starts writing under an immutable reader
+        return sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+
+    def _check_schema(self, writer: bool) -> None:
+        with self._guard():
+            if writer:
+                self.db.executescript(SCHEMA)
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(calls)")}
+            if writer:
+                for name, kind in OPTIONAL_COLUMNS.items():
+                    if name not in have:
+                        self.db.execute(f"ALTER TABLE calls ADD COLUMN {name} {kind}")
+                        have.add(name)
+        missing = [f.name for f in fields(CallRecord) if f.name not in have and f.name not in OPTIONAL_COLUMNS]
+        if missing:
+            raise DataError(f"{self.path}: a SQLite database, but not one `evalgauge run` wrote (its calls table has "
+                            f"no {', '.join(missing[:4])}). Export the judgments to CSV or Parquet instead.")
+        self._has = have
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """SQLite's errors as messages that say what happened to the stored calls and what to do."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if "full" in text:
+                raise DataError(f"{self.path}: the disk is full; the calls stored so far are kept (the call being "
+                                "written was not). Free some space and run again to resume.") from None
+            if "readonly" in text or "read-only" in text or "unable to open" in text:
+                raise DataError(f"{self.path}: cannot be opened for this ({text}); check the folder's and the "
+                                "file's permissions, or copy the database somewhere writable.") from None
+            if "locked" in text or "busy" in text:
+                raise DataError(f"{self.path}: another process holds the database ({text}); try again when it "
+                                "has finished.") from None
+            raise DataError(f"{self.path}: not a usable run database ({text}).") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # sqlite may fail to decode its own message
+            raise DataError(f"{self.path}: not a usable run database, or a damaged one ({exc}); the rows that can "
+                            "still be read may be saved with the sqlite3 shell's .recover.") from None
+
+    def _acquire_lock(self):
+        """An exclusive lock on the database file itself (released by the OS even after kill -9).
+
+        ``flock`` locks the file, not its name, so every path to it meets the same lock; it is independent
+        of SQLite's own (POSIX) locks, and is released only after the connection is closed."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # an empty file is an empty database
+        lock = os.fdopen(fd, "r+b")
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
-            raise DataError(f"{self.path}: another `evalgauge run` is writing to this run database; wait for it "
-                            "to finish (or stop it) before resuming.") from None
-        return fd
+            lock.close()
+            raise DataError(f"{self.path}: another `evalgauge run` (or a reader) is using this run database; wait "
+                            "for it to finish (or stop it) before resuming.") from None
+        return lock
 
     def close(self) -> None:
-        self.db.close()
+        db = getattr(self, "db", None)
+        if db is not None:
+            db.close()
         if self._lock is not None:
-            os.close(self._lock)
+            self._lock.close()
             self._lock = None
 
     # -- metadata ------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
-        row = self.db.execute("SELECT value FROM run WHERE key = ?", (key,)).fetchone()
+        with self._guard():
+            try:
+                row = self.db.execute("SELECT value FROM run WHERE key = ?", (key,)).fetchone()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return None
+                raise
         return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO run (key, value) VALUES (?, ?)", (key, value))
+        with self._guard():
+            self.db.execute("INSERT OR REPLACE INTO run (key, value) VALUES (?, ?)", (key, value))
 
     # -- calls ----------------------------------------------------------------
     def done_keys(self) -> set[str]:
-        return {k for (k,) in self.db.execute("SELECT key FROM calls")}
+        with self._guard():
+            return {k for (k,) in self.db.execute("SELECT key FROM calls")}
 
     def record(self, call: CallRecord, reservation: int | None = None) -> bool:
         """Write one completed call and drop its reservation, in one transaction. False if already there."""
@@ -135,62 +217,81 @@ class RunStore:
         return self._settle(self._insert, tuple(getattr(call, name) for name in self._columns), reservation)
 
     def _settle(self, sql: str, row: tuple, reservation: int | None) -> bool:
-        """Insert a paid-for row and release its budget reservation atomically: a crash keeps one or the other."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            cur = self.db.execute(sql, row)
-            if reservation is not None:
-                self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
+        """Insert a paid-for row and release its budget reservation atomically: a crash keeps one or the other.
+
+        On an error (a full disk) SQLite may have rolled the transaction back itself; the reservation then
+        stays committed, so the call's worst case counts as spent on resume."""
+        with self._guard():
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self.db.execute(sql, row)
+                if reservation is not None:
+                    self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    with suppress(sqlite3.Error):
+                        self.db.execute("ROLLBACK")
+                raise
         return cur.rowcount == 1
 
     # -- the budget across crashes ---------------------------------------------
     def reserve(self, key: str, usd: float) -> int:
         """Commit a call's worst-case cost before it is sent; the id to release or record it with."""
-        cur = self.db.execute("INSERT INTO inflight (key, usd, at) VALUES (?, ?, ?)", (key, usd, time.time()))
+        with self._guard():
+            cur = self.db.execute("INSERT INTO inflight (key, usd, at) VALUES (?, ?, ?)", (key, usd, time.time()))
         return int(cur.lastrowid)
+
+    def charge(self, key: str, usd: float) -> None:
+        """A reply the provider may have billed without a usable completion: its worst case is spent."""
+        with self._guard():
+            self.db.execute("INSERT INTO unaccounted (key, usd, at) VALUES (?, ?, ?)", (key, usd, time.time()))
 
     def release(self, reservation: int) -> None:
         """The call failed without a completion: it was not billed as a completion."""
-        self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
+        with self._guard():
+            self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
 
     def reclaim_inflight(self) -> tuple[int, float]:
         """Calls in flight when an earlier run stopped: count their worst case as spent, once."""
-        self.db.execute("BEGIN IMMEDIATE")
-        n, usd = self.db.execute("SELECT COUNT(*), COALESCE(SUM(usd), 0) FROM inflight").fetchone()
-        self.db.execute("INSERT INTO unaccounted (key, usd, at) SELECT key, usd, at FROM inflight")
-        self.db.execute("DELETE FROM inflight")
-        self.db.execute("COMMIT")
+        with self._guard():
+            self.db.execute("BEGIN IMMEDIATE")
+            n, usd = self.db.execute("SELECT COUNT(*), COALESCE(SUM(usd), 0) FROM inflight").fetchone()
+            self.db.execute("INSERT INTO unaccounted (key, usd, at) SELECT key, usd, at FROM inflight")
+            self.db.execute("DELETE FROM inflight")
+            self.db.execute("COMMIT")
         return int(n), float(usd)
 
     def record_failure(self, key: str, attempts: int, error: str) -> None:
-        self.db.execute("INSERT INTO failures (key, attempts, error, at) VALUES (?, ?, ?, ?)",
-                        (key, attempts, error, time.time()))
+        with self._guard():
+            self.db.execute("INSERT INTO failures (key, attempts, error, at) VALUES (?, ?, ?, ?)",
+                            (key, attempts, error, time.time()))
 
     def cost(self) -> float:
         """Money spent so far: judge calls, generated responses, and the worst case of calls lost in flight."""
         total = 0.0
-        for table in ("calls", "responses"):
-            total += float(self.db.execute(f"SELECT COALESCE(SUM(cost_usd), 0) FROM {table}").fetchone()[0])
-        total += float(self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM unaccounted").fetchone()[0])
-        total += float(self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM inflight").fetchone()[0])
+        with self._guard():
+            for table in ("calls", "responses"):
+                total += float(self.db.execute(f"SELECT COALESCE(SUM(cost_usd), 0) FROM {table}").fetchone()[0])
+            total += float(self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM unaccounted").fetchone()[0])
+            total += float(self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM inflight").fetchone()[0])
         return total
 
     def record_response(self, row: tuple, reservation: int | None = None) -> bool:
         return self._settle("INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row, reservation)
 
     def responses(self) -> dict[tuple[str, str], str]:
-        rows = self.db.execute("SELECT item, system, response FROM responses WHERE response IS NOT NULL")
-        return {(i, s): r for i, s, r in rows}
+        with self._guard():
+            rows = self.db.execute("SELECT item, system, response FROM responses WHERE response IS NOT NULL")
+            return {(i, s): r for i, s, r in rows}
 
     def done_generations(self) -> set[str]:
-        return {k for (k,) in self.db.execute("SELECT key FROM responses")}
+        with self._guard():
+            return {k for (k,) in self.db.execute("SELECT key FROM responses")}
 
     def count(self) -> int:
-        return int(self.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+        with self._guard():
+            return int(self.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
     def calls(self) -> pd.DataFrame:
         return self._frame("SELECT * FROM calls ORDER BY rowid")

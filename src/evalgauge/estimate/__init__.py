@@ -102,7 +102,9 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
             raise
         # The default model (every interaction) is more than this machine affords: fit the two-way model,
         # and say what the full one would cost and how to ask for it.
-        smaller = resolve_model(judgments, None, None, **design_options, max_order=2).design
+        # the same request with every option the user gave (score column, facets, nesting, roles), only
+        # the interactions cut: re-inferring from the columns would drop what the command line resolved
+        smaller = _replace(spec.design, max_order=2)
         note = (f"the model with every interaction ({exc.size}) is more than this machine affords, so "
                 f"interactions of up to two facets were fitted; ask for more with `max_order` or `terms`.")
         result = fit_reml(judgments, model_from_design(smaller), object_facet=smaller.object,

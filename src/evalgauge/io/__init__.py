@@ -81,14 +81,13 @@ def read_judgments(data: Any, *, source: str | None = None, encoding: str | None
     raises :class:`DataError` naming the file, and the line or row where it can.
     """
     if isinstance(data, (str, Path)):
+        from ..inputs import check_input_file
         from .files import escape_controls
 
         path = Path(data)
-        if not path.exists():
-            raise DataError(f"{path}: no such file. Check the path (relative paths start at {Path.cwd()}).")
         if path.is_dir():
             raise DataError(f"{path}: is a directory; give a CSV, TSV, Parquet or JSONL file.")
-        frame = reader_for(path).read(path, encoding, sep)
+        frame = reader_for(check_input_file(path)).read(path, encoding, sep)
         judgments = Judgments(escape_controls(frame), source or str(path))
     else:
         judgments = as_judgments(data, source=source)
@@ -99,11 +98,12 @@ def read_input(data: Any, *, encoding: str | None = None, sep: str | None = None
                columns: dict[str, str] | None = None):
     """:func:`read_judgments`, and for a run database also its :class:`~evalgauge.io.runs.RunRecord` (the
     calls behind the collector's diagnostics), from one reading; ``(judgments, None)`` for anything else."""
-    if isinstance(data, (str, Path)) and Path(data).suffix.lower() in (".sqlite", ".db") and Path(data).is_file():
+    if isinstance(data, (str, Path)) and Path(data).suffix.lower() in (".sqlite", ".db") and Path(data).exists():
+        from ..inputs import check_input_file
         from .files import escape_controls
         from .runs import read_run_record
 
-        record = read_run_record(data)
+        record = read_run_record(check_input_file(data))
         judgments = Judgments(escape_controls(record.judgments()), str(data))
         return (rename_columns(judgments, columns) if columns else judgments), record
     return read_judgments(data, encoding=encoding, sep=sep, columns=columns), None

@@ -42,6 +42,7 @@ def read_table(path: Path, kind: str, encoding: str | None = None, sep: str | No
     """A CSV, TSV, Parquet or JSONL file (``kind``) as a frame of text columns (CSV/TSV) or typed ones."""
     if kind in ("csv", "tsv", "jsonl"):
         _check_encoding(path, encoding)
+    _check_width(path, kind, encoding, sep)
     try:
         if kind in ("csv", "tsv"):
             # Facet labels stay text: '01' and '1' are different items.
@@ -53,12 +54,41 @@ def read_table(path: Path, kind: str, encoding: str | None = None, sep: str | No
             frame = _read_jsonl(path, encoding)
     except (pd.errors.ParserError, ValueError, OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: could not be read as {kind.upper()}: {_first_line(exc)}") from None
+    except RecursionError:
+        raise DataError(f"{path}: a JSON value is nested too deeply to read (thousands of levels); no judgment "
+                        "file has that shape: the file is damaged or not a judgments file.") from None
     except ImportError as exc:  # pragma: no cover - pyarrow is a dependency
         raise DataError(f"{path}: reading {kind} needs an extra package: {exc}") from None
     if frame.shape[1] == 0 or len(frame) == 0:
         raise DataError(f"{path}: has no data rows. A judgments file has a header and one row per score.")
     frame.columns = [str(c).strip() for c in frame.columns]
     return frame
+
+
+#: a judgments table has a column per facet, a score and a few more; past this it is not one (a wide
+#: export of 100,000 columns would take minutes and gigabytes to parse before any check could say so)
+MAX_COLUMNS = 10_000
+
+
+def _check_width(path: Path, kind: str, encoding: str | None, sep: str | None) -> None:
+    """Refuse, before parsing, a table far wider than any judgments table (from its header or schema)."""
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            width = len(pq.read_schema(path).names)
+        except Exception:  # a damaged file: the reader says why
+            return
+    elif kind in ("csv", "tsv"):
+        with path.open(encoding=encoding or "utf-8", errors="replace") as fh:
+            header = fh.readline(64 * 1024 * 1024)
+        width = header.count(sep or _sniff_sep(path, kind, encoding)) + 1
+    else:
+        return
+    if width > MAX_COLUMNS:
+        raise DataError(f"{path}: has {width:,} columns, more than the {MAX_COLUMNS:,} a judgments table can have "
+                        "(one column per facet, a score, a few more). A wide table of scores, one column per "
+                        "judge or item, becomes a judgments table with `evalgauge import wide`.")
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:

@@ -26,6 +26,7 @@ import json
 import math
 import re
 import zipfile
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -147,7 +148,8 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
                 with zipfile.ZipFile(p) as z:
                     header = json.loads(z.read("header.json"))
                     samples = [json.loads(z.read(n)) for n in z.namelist() if n.startswith("samples/")]
-            except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError, zlib.error,
+                    EOFError) as exc:
                 raise DataError(f"{p}: not an Inspect .eval archive ({_plain(exc)}); it may be "
                                 "truncated.") from None
         else:
@@ -438,16 +440,24 @@ def import_files(fmt: str, paths: list[str], **kw) -> pd.DataFrame:
         raise DataError(f"{where}: a field has a type or shape a {fmt} file does not have "
                         f"({_plain(exc)}); the file may be damaged or from another "
                         "tool.") from None
+    except RecursionError:
+        where = _CURSOR.get("path") or ", ".join(map(str, paths))
+        raise DataError(f"{where}: a JSON value is nested too deeply to read (thousands of levels); no {fmt} file "
+                        "has that shape: the file is damaged.") from None
+    except (zlib.error, EOFError, OSError) as exc:
+        where = _CURSOR.get("path") or ", ".join(map(str, paths))
+        raise DataError(f"{where}: the archive or file is damaged ({_plain(exc)}); write it again.") from None
 
 
 def _import(fmt: str, paths: list[str], **kw) -> pd.DataFrame:
     if not paths:
         raise DataError("no input files given.")
+    from ..inputs import check_input_file
+
     for p in paths:
-        if not Path(p).exists():
-            raise DataError(f"{p}: no such file.")
         if Path(p).is_dir():
             raise DataError(f"{p}: is a folder; give the files inside it.")
+        check_input_file(p)
     if fmt == "inspect":
         return import_inspect(paths)
     if fmt == "lm-eval":

@@ -54,6 +54,11 @@ def judgments_from_calls(calls: pd.DataFrame, path: Path) -> pd.DataFrame:
     if calls.empty:
         raise DataError(f"{path}: the run database has no completed calls yet; run `evalgauge run CONFIG` first.")
     out = {}
+    for col in (*FACETS, "score"):
+        binary = np.flatnonzero(calls[col].map(lambda v: isinstance(v, bytes | bytearray)).to_numpy())
+        if binary.size:
+            raise DataError(f"{path}: calls row {binary[0] + 1}, column '{col}' holds binary data (a BLOB), not a "
+                            "level or a number; the run database was changed by hand or is damaged.")
     for col in FACETS:
         values = calls[col]
         if values.isna().all():

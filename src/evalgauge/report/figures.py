@@ -10,9 +10,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from ..display import plot_label
 from .analysis import Analysis
 
-STYLE = {"figure.dpi": 110, "axes.spines.top": False, "axes.spines.right": False, "font.size": 9}
+# labels are data: "$" starts no mathtext (a label "$\\frac{$" would fail to render), and each is cut short
+STYLE = {"figure.dpi": 110, "axes.spines.top": False, "axes.spines.right": False, "font.size": 9,
+         "text.parse_math": False}
 
 
 def _png(fig) -> str:
@@ -34,7 +37,7 @@ def shares(a: Analysis) -> str:
         y = range(len(names))
         ax.barh([i + 0.2 for i in y], per_obs, height=0.4, label="per observation", color="#9ab")
         ax.barh([i - 0.2 for i in y], of_theta, height=0.4, label="of Var(theta-hat) at this design", color="#c53")
-        ax.set_yticks(list(y), names)
+        ax.set_yticks(list(y), [plot_label(n) for n in names])
         ax.invert_yaxis()
         ax.set_xlabel("% of variance")
         ax.legend(loc="lower right", frameon=False)
@@ -48,7 +51,7 @@ def interventions(a: Analysis) -> str:
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(7, 0.35 * len(frame) + 1.2))
         colors = ["#2a7" if v < 0 else "#c53" for v in frame[key]]
-        ax.barh(frame["intervention"], frame[key], color=colors)
+        ax.barh([plot_label(n) for n in frame["intervention"]], frame[key], color=colors)
         ax.axvline(0, color="k", lw=0.8)
         ax.invert_yaxis()
         ax.set_xlabel("% change in " + ("relative error sigma2_delta" if "delta" in key else "Var(theta-hat)"))
@@ -114,7 +117,7 @@ def _per_system(a: Analysis, draw, labels, xlabel: str, title: str) -> str:
         fig, ax = plt.subplots(figsize=(7, 0.32 * len(sysf) + 1.3))
         y = list(range(len(sysf)))
         draw(ax, sysf, y)
-        ax.set_yticks(y, labels(sysf))
+        ax.set_yticks(y, [plot_label(n) for n in labels(sysf)])
         ax.set_xlabel(xlabel)
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
         ax.set_title(title)
@@ -157,8 +160,8 @@ def pair_matrix(a: Analysis) -> str:
             for j in range(len(names)):
                 if sig[i, j]:
                     ax.text(j, i, "*", ha="center", va="center", fontsize=9)
-        ax.set_xticks(range(len(names)), names, rotation=90)
-        ax.set_yticks(range(len(names)), names)
+        ax.set_xticks(range(len(names)), [plot_label(n) for n in names], rotation=90)
+        ax.set_yticks(range(len(names)), [plot_label(n) for n in names])
         fig.colorbar(im, ax=ax, shrink=0.7, label="difference (row - column)")
         ax.set_title("Pairs: * separable with simultaneous intervals")
         return _png(fig)

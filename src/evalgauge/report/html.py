@@ -7,7 +7,7 @@ judge output is untrusted text.
 from __future__ import annotations
 
 import datetime as dt
-from html import escape
+from html import escape as _html_escape
 from pathlib import Path
 
 from .. import __version__
@@ -23,6 +23,14 @@ text-align:right}td:first-child,th:first-child{text-align:left}.met{color:#1a7f3
 .box{background:#f6f8fa;border-radius:6px;padding:.8em 1em}.warn{background:#fff4e5;border-radius:6px;padding:.5em 1em}
 img{max-width:100%}.muted{color:#666;font-size:.85em}
 """
+
+
+def escape(text: object) -> str:
+    """Data as HTML text: controls and bidi overrides made visible (:func:`evalgauge.display.shown`), then
+    HTML-escaped."""
+    from ..display import shown
+
+    return _html_escape(shown(text))
 
 
 def _num(value, fmt=".4g") -> str:

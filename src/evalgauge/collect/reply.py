@@ -1,0 +1,107 @@
+"""A provider's reply is untrusted: the one place it is made safe to store, show and charge for.
+
+Every completion, judge or generating system, passes through :func:`vet` before it is parsed, priced
+or written: the run's secret values and anything key-shaped are redacted from its text, model id and
+response id (a server may echo the Authorization header); lone UTF-16 surrogates (valid JSON, not
+valid UTF-8) become U+FFFD; identifiers lose control characters and are bounded; a text longer than
+``max_tokens`` tokens can decode to is refused; and the token counts charged are the server's only
+when they are plausible for this request, otherwise the worst case the request allows.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from .config import Judge
+from .providers import Completion, ProviderError
+
+#: UTF-8 bytes one generated token decodes to, on average over a completion, at most. Real tokenizers
+#: average 3-5 bytes a token on text; only runs of whitespace or repeated symbols reach tens of bytes.
+#: A completion longer than ``max_tokens`` times this is not a completion of ``max_tokens`` tokens.
+MAX_BYTES_PER_TOKEN = 32
+#: Room for a short answer with a tiny ``max_tokens`` (a closing quote, a stop sequence).
+TEXT_SLACK_BYTES = 256
+#: The fewest UTF-8 bytes a prompt token takes, at most (for the floor of a plausible input count).
+PROMPT_BYTES_PER_TOKEN_MAX = 32
+#: Identifiers (model, response id) are short; anything longer is cut.
+ID_LIMIT = 200
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TOKENISH = re.compile(r"[A-Za-z0-9_\-.+/=]{16,}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+@dataclass(frozen=True)
+class Vetted:
+    """A completion safe to store, and the tokens to charge for it."""
+
+    completion: Completion
+    input_tokens: int
+    output_tokens: int
+    flags: tuple[str, ...]
+
+
+def text_limit(max_tokens: int) -> int:
+    """The most UTF-8 bytes a completion of ``max_tokens`` tokens is accepted with."""
+    return max_tokens * MAX_BYTES_PER_TOKEN + TEXT_SLACK_BYTES
+
+
+def body_limit(max_tokens: int) -> int:
+    """The most bytes read of a reply: the text at its limit, JSON-escaped (6 bytes a character), and room."""
+    return 6 * text_limit(max_tokens) + 64 * 1024
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """``text`` without the run's secret values or anything that looks like an API key."""
+    from .schema import _KEY_PATTERN, looks_like_key
+
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    text = _KEY_PATTERN.sub("***", text)
+    return _TOKENISH.sub(lambda m: "***" if looks_like_key(m.group()) else m.group(), text)
+
+
+def _utf8_safe(text: str) -> str:
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _identifier(value: str | None, secrets: list[str]) -> str | None:
+    if value is None:
+        return None
+    return _CONTROL.sub("", redact(_utf8_safe(value), secrets))[:ID_LIMIT] or None
+
+
+def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | None,
+        secrets: list[str]) -> Vetted:
+    """The completion made safe (see the module's docstring); ProviderError when its text is too long."""
+    from .runner import worst_case_input_tokens
+
+    flags: list[str] = []
+    text = completion.text
+    if text is not None:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > text_limit(judge.max_tokens):
+            raise ProviderError(
+                f"judge '{judge.name}': a completion of {size:,} bytes, more than max_tokens = {judge.max_tokens} "
+                f"tokens can be (at most {text_limit(judge.max_tokens):,}); not stored, the cell is asked again on "
+                "resume.", retryable=False, billed=True)
+        safe_text = _utf8_safe(text)
+        if safe_text != text:
+            flags.append("lone surrogates replaced")
+        text = redact(safe_text, secrets)
+        if text != safe_text:
+            flags.append("key-shaped text redacted")
+    model, rid = _identifier(completion.model, secrets), _identifier(completion.response_id, secrets)
+    in_bound = worst_case_input_tokens(prompt, system_prompt)
+    in_floor = (len(prompt.encode("utf-8", "surrogatepass")) + len((system_prompt or "").encode("utf-8"))) \
+        // PROMPT_BYTES_PER_TOKEN_MAX
+    out_floor = len((text or "").encode("utf-8")) // MAX_BYTES_PER_TOKEN
+    tokens_in, tokens_out = completion.input_tokens, completion.output_tokens
+    if not in_floor <= tokens_in <= in_bound or not out_floor <= tokens_out <= judge.max_tokens \
+            or (tokens_in == 0 and tokens_out == 0):
+        flags.append(f"implausible usage ({tokens_in} in, {tokens_out} out); charged at the worst case")
+        tokens_in, tokens_out = in_bound, judge.max_tokens
+    safe = replace(completion, text=text, model=model, response_id=rid)
+    return Vetted(safe, tokens_in, tokens_out, tuple(flags))

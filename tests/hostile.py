@@ -1,0 +1,172 @@
+"""A hostile OpenAI-compatible server on loopback: every reply class a real endpoint can send.
+
+It runs in a thread with its own event loop, answers each chat completion with a good reply or, for a
+share of the calls, the fault its ``mode`` names, and keeps the books a provider would: every 200 it
+sends is billed at the tokens it really served (4 bytes a token in, the reply's tokens out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import zlib
+
+from aiohttp import web
+
+MODES = ("good", "echo", "no_usage", "inflated", "surrogate", "retry_after", "truncated", "bad_utf8", "short",
+         "huge", "control", "not_object", "long")
+
+
+class HostileServer:
+    def __init__(self, mode: str, key: str, *, share: float = 1.0, first_only: bool = False,
+                 price_in: float = 1.0, price_out: float = 2.0):
+        assert mode in MODES
+        self.mode, self.key, self.share, self.first_only = mode, key, share, first_only
+        self.price_in, self.price_out = price_in, price_out
+        self.requests = 0
+        self.billed_usd = 0.0
+        self.seen: dict[str, int] = {}
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the hostile server did not start")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._handle)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    def stop(self) -> None:
+        async def down():
+            await self._runner.cleanup()
+        asyncio.run_coroutine_threadsafe(down(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _faulty(self, prompt: str) -> bool:
+        n = self.seen.get(prompt, 0)
+        self.seen[prompt] = n + 1
+        if self.first_only and n > 0:
+            return False
+        # a deterministic share of the prompts, so runs are reproducible
+        return (zlib.crc32(prompt.encode()) % 1000) < self.share * 1000
+
+    def _bill(self, prompt: str, out_tokens: int, in_tokens: int | None = None) -> None:
+        tokens_in = len(prompt.encode()) // 4 if in_tokens is None else in_tokens
+        self.billed_usd += (tokens_in * self.price_in + out_tokens * self.price_out) / 1e6
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        body = await request.json()
+        prompt = body["messages"][-1]["content"]
+        max_tokens = int(body.get("max_tokens", 16))
+        mode = self.mode if self._faulty(prompt) else "good"
+        text, model, rid = "Score: 3", "m-1", f"r-{self.requests}"
+        usage = {"prompt_tokens": len(prompt.encode()) // 4, "completion_tokens": 3}
+        if mode == "retry_after":
+            return web.Response(status=429, headers={"Retry-After": "86400"}, text="slow down")
+        if mode == "echo":
+            auth = request.headers.get("Authorization", "")
+            text, model, rid = f"Score: 3 ({auth})", f"m-1 {self.key}", f"r-{self.key}"
+        elif mode == "no_usage":
+            usage = None
+        elif mode == "inflated":
+            usage = {"prompt_tokens": 10**9, "completion_tokens": 10**9}
+        elif mode == "surrogate":
+            text = "Score: 3 \ud83d"
+        elif mode == "control":
+            model = "m\x1b]0;pwned\x07\x1b[2J\u202e-1"
+        elif mode == "long":  # as long as a reply of max_tokens is accepted, and usage at its plausible top
+            text = "Score: 3 " + "y" * (max_tokens * 31)
+            usage = {"prompt_tokens": len(prompt.encode()) + 64, "completion_tokens": max_tokens}
+        elif mode == "huge":
+            text = "Score: 3 " + "x" * 10_000_000
+            usage["completion_tokens"] = max_tokens
+        reply = {"id": rid, "model": model, "object": "chat.completion",
+                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                              "finish_reason": "stop"}]}
+        if usage is not None:
+            reply["usage"] = usage
+        raw = json.dumps(reply).encode()
+        self._bill(prompt, min(max_tokens, (usage or {}).get("completion_tokens", 3)),
+                   usage["prompt_tokens"] if mode == "long" else None)
+        if mode == "truncated":
+            raw = raw[: len(raw) // 2]
+        elif mode == "bad_utf8":
+            raw = raw.replace(b"Score: 3", b"Score: \xff\xfe3")
+        elif mode == "not_object":
+            raw = b"[1, 2, 3]"
+        elif mode == "short":
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                           "Content-Length": str(len(raw) + 500)})
+            await resp.prepare(request)
+            await resp.write(raw[: len(raw) // 2])
+            request.transport.close()
+            return resp
+        return web.Response(status=200, body=raw, content_type="application/json")
+
+
+def boundary_violations(mode: str, key: str, summary, calls, cost: float, budget: float | None, server,
+                        database_bytes: bytes) -> list[str]:
+    """What a run against the hostile server broke of the boundary's invariants (empty: none).
+
+    A leak is the key in any byte of the run database or the run's summary; an overrun is money beyond
+    the cap by the collector's books or the server's; a malformed reply stored as an answer is a stored
+    completion that is not the good reply (after the vetting the gate does: surrogates replaced, keys
+    redacted, text kept)."""
+    import json as _json
+
+    found = []
+    if key.encode() in database_bytes or key in _json.dumps(summary.to_dict()):
+        found.append("leak")
+    if budget is not None and (cost > budget + 1e-12 or server.billed_usd > budget + 1e-12):
+        found.append("overrun")
+    if cost + 1e-12 < server.billed_usd and mode not in ("inflated",):
+        found.append("under-charged")
+    if not calls.empty:
+        good = calls["completion"].fillna("").str.startswith("Score: 3")
+        if not good.all():
+            found.append("broken reply stored as an answer")
+    return found
+
+
+def collect_against(tmp, mode: str, key: str, *, retries: int = 1, budget: float | None = None, **server_kw):
+    """A 32-call factorial (tests/test_collector.py's config) run against a fresh hostile server:
+    (config, summary, calls, failures, cost, server, the run database's bytes)."""
+    from evalgauge.collect.config import load_config
+    from evalgauge.collect.runner import run
+    from evalgauge.collect.store import RunStore
+    from test_collector import write_config
+
+    server = HostileServer(mode, key, **server_kw)
+    try:
+        config = write_config(tmp, server.port, items=4, systems=2, reps=2, judges=1, in_flight=4)
+        text = config.read_text().replace("max_retries = 8", f"max_retries = {retries}")
+        if budget is not None:
+            text = text.replace("[data]", f"budget_usd = {budget}\n\n[data]")
+        config.write_text(text)
+        cfg = load_config(config)
+        summary = run(cfg)
+    finally:
+        server.stop()
+    store = RunStore(cfg.database)
+    try:
+        calls, cost, failures = store.calls(), store.cost(), store.failures()
+    finally:
+        store.close()
+    blob = b"".join(p.read_bytes() for p in cfg.database.parent.glob(cfg.database.name + "*"))
+    return cfg, summary, calls, failures, cost, server, blob

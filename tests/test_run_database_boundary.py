@@ -1,0 +1,156 @@
+"""The run database at its edges: one writer whatever the path, readers that never write, and a
+damaged or full database answered with a message that keeps the stored calls."""
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.collect.store import CallRecord, RunStore
+from evalgauge.errors import DataError
+
+
+def _record(i: int, **kw) -> CallRecord:
+    base = dict(key=f"q{i}|s|v|0|j|1|", item=f"q{i}", category=None, system="s", variant="v", temperature=0.0,
+                judge="j", replicate=1, position=None, prompt_hash="h", request="{}", completion="Score: 3",
+                score=3.0, parse_error=None, model="m", response_id=f"r{i}", started_at=0.0, finished_at=1.0,
+                latency_s=1.0, input_tokens=10, output_tokens=3, cost_usd=1e-5)
+    base.update(kw)
+    return CallRecord(**base)
+
+
+def _run_database(path: Path, n: int = 40) -> Path:
+    store = RunStore(path, writer=True)
+    try:
+        for i in range(n):
+            for j in ("j0", "j1"):
+                for rep in (1, 2):
+                    store.record(_record(i, key=f"q{i}|{j}|{rep}", judge=j, replicate=rep,
+                                         score=float((i * 7 + rep + len(j)) % 5 + 1)))
+    finally:
+        store.close()
+    return path
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink", "dotdot"])
+def test_one_writer_whatever_the_path(tmp_path, link):
+    db = _run_database(tmp_path / "run.sqlite", n=2)
+    other = tmp_path / "other.sqlite"
+    if link == "symlink":
+        other.symlink_to(db)
+    elif link == "hardlink":
+        os.link(db, other)
+    else:
+        (tmp_path / "sub").mkdir()
+        other = tmp_path / "sub" / ".." / "run.sqlite"
+    first = RunStore(db, writer=True)
+    try:
+        with pytest.raises(DataError, match="another `evalgauge run`"):
+            RunStore(other, writer=True)
+    finally:
+        first.close()
+    RunStore(other, writer=True).close()  # free again once the first writer is done
+    assert not list(tmp_path.glob("*.lock"))  # no lock file by name
+
+
+def test_reading_an_unrelated_sqlite_file_changes_nothing(tmp_path):
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (a, b)")
+    con.execute("INSERT INTO t VALUES (1, 2)")
+    con.commit()
+    con.close()
+    before = _digest(tmp_path)
+    for args in (["components", str(other)], ["analyze", str(other)], ["export", str(other), "-o",
+                                                                        str(tmp_path / "x.csv")]):
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code != 0 and "not one `evalgauge run` wrote" in out.output, out.output
+        assert "Traceback" not in out.output
+    assert _digest(tmp_path) == before  # no WAL switch, no tables, no companion files
+
+
+def test_reading_a_run_database_writes_nothing_and_needs_no_write_access(tmp_path):
+    db = _run_database(tmp_path / "run.sqlite")
+    before = _digest(tmp_path)
+    mtime = db.stat().st_mtime_ns
+    for args in (["components", str(db)], ["analyze", str(db), "--json", "-"], ["run", "--help"]):
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 0, out.output
+    assert _digest(tmp_path) == before and db.stat().st_mtime_ns == mtime
+    # a read-only folder and file, as another user sees them (the CLI as its own process, as nobody)
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("setpriv is not installed: cannot drop root to check a read-only database")
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))  # every parent traversable by another user
+    try:
+        shutil.copy(db, folder / "run.sqlite")
+        os.chmod(folder / "run.sqlite", 0o444)
+        os.chmod(folder, 0o555)
+        before = _digest(folder)
+        cmd = [sys.executable, "-m", "evalgauge.cli", "components", str(folder / "run.sqlite")]
+        if os.geteuid() == 0:
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd="/")
+        assert out.returncode == 0 and "judge" in out.stdout, out.stdout + out.stderr
+        assert _digest(folder) == before
+    finally:
+        os.chmod(folder, 0o755)
+        shutil.rmtree(folder)
+
+
+def test_a_reader_beside_a_live_writer_sees_what_it_committed(tmp_path):
+    db = _run_database(tmp_path / "run.sqlite", n=3)
+    writer = RunStore(db, writer=True)
+    try:
+        writer.record(_record(99, key="late"))
+        reader = RunStore(db)
+        try:
+            assert reader.count() == 3 * 4 + 1
+        finally:
+            reader.close()
+        writer.record(_record(100, key="later"))  # the reader's close left the writer's locks alone
+    finally:
+        writer.close()
+    assert RunStore(db).count() == 3 * 4 + 2
+
+
+def test_a_damaged_run_database_is_a_message_not_a_traceback(tmp_path):
+    db = _run_database(tmp_path / "run.sqlite")
+    raw = bytearray(db.read_bytes())
+    raw[100:4000] = os.urandom(3900)  # the header's tail and the schema page
+    db.write_bytes(bytes(raw))
+    for args in (["components", str(db)], ["analyze", str(db)], ["export", str(db), "-o", str(tmp_path / "o.csv")]):
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code != 0 and "Traceback" not in out.output and str(db) in out.output, out.output
+    with pytest.raises(DataError, match="run database"):
+        RunStore(db, writer=True).cost()
+
+
+def test_a_full_disk_keeps_every_stored_call_and_says_what_to_do(tmp_path):
+    db = tmp_path / "run.sqlite"
+    store = RunStore(db, writer=True)
+    store.db.execute("PRAGMA max_page_count = 12")  # SQLite's 'database or disk is full' at page 12
+    stored = 0
+    with pytest.raises(DataError, match=r"disk is full.*calls stored so far are kept"):
+        for i in range(10_000):
+            reservation = store.reserve(f"k{i}", 1e-5)
+            store.record(_record(i, completion="x" * 400), reservation)
+            stored += 1
+    store.close()
+    again = RunStore(db)
+    try:
+        assert again.count() == stored > 0
+    finally:
+        again.close()
