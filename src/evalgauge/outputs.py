@@ -21,7 +21,7 @@ __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_with", "chec
 
 
 def _companions(path: Path) -> list[Path]:
-    """A path and the files kept beside a database (SQLite's WAL, shared memory, journal; a lock file)."""
+    """A path and the files kept beside a database (SQLite's WAL, shared memory, journal; a .lock file)."""
     return [path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal"), Path(f"{path}.lock")]
 
 
