@@ -90,12 +90,17 @@ class _Rectangle:
         self.rows_of = [np.flatnonzero(self.last == k) for k in range(self.r)]
         self.df = df
 
-    def probability(self, c: float, points: np.ndarray) -> np.ndarray:
-        """Per point: the product of the intervals' masses (its mean over points is the probability)."""
+    def scale(self, points: np.ndarray) -> np.ndarray:
+        """Per point: the chi scale s of a t law (1 for the normal), the same at every c."""
+        if not math.isfinite(self.df):
+            return np.ones(points.shape[0])
+        return np.sqrt(stats.chi2.ppf(np.clip(points[:, -1], 1e-15, 1 - 1e-15), self.df) / self.df)
+
+    def probability(self, c: float, points: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Per point of (lattice points, their chi scales): the product of the intervals' masses (its mean
+        over points is the probability)."""
+        points, scale = points
         n = points.shape[0]
-        scale = np.ones(n)
-        if math.isfinite(self.df):
-            scale = np.sqrt(stats.chi2.ppf(np.clip(points[:, -1], 1e-15, 1 - 1e-15), self.df) / self.df)
         limit = c * scale
         y = np.zeros((n, self.r))
         weight = np.ones(n)
@@ -139,21 +144,22 @@ def max_t_critical(corr: np.ndarray, df: float, level: float, *, tolerance: floa
     n = 1024
     while True:
         c, c_error, p_error = _solve(rect, level, _lattice_sets(n, rect, shifts, rng), low, high,
-                                     xtol=tolerance * one / 50)
+                                     xtol=tolerance * one / 20)
         if c_error <= tolerance * c or n * shifts >= max_points:
             return CriticalValue(c, c_error, p_error, n * shifts)
         # bracket the root by the coarse pass, and size the next lattice from its error
-        low, high = max(low, c - 20 * c_error), min(high, c + 20 * c_error)
-        grow = c_error / (0.5 * tolerance * c)
-        n = int(min(max_points // shifts, max(4 * n, n * grow)))
+        low, high = max(low, c - 5 * c_error), min(high, c + 5 * c_error)
+        grow = c_error / (0.7 * tolerance * c)
+        n = int(min(max_points // shifts, max(2 * n, n * grow)))
 
 
-def _lattice_sets(n: int, rect: _Rectangle, shifts: int, rng: np.random.Generator) -> list[np.ndarray]:
+def _lattice_sets(n: int, rect: _Rectangle, shifts: int, rng: np.random.Generator) -> list[tuple]:
     dim = rect.r + (1 if math.isfinite(rect.df) else 0)
-    return [_lattice(n, dim, rng) for _ in range(shifts)]
+    sets = [_lattice(n, dim, rng) for _ in range(shifts)]
+    return [(pts, rect.scale(pts)) for pts in sets]
 
 
-def _solve(rect: _Rectangle, level: float, sets: list[np.ndarray], low: float, high: float,
+def _solve(rect: _Rectangle, level: float, sets: list[tuple], low: float, high: float,
            xtol: float) -> tuple[float, float, float]:
     """The root of P(c) = level over these points (safeguarded secant steps from the bracket: P is smooth
     and monotone on common points), its error, and the probability's error at it."""
