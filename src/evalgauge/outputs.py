@@ -163,8 +163,11 @@ def exit_on_terminate() -> None:
     """SIGTERM ends the command as Ctrl-C does, through the clean-up of any write in progress."""
     import signal
     import sys
+    import threading
 
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    # only the main thread may set a handler (a command run from a thread keeps the default)
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
