@@ -136,7 +136,7 @@ def test_a_run_database_is_read_once(tmp_path, monkeypatch, command):
 
 
 CORE = ("data", "design", "components", "estimate", "dstudy", "inference", "compare", "pairwise", "simulate",
-        "montecarlo", "vocabulary", "errors")
+        "montecarlo", "vocabulary", "errors", "mvt", "protocols", "display")
 EDGES = ("io", "collect", "report", "cli", "api", "outputs", "inputs")
 
 

@@ -29,14 +29,15 @@ _PUBLIC = {
     "ThetaInterval": "inference", "theta_interval": "inference",
     "Comparison": "compare",
     "Analysis": "report", "analyze": "report",
+    "parse": "protocols", "Verdict": "protocols",
 }
 
 __all__ = [  # the public API (kept equal to _PUBLIC by a test)
     "Analysis", "BalanceReport", "Ceiling", "Comparison", "Component", "DataError", "Design", "DesignError",
     "EvalGaugeError", "Facet", "Fit", "FitSummary", "Judgments", "Plan", "Projection", "ThetaInterval",
-    "VarianceComponents", "__version__", "analyze", "ceiling", "code_data", "estimate_anova",
-    "estimate_components", "fit", "import_files", "infer_design", "plan", "project", "read", "read_judgments",
-    "theta_interval",
+    "VarianceComponents", "Verdict", "__version__", "analyze", "ceiling", "code_data", "estimate_anova",
+    "estimate_components", "fit", "import_files", "infer_design", "parse", "plan", "project", "read",
+    "read_judgments", "theta_interval",
 ]
 
 
@@ -63,4 +64,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from .estimate import estimate_anova, estimate_components
     from .inference import ThetaInterval, theta_interval
     from .io import import_files, read_judgments
+    from .protocols import Verdict, parse
     from .report import Analysis, analyze

@@ -1,0 +1,74 @@
+"""Verdict protocols (evalgauge.parse): each preset's rule, strictness, and the verdicts the source tools
+recorded on real judge text (FastChat MT-bench single and pair judgments, in ../shared)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import evalgauge as eg
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "importers" / "mt-bench" / \
+    "phi-3-dpo_stefanstud"
+
+
+@pytest.mark.parametrize("protocol,text,value,rule", [
+    ("mt-bench-single", "Detailed ... Rating: [[7]]", 7.0, "[[N]]"),
+    ("mt-bench-single", "Rating: [8.5] and later [[3]]", 3.0, "[[N]]"),  # [[N]] first, as FastChat
+    ("mt-bench-single", "I'd say [6].", 6.0, "[N]"),
+    ("mt-bench-pair", "Final Verdict: [[B]]", 0.0, "[[B]]"),
+    ("mt-bench-pair", "[[C]]", 0.5, "[[C]]"),
+    ("arena-hard", "My final verdict is: [[A>>B]]", 1.0, "[[A>>B]]"),
+    ("arena-hard", "[[B>A]] ... again [[B>A]]", 0.25, "[[B>A]]"),
+    ("inspect-grade", "The answer matches.\nGRADE: C", 1.0, "GRADE: X"),
+    ("inspect-grade", "grade: p", 0.5, "GRADE: X"),
+    ("prometheus", "Feedback: good. [RESULT] 4", 4.0, "[RESULT] N"),
+    ("score-line", "Reasoning.\nScore: 4", 4.0, "Score: N"),
+    ("json", '```json\n{"score": 3, "why": "ok"}\n```', 3.0, '{"score": N}'),
+])
+def test_each_preset_reads_its_tools_verdict(protocol, text, value, rule):
+    v = eg.parse(text, protocol=protocol, scale_min=1, scale_max=10)
+    assert v.value == value and v.rule == rule, v
+
+
+@pytest.mark.parametrize("text", [
+    "A 1-5 scale is correct. The answer to", "A: 1. Meryl Streep\n2", "3/5 of the points", "Rated 4 of 5",
+    "Score: 4 out of 5 maybe 3",
+])
+def test_no_lone_number_is_a_score(text):
+    assert eg.parse(text, protocol="score-line", scale_min=1, scale_max=5).value is None
+    assert eg.parse(text, protocol="mt-bench-single", scale_min=1, scale_max=10).value is None
+
+
+def test_ambiguity_range_and_user_patterns():
+    assert eg.parse("[[A>B]] then [[B>A]]", protocol="arena-hard").value is None
+    assert "outside" in eg.parse("Score: 9", protocol="score-line", scale_min=1, scale_max=5).reason
+    assert eg.parse("verdict=7/10", protocol="pattern", pattern=r"verdict=(\d+)/10").value == 7.0
+    with pytest.raises(ValueError, match="exactly one group"):
+        eg.parse("x", protocol="pattern", pattern=r"(a)(b)")
+    assert eg.parse(None, protocol="json").reason == "empty completion"
+
+
+def _rows(name):
+    path = SHARED / name
+    if not path.exists():
+        pytest.skip(f"{path} is not beside this clone (the developers' shared data)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_mt_bench_single_reads_what_fastchat_recorded():
+    rows = _rows("gpt-4_single.jsonl")
+    for r in rows:
+        v = eg.parse(r["judgment"], protocol="mt-bench-single", scale_min=1, scale_max=10)
+        recorded = float(r["score"])
+        assert (v.value if v.value is not None else -1.0) == recorded, (r["question_id"], v)
+    assert len(rows) == 160
+
+
+def test_mt_bench_pair_reads_what_fastchat_recorded():
+    rows = _rows("gpt-4_pair.jsonl")
+    winner = {1.0: "model_1", 0.0: "model_2", 0.5: "tie", None: "error"}
+    swapped = {1.0: "model_2", 0.0: "model_1", 0.5: "tie", None: "error"}  # game 2 shows the answers swapped
+    for r in rows:
+        assert winner[eg.parse(r["g1_judgment"], protocol="mt-bench-pair").value] == r["g1_winner"]
+        assert swapped[eg.parse(r["g2_judgment"], protocol="mt-bench-pair").value] == r["g2_winner"]
