@@ -72,3 +72,69 @@ def test_mt_bench_pair_reads_what_fastchat_recorded():
     for r in rows:
         assert winner[eg.parse(r["g1_judgment"], protocol="mt-bench-pair").value] == r["g1_winner"]
         assert swapped[eg.parse(r["g2_judgment"], protocol="mt-bench-pair").value] == r["g2_winner"]
+
+
+def test_the_collector_reads_verdicts_by_the_configured_protocol_and_stores_the_rule(tmp_path, monkeypatch):
+    from evalgauge.collect.config import load_config
+    from evalgauge.collect.runner import run
+    from evalgauge.collect.store import RunStore
+    from hostile import HostileServer
+    from test_collector import KEY, write_config
+
+    monkeypatch.setenv("SIM_KEY", KEY)
+    server = HostileServer("good", KEY)  # every reply: "Score: 3"
+    try:
+        config = write_config(tmp_path, server.port, items=3, systems=2, reps=1, judges=1, in_flight=2)
+        text = config.read_text().replace('mode = "numeric"', 'mode = "likert"\nprotocol = "score-line"')
+        text = text.replace('id = "v2"', 'id = "v2"\nprotocol = "pattern"\npattern = "Score: (\\\\d+)"')
+        config.write_text(text)
+        cfg = load_config(config)
+        assert cfg.protocol_for("v1") == ("score-line", None) and cfg.protocol_for("v2")[0] == "pattern"
+        run(cfg)
+    finally:
+        server.stop()
+    store = RunStore(cfg.database)
+    calls = store.calls()
+    store.close()
+    assert (calls["score"] == 3).all()
+    assert set(calls["rule"]) == {"score-line: Score: N", "pattern: pattern"}
+
+
+def test_rescore_reads_stored_completions_again_and_keeps_the_earlier_parse(tmp_path):
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from evalgauge.cli import main
+    from evalgauge.collect.store import RunStore
+    from test_run_database_boundary import _record
+
+    db = tmp_path / "run.sqlite"
+    store = RunStore(db, writer=True)
+    texts = ["A 1-5 scale is correct. The answer to", "Reasoning.\nScore: 4", "Rating: [[2]]", None]
+    for k, t in enumerate(texts):
+        store.record(_record(k, completion=t, score=5.0 if k == 0 else None, parse_error=None if k == 0 else "x"))
+    store.close()
+    out = CliRunner().invoke(main, ["rescore", str(db), "--protocol", "score-line", "--scale-min", "1",
+                                    "--scale-max", "5"])
+    assert out.exit_code == 0 and "1 verdicts, 3 without one" in out.output, out.output
+    con = sqlite3.connect(db)
+    scores = dict(con.execute("SELECT item, score FROM calls"))
+    kept = dict(con.execute("SELECT key, old_score FROM rescores"))
+    con.close()
+    assert scores == {"q0": None, "q1": 4.0, "q2": None, "q3": None}
+    assert kept["q0|s|v|0|j|1|"] == 5.0  # the lone "5" of "1-5 scale" the old parser took, kept
+
+
+@pytest.mark.parametrize("line,expected", [('protocol = "guess"', "protocol must be one of"),
+                                           ('protocol = "pattern"\npattern = "(a)(b)"', "exactly one group"),
+                                           ('pattern = "x(\\\\d)"', "without protocol")])
+def test_protocol_mistakes_in_the_config_are_named(tmp_path, line, expected):
+    from evalgauge.collect.config import load_config
+    from evalgauge.errors import DataError
+    from test_collector import write_config
+
+    config = write_config(tmp_path, 1)
+    config.write_text(config.read_text().replace('mode = "numeric"', 'mode = "numeric"\n' + line))
+    with pytest.raises(DataError, match=expected):
+        load_config(config)

@@ -24,6 +24,7 @@ from rich.text import Text
 from . import __version__, vocabulary
 from .errors import EvalGaugeError
 from .outputs import atomic_write_text, atomic_write_with, check_new, check_outputs, dumps
+from .protocols import PROTOCOLS as PROTOCOL_NAMES
 from .vocabulary import METHODS
 
 if TYPE_CHECKING:
@@ -1326,6 +1327,56 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
                 "no call completed; see the failures above (the first error is kept in the run database's "
                 "failures table)."))
         sys.exit(2)
+
+
+@main.command(name="rescore")
+@click.argument("database", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--protocol", required=True, type=click.Choice(PROTOCOL_NAMES),
+              help="The verdict protocol to read every stored completion with (see `evalgauge.parse`).")
+@click.option("--pattern", help="With --protocol pattern: a regular expression with one group (the number).")
+@click.option("--scale-min", type=float, help="Numeric verdicts below this are no verdict.")
+@click.option("--scale-max", type=float, help="Numeric verdicts above this are no verdict.")
+@user_errors
+def rescore_cmd(database, protocol, pattern, scale_min, scale_max) -> None:
+    """Read a run database's stored completions again with a verdict protocol, sending no call.
+
+    The scores, parse errors and matched rules are replaced in the same database; each changed call's
+    earlier parse is kept in its `rescores` table.
+
+    \b
+    Example:
+      evalgauge rescore demo-output/sim.sqlite --protocol score-line --scale-min 1 --scale-max 5
+    """
+    from .collect.store import RunStore
+    from .inputs import check_input_file
+    from .protocols import parse
+
+    path = check_input_file(database, what="run database")
+    if protocol == "pattern" and not pattern:
+        raise EvalGaugeError("--protocol pattern needs --pattern, a regular expression with one group.")
+    store = RunStore(path, writer=True)
+    try:
+        pairwise = store.get_meta("mode") == "pairwise"
+        unscaled = protocol in ("mt-bench-pair", "arena-hard", "inspect-grade")
+
+        def read(text, position):
+            try:
+                v = parse(text, protocol, scale_min=None if unscaled else scale_min,
+                          scale_max=None if unscaled else scale_max, pattern=pattern)
+            except ValueError as exc:
+                raise EvalGaugeError(f"--pattern: {exc}") from None
+            value = v.value
+            if value is not None and pairwise and position == "BA":
+                value = 1.0 - value  # the system was shown second
+            return value, None if value is not None else v.reason, f"{protocol}: {v.rule}" if v.rule else None
+
+        changed, total = store.rescore(read, protocol)
+        calls = store.calls()
+    finally:
+        store.close()
+    read_ok = int(calls["score"].notna().sum())
+    _console().print(f"{path}: {total} stored completions read with {protocol}: {read_ok} verdicts, "
+                     f"{total - read_ok} without one; {changed} changed (the earlier parse kept in rescores).")
 
 
 @main.command(name="export")

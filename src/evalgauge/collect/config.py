@@ -83,12 +83,23 @@ class RunConfig:
     notes: tuple[str, ...] = field(default=(), compare=False)
     #: the files the configuration reads (items, responses): inputs that no output may replace
     sources: tuple[Path, ...] = field(default=(), compare=False)
+    #: how verdicts are read (evalgauge.protocols): the run's protocol and pattern, and per variant id
+    protocol: str | None = None
+    pattern: str | None = None
+    variant_protocols: tuple[tuple[str, str, str | None], ...] = ()
     #: a stage of an adaptive run is part of its pool's factorial: it carries the pool's fingerprint
     fingerprint_override: str | None = field(default=None, compare=False)
 
     @property
     def pairwise(self) -> bool:
         return self.mode == "pairwise"
+
+    def protocol_for(self, variant: str) -> tuple[str | None, str | None]:
+        """The verdict protocol and pattern of a variant's calls (None: the scoring mode's parser)."""
+        for vid, protocol, pattern in self.variant_protocols:
+            if vid == variant:
+                return protocol, pattern
+        return self.protocol, self.pattern
 
     def fingerprint(self) -> str:
         """A hash of what defines the calls (not keys, paths or concurrency), stored with the run."""
@@ -103,6 +114,8 @@ class RunConfig:
             "generators": [{"name": g.name, "model": g.model, "max_tokens": g.max_tokens} for g in self.generators],
             "generation": [self.generation_template, self.generation_temperature],
         }
+        if self.protocol or self.variant_protocols:  # only when set: older runs keep their fingerprint
+            payload["protocol"] = [self.protocol, self.pattern, list(map(list, self.variant_protocols))]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -178,6 +191,8 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
         system_prompt=spec.system_prompt, generators=generators,
         generation_template=generation.template, generation_temperature=generation.temperature, notes=tuple(notes),
         sources=tuple(where / f for f in (spec.data.items, spec.data.responses) if f),
+        protocol=scoring.protocol, pattern=scoring.pattern,
+        variant_protocols=_variant_protocols(spec, variants, path),
     )
     check_templates(cfg)
     return cfg
@@ -243,6 +258,36 @@ def check_templates(cfg: RunConfig) -> None:
         if bad or "item" not in fields:
             raise DataError(f"{cfg.path}: [generation] template must show {{item}} and may use {{item_id}}, "
                             "{category}, {reference} only.")
+
+
+def _variant_protocols(spec, variants, path: Path) -> tuple[tuple[str, str, str | None], ...]:
+    """Each variant's own protocol, checked (a known name; a pattern that compiles with one group)."""
+    import re
+
+    from ..protocols import PROTOCOLS
+
+    out = []
+    checks = [("[scoring]", spec.scoring.protocol, spec.scoring.pattern)]
+    for v, vs in zip(variants, spec.variants, strict=True):
+        checks.append((f"variant '{v.id}'", vs.protocol, vs.pattern))
+        if vs.protocol is not None:
+            out.append((v.id, vs.protocol, vs.pattern))
+    for where, protocol, pattern in checks:
+        if protocol is None:
+            if pattern is not None:
+                raise DataError(f"{path}: {where} gives a pattern without protocol = \"pattern\".")
+            continue
+        if protocol not in PROTOCOLS:
+            raise DataError(f"{path}: {where} protocol must be one of {', '.join(PROTOCOLS)}, not '{protocol}'.")
+        if protocol == "pattern":
+            try:
+                groups = re.compile(pattern or "").groups
+            except re.error as exc:
+                raise DataError(f"{path}: {where} pattern is not a valid regular expression ({exc}).") from None
+            if not pattern or groups != 1:
+                raise DataError(f"{path}: {where} protocol \"pattern\" needs a pattern with exactly one group "
+                                "(the number), e.g. pattern = 'Verdict: (\\d+)'.")
+    return tuple(out)
 
 
 def _read_table(path: Path) -> pd.DataFrame:

@@ -418,6 +418,26 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
     return Attempt(None, attempts=attempts, error=last_error or "failed", fatal=connection_only and bool(last_error))
 
 
+#: protocols whose verdict is a preference of A over B (1, ties 0.5, 0) or a grade in 0-1: no score scale
+_UNSCALED = ("mt-bench-pair", "arena-hard", "inspect-grade")
+
+
+def read_verdict(cfg: RunConfig, variant: str, text: str | None) -> tuple[float | None, str | None, str | None]:
+    """(score, parse error, rule) of a completion: by the variant's protocol, else the scoring mode's parser."""
+    from ..protocols import parse
+
+    protocol, pattern = cfg.protocol_for(variant)
+    if protocol is None:
+        score, error = parse_score(text, cfg.mode, scale_max=cfg.scale_max, scale_min=cfg.scale_min,
+                                   choices=cfg.choices)
+        return score, error, None
+    scaled = protocol not in _UNSCALED
+    verdict = parse(text, protocol, scale_min=cfg.scale_min if scaled else None,
+                    scale_max=cfg.scale_max if scaled else None, pattern=pattern)
+    rule = f"{protocol}: {verdict.rule}" if verdict.rule else None
+    return verdict.value, None if verdict.value is not None else verdict.reason, rule
+
+
 async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, task: Task, secrets: list[str],
                 on_billed=None):
     """One judge call, parsed and priced: (record or None, attempt)."""
@@ -426,8 +446,7 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
     if at.vetted is None:
         return None, at
     completion = at.vetted.completion
-    score, parse_error = parse_score(completion.text, cfg.mode, scale_max=cfg.scale_max, scale_min=cfg.scale_min,
-                                     choices=cfg.choices)
+    score, parse_error, rule = read_verdict(cfg, task.variant.id, completion.text)
     if score is not None and cfg.pairwise and task.position == "BA":
         score = 1.0 - score  # the system was presented second: its win is a "B"
     request = json.dumps({"model": judge.model, "temperature": task.temperature, "max_tokens": judge.max_tokens,
@@ -440,7 +459,8 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
         score=score, parse_error=parse_error, model=completion.model, response_id=completion.response_id,
         started_at=at.started, finished_at=time.time(), latency_s=at.latency,
         input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
-        cost_usd=judge.price(at.vetted.input_tokens, at.vetted.output_tokens), flags="; ".join(at.vetted.flags))
+        cost_usd=judge.price(at.vetted.input_tokens, at.vetted.output_tokens), flags="; ".join(at.vetted.flags),
+        rule=rule)
     return record, at
 
 

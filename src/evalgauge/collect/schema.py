@@ -72,6 +72,9 @@ class ScoringSpec(_Table):
     scale_max: int = 5
     choices: str = Field("ABCD", min_length=2, max_length=26)
     baseline: str | None = None
+    #: a verdict protocol (evalgauge.protocols); unset: the scoring mode's own parser
+    protocol: str | None = None
+    pattern: str | None = None
 
     @field_validator("choices")
     @classmethod
@@ -84,6 +87,8 @@ class ScoringSpec(_Table):
 class VariantSpec(_Table):
     id: str | None = None
     template: str = Field(min_length=1)
+    protocol: str | None = None  # how this variant's verdicts are read (default: [scoring] protocol)
+    pattern: str | None = None
 
 
 class JudgeSpec(_Table):

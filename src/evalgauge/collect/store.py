@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY, item TEXT, category TEXT, system TEXT, variant TEXT, temperature REAL, judge TEXT,
     replicate INTEGER, position TEXT, prompt_hash TEXT, request TEXT, completion TEXT, score REAL,
     parse_error TEXT, model TEXT, response_id TEXT, started_at REAL, finished_at REAL, latency_s REAL,
-    input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL, flags TEXT
+    input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL, flags TEXT, rule TEXT
 );
 CREATE TABLE IF NOT EXISTS failures (key TEXT, attempts INTEGER, error TEXT, at REAL);
 CREATE TABLE IF NOT EXISTS responses (
@@ -48,6 +48,10 @@ CREATE TABLE IF NOT EXISTS responses (
 );
 CREATE TABLE IF NOT EXISTS inflight (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT, usd REAL, at REAL);
 CREATE TABLE IF NOT EXISTS unaccounted (key TEXT, usd REAL, at REAL);
+CREATE TABLE IF NOT EXISTS rescores (
+    key TEXT, at REAL, protocol TEXT, old_score REAL, old_parse_error TEXT, old_rule TEXT, score REAL,
+    parse_error TEXT, rule TEXT
+);
 """
 
 FACETS = ("item", "category", "system", "variant", "temperature", "judge", "replicate", "position")
@@ -79,10 +83,12 @@ class CallRecord:
     cost_usd: float
     #: what the reply did that was corrected before storing ("implausible usage ...; key-shaped text redacted")
     flags: str | None = None
+    #: the verdict protocol's rule that matched ("mt-bench-single: [[N]]"); None for the mode's parser
+    rule: str | None = None
 
 
-#: Columns a database written before ``flags`` existed lacks; they are added when it is next written.
-OPTIONAL_COLUMNS = {"flags": "TEXT"}
+#: Columns a database written before these existed lacks; they are added when it is next written.
+OPTIONAL_COLUMNS = {"flags": "TEXT", "rule": "TEXT"}
 
 
 class RunStore:
@@ -292,6 +298,31 @@ class RunStore:
     def count(self) -> int:
         with self._guard():
             return int(self.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def rescore(self, read, protocol: str) -> tuple[int, int]:
+        """Each stored completion read again by ``read(completion, position) -> (score, error, rule)``, in one
+        transaction; the earlier parse of every changed call is kept in ``rescores``. (changed, calls)."""
+        with self._guard():
+            rows = self.db.execute("SELECT key, completion, position, score, parse_error, rule FROM calls").fetchall()
+            changed = []
+            for key, completion, position, score, error, rule in rows:
+                new = read(completion, position)
+                if (new[0], new[1], new[2]) != (score, error, rule):
+                    changed.append((key, score, error, rule, *new))
+            now = time.time()
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.executemany("INSERT INTO rescores VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                    [(k, now, protocol, s, e, ru, ns, ne, r)
+                                     for k, s, e, ru, ns, ne, r in changed])
+                self.db.executemany("UPDATE calls SET score = ?, parse_error = ?, rule = ? WHERE key = ?",
+                                    [(ns, ne, r, k) for k, _, _, _, ns, ne, r in changed])
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        return len(changed), len(rows)
 
     def calls(self) -> pd.DataFrame:
         return self._frame("SELECT * FROM calls ORDER BY rowid")
