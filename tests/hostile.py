@@ -144,22 +144,29 @@ def boundary_violations(mode: str, key: str, summary, calls, cost: float, budget
     return found
 
 
+def hostile_config(tmp, server: HostileServer, *, retries: int = 1, budget: float | None = None):
+    """A 32-call factorial (tests/test_collector.py's config: 4 items x 2 systems x 2 variants x 2 replicates,
+    one judge) pointed at ``server``."""
+    from test_collector import write_config
+
+    config = write_config(tmp, server.port, items=4, systems=2, reps=2, judges=1, in_flight=4)
+    text = config.read_text().replace("max_retries = 8", f"max_retries = {retries}")
+    if budget is not None:
+        text = text.replace("[data]", f"budget_usd = {budget}\n\n[data]")
+    config.write_text(text)
+    return config
+
+
 def collect_against(tmp, mode: str, key: str, *, retries: int = 1, budget: float | None = None, **server_kw):
     """A 32-call factorial (tests/test_collector.py's config) run against a fresh hostile server:
     (config, summary, calls, failures, cost, server, the run database's bytes)."""
     from evalgauge.collect.config import load_config
     from evalgauge.collect.runner import run
     from evalgauge.collect.store import RunStore
-    from test_collector import write_config
 
     server = HostileServer(mode, key, **server_kw)
     try:
-        config = write_config(tmp, server.port, items=4, systems=2, reps=2, judges=1, in_flight=4)
-        text = config.read_text().replace("max_retries = 8", f"max_retries = {retries}")
-        if budget is not None:
-            text = text.replace("[data]", f"budget_usd = {budget}\n\n[data]")
-        config.write_text(text)
-        cfg = load_config(config)
+        cfg = load_config(hostile_config(tmp, server, retries=retries, budget=budget))
         summary = run(cfg)
     finally:
         server.stop()

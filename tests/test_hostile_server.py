@@ -8,7 +8,6 @@ never parking the run.
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -17,22 +16,13 @@ from evalgauge.cli import main
 from evalgauge.collect.config import load_config
 from evalgauge.collect.runner import run
 from evalgauge.collect.tasks import count_tasks
-from hostile import MODES, HostileServer, boundary_violations, collect_against
-from test_collector import KEY, write_config
+from hostile import MODES, HostileServer, boundary_violations, collect_against, hostile_config
+from test_collector import KEY
 
 
 @pytest.fixture
 def env_key(monkeypatch):
     monkeypatch.setenv("SIM_KEY", KEY)
-
-
-def _config(tmp_path: Path, server: HostileServer, *, retries: int = 1, budget: float | None = None) -> Path:
-    config = write_config(tmp_path, server.port, items=4, systems=2, reps=2, judges=1, in_flight=4)
-    text = config.read_text().replace("max_retries = 8", f"max_retries = {retries}")
-    if budget is not None:
-        text = text.replace("[data]", f"budget_usd = {budget}\n\n[data]")
-    config.write_text(text)
-    return config
 
 
 def _collect(tmp_path, mode, **kw):
@@ -85,7 +75,8 @@ def test_a_day_long_retry_after_pauses_the_run_resumably(tmp_path, env_key):
     assert calls.empty and len(failures) == 1  # one call asked, then the judge paused
     server = HostileServer("retry_after", KEY)
     try:
-        config = _config(tmp_path / "cli", server) if (tmp_path / "cli").mkdir() is None else None
+        (tmp_path / "cli").mkdir()
+        config = hostile_config(tmp_path / "cli", server)
         out = CliRunner().invoke(main, ["run", str(config), "--no-progress"])
     finally:
         server.stop()
@@ -99,8 +90,8 @@ def test_a_broken_reply_is_retried_and_never_stored_as_an_answer(tmp_path, env_k
     assert len(calls) == count_tasks(cfg) and summary.retries > 0 and summary.failed == 0
     assert (calls["completion"] == "Score: 3").all()
     # broken every time: failures (asked again on resume), no answers, the billed replies charged
-    cfg, summary, calls, failures, cost, server = _collect(tmp_path / "always", mode) if (
-        tmp_path / "always").mkdir() is None else None
+    (tmp_path / "always").mkdir()
+    cfg, summary, calls, failures, cost, server = _collect(tmp_path / "always", mode)
     assert calls.empty and len(failures) > 0 and summary.failed > 0
     assert failures["error"].str.contains("malformed|cut short", regex=True).all()
     assert cost >= server.billed_usd > 0
@@ -117,7 +108,7 @@ def test_a_ten_megabyte_completion_is_not_read_whole_or_stored(tmp_path, env_key
 def test_the_dry_runs_worst_case_counts_the_generations(tmp_path, env_key):
     server = HostileServer("long", KEY)
     try:
-        config = _config(tmp_path, server)
+        config = hostile_config(tmp_path, server)
         text = config.read_text().replace('responses = "responses.csv"\n', "")
         text += "".join(f"""
 [[systems]]

@@ -42,6 +42,7 @@ def test_no_lone_number_is_a_score(text):
 
 def test_ambiguity_range_and_user_patterns():
     assert eg.parse("[[A>B]] then [[B>A]]", protocol="arena-hard").value is None
+    assert eg.parse("[[A]]", protocol="mt-bench-pair", scale_min=1, scale_max=5).value == 1.0  # no scale
     assert "outside" in eg.parse("Score: 9", protocol="score-line", scale_min=1, scale_max=5).reason
     assert eg.parse("verdict=7/10", protocol="pattern", pattern=r"verdict=(\d+)/10").value == 7.0
     with pytest.raises(ValueError, match="exactly one group"):

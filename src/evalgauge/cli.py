@@ -1357,12 +1357,10 @@ def rescore_cmd(database, protocol, pattern, scale_min, scale_max) -> None:
     store = RunStore(path, writer=True)
     try:
         pairwise = store.get_meta("mode") == "pairwise"
-        unscaled = protocol in ("mt-bench-pair", "arena-hard", "inspect-grade")
 
         def read(text, position):
             try:
-                v = parse(text, protocol, scale_min=None if unscaled else scale_min,
-                          scale_max=None if unscaled else scale_max, pattern=pattern)
+                v = parse(text, protocol, scale_min=scale_min, scale_max=scale_max, pattern=pattern)
             except ValueError as exc:
                 raise EvalGaugeError(f"--pattern: {exc}") from None
             value = v.value

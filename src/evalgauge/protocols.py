@@ -17,7 +17,8 @@ fraction's denominator is never a score.
 ``pattern``               a user's regular expression with one group holding the number (the first match)
 ========================  ==============================================================================
 
-A numeric verdict outside ``[scale_min, scale_max]`` is no verdict (with the reason).
+A numeric verdict outside ``[scale_min, scale_max]`` is no verdict (with the reason); the preference and
+grade protocols (:data:`UNSCALED`) are on their own 0-1 scale and take no bounds.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from dataclasses import dataclass
 
 PROTOCOLS = ("mt-bench-single", "mt-bench-pair", "arena-hard", "inspect-grade", "prometheus", "score-line",
              "json", "pattern")
+
+#: protocols whose verdict is a preference of A over B (1, tie 0.5, 0) or a grade in 0-1, not a score
+UNSCALED = ("mt-bench-pair", "arena-hard", "inspect-grade")
 
 _NUM = r"(\d+\.?\d*)"
 _SINGLE = re.compile(r"\[\[" + _NUM + r"\]\]")

@@ -111,10 +111,6 @@ def worst_case_cost(judge: Judge, prompt: str, system_prompt: str | None = None)
     return judge.price(worst_case_input_tokens(prompt, system_prompt), judge.max_tokens)
 
 
-def _redact(text: str, secrets: list[str]) -> str:
-    return redact(text, secrets)
-
-
 class JudgeGate:
     """Per judge: until it has answered once, one call at a time goes to it, so a wrong key or a dead
     endpoint costs one call (and its retries), not ``in_flight`` of them; an error no retry can fix
@@ -389,7 +385,7 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
             completion = await provider.complete(prompt, system_prompt, temperature)
             vetted = vet(completion, judge, prompt, system_prompt, secrets)
         except ProviderError as exc:
-            last_error = _redact(str(exc), secrets)
+            last_error = redact(str(exc), secrets)
             connection_only = connection_only and exc.connection
             if exc.fatal:
                 return Attempt(None, attempts=attempts, error=last_error, fatal=True)
@@ -409,17 +405,13 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an unexpected client error: record it, keep the run going
-            last_error = _redact(f"{type(exc).__name__}: {exc}", secrets)
+            last_error = redact(f"{type(exc).__name__}: {exc}", secrets)
             connection_only = False
             break
         return Attempt(vetted, started, time.monotonic() - t0, attempts)
     if connection_only and last_error:
         last_error += f" after {attempts} attempt(s); is the server running and the base_url right?"
     return Attempt(None, attempts=attempts, error=last_error or "failed", fatal=connection_only and bool(last_error))
-
-
-#: protocols whose verdict is a preference of A over B (1, ties 0.5, 0) or a grade in 0-1: no score scale
-_UNSCALED = ("mt-bench-pair", "arena-hard", "inspect-grade")
 
 
 def read_verdict(cfg: RunConfig, variant: str, text: str | None) -> tuple[float | None, str | None, str | None]:
@@ -431,9 +423,7 @@ def read_verdict(cfg: RunConfig, variant: str, text: str | None) -> tuple[float 
         score, error = parse_score(text, cfg.mode, scale_max=cfg.scale_max, scale_min=cfg.scale_min,
                                    choices=cfg.choices)
         return score, error, None
-    scaled = protocol not in _UNSCALED
-    verdict = parse(text, protocol, scale_min=cfg.scale_min if scaled else None,
-                    scale_max=cfg.scale_max if scaled else None, pattern=pattern)
+    verdict = parse(text, protocol, scale_min=cfg.scale_min, scale_max=cfg.scale_max, pattern=pattern)
     rule = f"{protocol}: {verdict.rule}" if verdict.rule else None
     return verdict.value, None if verdict.value is not None else verdict.reason, rule
 
