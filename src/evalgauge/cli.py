@@ -847,8 +847,18 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         extra.append(lambda c: print_glmm(check, c))
 
     def show(c):
+        missing = (result.diagnostics or {}).get("missing_answers")
+        if missing and missing.get("headline"):  # before any mean: the means rest on different subsets
+            c.print(Text("caution: ", style="bold red") + Text(missing["headline"]))
         if result.comparison is not None:  # the question systems are compared for comes first
             print_comparison(result.comparison, c)
+        if missing:
+            print_missing_answers(missing, c)
+        spread = (result.diagnostics or {}).get("within_call_spread")
+        if spread:
+            c.print("Judges' within-call spread (the SD of each call's distribution over the scale, output = "
+                    "\"logprobs\"; the judge's own uncertainty, not counted in the components): " + ", ".join(
+                        f"{r['judge']} {r['mean_spread']:.3g} (mean of {r['calls']} calls)" for r in spread) + ".")
         print_components(result.components, c)
         if result.ceiling:
             req = result.judges_needed
@@ -880,6 +890,31 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     if report_path:
         write_report(result, report_path)
     _emit(payload, json_out, show)
+
+
+#: rows of the missing-answers table shown in the terminal (all of them are in --json and the report)
+MISSING_ROWS = 30
+
+
+def print_missing_answers(missing: dict, c) -> None:
+    """The calls without a score by judge x variant x system, the worst first, and the test by system."""
+    from .report.analysis import missing_sentence
+
+    if not missing["unscored"]:
+        c.print(f"Calls without a score: none of the {missing['calls']} stored calls (0 unread, 0 cut at max_tokens).")
+        return
+    rows = sorted((r for r in missing["table"] if r["calls"] > r["scored"]), key=lambda r: -r["rate"])
+    keys = [k for k in ("judge", "variant", "system") if rows and k in rows[0]]
+    shown = rows[:MISSING_ROWS]
+    more = f"; the first {len(shown)} of {len(rows)}, all in --json and the report" if len(rows) > len(shown) else ""
+    table = Table(title=f"Calls without a score, by {' x '.join(keys)} (worst first{more})")
+    for col in (*keys, "calls", "scored", "unread", "cut at max_tokens", "unscored"):
+        table.add_column(col, justify="left" if col in keys else "right")
+    for r in shown:
+        table.add_row(*(str(r[k]) for k in keys), str(r["calls"]), str(r["scored"]), str(r["unread"]),
+                      str(r["truncated"]), f"{100 * r['rate']:.1f}%")
+    c.print(table)
+    c.print(missing_sentence(missing) + ".")
 
 
 @main.command()
@@ -1357,6 +1392,11 @@ def rescore_cmd(database, protocol, pattern, scale_min, scale_max) -> None:
     store = RunStore(path, writer=True)
     try:
         pairwise = store.get_meta("mode") == "pairwise"
+        weighted = store.calls()
+        if "distribution" in weighted and weighted["distribution"].notna().any():
+            raise EvalGaugeError(f"{path}: this run's scores are probability-weighted means of the judges' "
+                                 "distributions over the scale (output = \"logprobs\"); a protocol reads a verdict "
+                                 "from text and would replace them with the sampled verdicts. Nothing was changed.")
 
         def read(text, position):
             try:

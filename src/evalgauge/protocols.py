@@ -19,6 +19,14 @@ fraction's denominator is never a score.
 
 A numeric verdict outside ``[scale_min, scale_max]`` is no verdict (with the reason); the preference and
 grade protocols (:data:`UNSCALED`) are on their own 0-1 scale and take no bounds.
+
+A reasoning block (``<think>...</think>``, also ``<thinking>`` and ``<reasoning>``, or the text before a lone
+closing tag where a server dropped the opening one) is never read: a model thinking aloud writes "maybe
+[[3]]... no, [[4]]" before its verdict (:func:`strip_reasoning`).
+
+Structured answers (``[scoring] output = "json"`` or ``"logprobs"``) are read by :func:`read_structured`:
+the ``score`` field of the object the endpoint was made to return (:func:`verdict_schema`), and with
+log-probabilities the judge's distribution over the scale at the answer token (:func:`scale_distribution`).
 """
 
 from __future__ import annotations
@@ -55,15 +63,38 @@ class Verdict:
     value: float | None
     reason: str
     rule: str | None = None
+    #: with log-probabilities: the judge's probability of each scale value at the answer token
+    distribution: tuple[tuple[float, float], ...] | None = None
+
+    @property
+    def spread(self) -> float | None:
+        """The standard deviation of the judge's own distribution over the scale (within one call)."""
+        if not self.distribution:
+            return None
+        mean = sum(v * p for v, p in self.distribution)
+        return math.sqrt(max(sum(p * (v - mean) ** 2 for v, p in self.distribution), 0.0))
+
+
+_THINK = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.S | re.I)
+_THINK_CLOSE = re.compile(r"\A.*</(?:think|thinking|reasoning)>", re.S | re.I)
+
+
+def strip_reasoning(text: str) -> str:
+    """``text`` without its reasoning blocks: ``<think>...</think>`` (and ``thinking``/``reasoning``), an
+    unclosed block to the end, and everything before a closing tag whose opening tag the server dropped."""
+    return _THINK_CLOSE.sub("", _THINK.sub("", text))
 
 
 def parse(text: str | None, protocol: str = "score-line", *, scale_min: float | None = None,
           scale_max: float | None = None, pattern: str | None = None) -> Verdict:
-    """The verdict ``text`` gives under ``protocol`` (see the module's table)."""
+    """The verdict ``text`` gives under ``protocol`` (see the module's table); reasoning blocks are not read."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; one of {', '.join(PROTOCOLS)}")
     if text is None or not text.strip():
         return Verdict(None, "empty completion")
+    text = strip_reasoning(text)
+    if not text.strip():
+        return Verdict(None, "only a reasoning block, no verdict after it")
     if protocol == "mt-bench-single":
         m = _SINGLE.search(text)
         rule = "[[N]]"
@@ -144,3 +175,130 @@ def _in_scale(value: float, rule: str, scale_min, scale_max) -> Verdict:
         hi = "inf" if scale_max is None else f"{scale_max:g}"
         return Verdict(None, f"score {value:g} outside {lo}..{hi}", rule)
     return Verdict(value, f"score {value:g}", rule)
+
+
+#: the labels a structured answer may give in each scoring mode, and the number each reads as
+_LABELS = {"pairwise": {"A": 1.0, "B": 0.0, "tie": 0.5}, "binary": {"yes": 1.0, "no": 0.0}}
+#: a scale whose values are single digits: one token each in every tokenizer the providers use
+DIGITS = range(10)
+
+
+def verdict_schema(mode: str, scale_min: int = 1, scale_max: int = 5, choices: str = "ABCD") -> dict:
+    """The JSON schema a structured answer must follow: an object whose ``score`` is one of the mode's values.
+
+    The values are an ``enum``, not a ``minimum``/``maximum``: a grammar compiled from a schema (llama.cpp,
+    vLLM's guided decoding) enforces the allowed tokens but not numeric bounds, so a bounded integer can
+    come back as 45 on a 1-5 scale. Every value is still validated when read."""
+    if mode == "likert":
+        score: dict = {"type": "integer", "enum": list(range(scale_min, scale_max + 1))}
+    elif mode == "numeric":
+        score = {"type": "number"}
+    elif mode == "choice":
+        score = {"type": "string", "enum": list(choices)}
+    else:
+        score = {"type": "string", "enum": list(_LABELS[mode])}
+    return {"type": "object", "properties": {"score": score}, "required": ["score"], "additionalProperties": False}
+
+
+def read_structured(text: str | None, mode: str, *, scale_min: int = 1, scale_max: int = 5, choices: str = "ABCD",
+                    tokens: list | None = None) -> Verdict:
+    """The verdict of a structured answer (an object with ``score``, see :func:`verdict_schema`).
+
+    With ``tokens`` (the completion's tokens, each ``(text, [(alternative, logprob), ...])``) the value is
+    G-Eval's probability-weighted score: the mean of the judge's distribution over the scale at the answer
+    token (Liu et al. 2023, eq. 1), and the distribution is kept (:func:`scale_distribution`)."""
+    if text is None or not text.strip():
+        return Verdict(None, "empty completion")
+    body = strip_reasoning(text).strip()
+    fenced = _FENCE.search(body)
+    try:
+        obj = json.loads(fenced.group(1) if fenced else body)
+    except (ValueError, RecursionError):
+        return Verdict(None, "not a JSON object")
+    if not isinstance(obj, dict) or "score" not in obj:
+        return Verdict(None, "no 'score' field")
+    raw = obj["score"]
+    rule = '{"score": N}'
+    if mode in _LABELS or mode == "choice":
+        labels = _LABELS.get(mode) or {c: float(i) for i, c in enumerate(choices)}
+        if not isinstance(raw, str) or raw not in labels:
+            return Verdict(None, f"'score' is {raw!r}, not one of {', '.join(labels)}", rule)
+        return Verdict(labels[raw], f"verdict {raw}", rule)
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return Verdict(None, f"'score' is {raw!r}, not a number", rule)
+    if mode == "likert" and float(raw) != int(raw):
+        return Verdict(None, f"'score' is {raw!r}, not a whole number of the scale", rule)
+    verdict = _in_scale(float(raw), rule, scale_min if mode == "likert" else None,
+                        scale_max if mode == "likert" else None)
+    if tokens is None or verdict.value is None:
+        return verdict
+    at = _value_offset(text)
+    dist = scale_distribution(tokens, at, range(scale_min, scale_max + 1))
+    if dist is None:
+        return Verdict(None, "no log-probabilities of the scale's values at the answer token", "logprobs")
+    mean = sum(v * p for v, p in dist)
+    return Verdict(mean, f"probability-weighted score {mean:.4g} (verdict {verdict.value:g})", "logprobs", dist)
+
+
+_SCORE_VALUE = re.compile(r'"score"\s*:\s*"?')
+
+
+def _value_offset(text: str) -> int | None:
+    """Where the score's value begins in the completion ``text`` (None when it cannot be placed)."""
+    m = _SCORE_VALUE.search(text)
+    return m.end() if m else None
+
+
+def scale_distribution(tokens: list, at: int | None, scale) -> tuple[tuple[float, float], ...] | None:
+    """The judge's probability of each scale value at the answer token, renormalised over the scale.
+
+    ``tokens``: each generated token as ``(text, [(alternative, logprob), ...])``; ``at``: the character
+    offset of the answer in the completion. The answer token is the one covering ``at`` when the tokens
+    spell the completion, else the first token that is a scale value. Alternatives are read with their
+    surrounding spaces stripped (" 4" and "4" are the same value); only the top alternatives an endpoint
+    returns are known, so mass outside them is not counted (with 20 alternatives on a 5-point scale,
+    every value is among them unless the judge is certain)."""
+    values = {str(v): float(v) for v in scale}
+    index = None
+    if at is not None:
+        pos = 0
+        for k, (tok, _) in enumerate(tokens):
+            if pos <= at < pos + len(tok) and tok.strip() in values:
+                index = k
+                break
+            pos += len(tok)
+    if index is None:
+        index = next((k for k, (tok, _) in enumerate(tokens) if tok.strip() in values), None)
+    if index is None:
+        return None
+    chosen, alternatives = tokens[index]
+    mass: dict[float, float] = {}
+    for alt, logprob in alternatives or [(chosen, 0.0)]:
+        value = values.get(str(alt).strip())
+        if value is not None and isinstance(logprob, int | float) and math.isfinite(logprob):
+            mass[value] = mass.get(value, 0.0) + math.exp(min(logprob, 0.0))
+    total = sum(mass.values())
+    if total <= 0:
+        return None
+    return tuple((v, mass[v] / total) for v in sorted(mass))
+
+
+#: how each protocol's verdict is written, for a follow-up turn that asks for it again
+_FORMS = {"mt-bench-single": "'Rating: [[N]]'", "mt-bench-pair": "'[[A]]', '[[B]]' or '[[C]]' for a tie",
+          "arena-hard": "one of '[[A>>B]]', '[[A>B]]', '[[A=B]]', '[[B>A]]', '[[B>>A]]'",
+          "inspect-grade": "'GRADE: C', 'GRADE: P' or 'GRADE: I'", "prometheus": "'[RESULT] N'",
+          "score-line": "a line 'Score: N'", "json": "a JSON object {\"score\": N}"}
+_MODE_FORMS = {"likert": "'Score: N'", "binary": "'yes' or 'no'", "pairwise": "'[[A]]', '[[B]]' or '[[C]]' for a tie",
+               "choice": "one letter", "numeric": "'Score: N'"}
+
+
+def verdict_form(protocol: str | None, mode: str, scale_min: int, scale_max: int, output: str = "text") -> str:
+    """The form a verdict takes under ``protocol`` (or the scoring mode), with the scale where it has one."""
+    if output != "text":
+        form = "a JSON object {\"score\": ...}"
+    elif protocol == "pattern":
+        form = "the form the instructions give"
+    else:
+        form = _FORMS.get(protocol or "", _MODE_FORMS.get(mode, "the form the instructions give"))
+    scaled = mode in ("likert",) and protocol not in UNSCALED
+    return f"{form}, N from {scale_min} to {scale_max}" if scaled and "N" in form else form

@@ -87,6 +87,10 @@ class RunConfig:
     protocol: str | None = None
     pattern: str | None = None
     variant_protocols: tuple[tuple[str, str, str | None], ...] = ()
+    #: "text", "json" (the verdict's JSON schema sent) or "logprobs" (and the scale's distribution read)
+    output: str = "text"
+    #: follow-up turns after an unreadable verdict
+    reask: int = 0
     #: a stage of an adaptive run is part of its pool's factorial: it carries the pool's fingerprint
     fingerprint_override: str | None = field(default=None, compare=False)
 
@@ -116,6 +120,8 @@ class RunConfig:
         }
         if self.protocol or self.variant_protocols:  # only when set: older runs keep their fingerprint
             payload["protocol"] = [self.protocol, self.pattern, list(map(list, self.variant_protocols))]
+        if self.output != "text" or self.reask:
+            payload["output"] = [self.output, self.reask]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -193,9 +199,36 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
         sources=tuple(where / f for f in (spec.data.items, spec.data.responses) if f),
         protocol=scoring.protocol, pattern=scoring.pattern,
         variant_protocols=_variant_protocols(spec, variants, path),
+        output=scoring.output, reask=scoring.reask,
     )
     check_templates(cfg)
+    check_output(cfg)
     return cfg
+
+
+def check_output(cfg: RunConfig) -> None:
+    """A structured ``output`` the scoring can use, before any call: log-probabilities weigh a scale of single
+    digits (a value such as 10 is two tokens in many tokenizers, so no one token holds the judge's choice),
+    and no protocol reads what a schema already fixes."""
+    where = f"{cfg.path}: [scoring] output = \"{cfg.output}\""
+    if cfg.output == "text":
+        return
+    if cfg.protocol not in (None, "json") or any(p != "json" for _, p, _ in cfg.variant_protocols):
+        raise DataError(f"{where} fixes how the verdict is written (an object with a 'score' field), so a protocol "
+                        "has nothing to read; remove protocol (or set output = \"text\" to keep it).")
+    if cfg.output == "logprobs":
+        if cfg.mode != "likert":
+            raise DataError(f"{where} weighs the judge's probabilities over a rating scale; it needs mode = "
+                            f"\"likert\", not \"{cfg.mode}\". Use output = \"json\" for this mode.")
+        if cfg.scale_min < 0 or cfg.scale_max > 9:
+            raise DataError(f"{where} needs a scale of single digits (0-9): the value {max(cfg.scale_max, 10)} is "
+                            f"split into several tokens by many tokenizers, so no one token carries the judge's "
+                            f"choice. Use a scale within 0-9 (e.g. scale_min = 1, scale_max = 5), or output = "
+                            f"\"json\".")
+        anthropic = [j.name for j in cfg.judges if j.provider == "anthropic"]
+        if anthropic:
+            raise DataError(f"{where}: judge '{anthropic[0]}' is on Anthropic's Messages API, which returns no "
+                            "log-probabilities. Use output = \"json\" (a forced tool call) for it.")
 
 
 def _judge(j: JudgeSpec, k: int, path: Path, base_url: str | None, table: str, default_max_tokens: int) -> Judge:

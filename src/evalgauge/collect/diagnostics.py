@@ -115,3 +115,102 @@ def _cached_cells(frame: pd.DataFrame, cell_cols: list[str]) -> pd.Series:
     fast_repeats = g["latency"].agg(lambda x: len(x) > 1 and bool((x.iloc[1:] < FAST_FRACTION * x.iloc[0]).all()))
     cached = repeated_id | (same_text & ~ids & long_text) | (same_text & fast_repeats)
     return cached & (size > 1)
+
+
+#: the level at which the system x outcome test says the failures depend on the system
+MISSING_TEST_LEVEL = 0.05
+#: the fewest expected count in every cell for the chi-square approximation; below it, a permutation test
+CHI2_MIN_EXPECTED = 5.0
+#: permutations of the outcomes among the calls when the chi-square approximation does not hold
+PERMUTATIONS = 4000
+
+
+@dataclass(frozen=True)
+class MissingAnswers:
+    """Calls stored without a score (parse failures and truncations), where they fall and whether their rate
+    depends on the system.
+
+    ``table``: judge x variant x system rows with calls, scored, unread (a verdict not found or invalid),
+    truncated (cut at max_tokens) and the unscored rate. ``by_system``: the same by system. ``test``: Pearson's
+    chi-square test of independence on the system x (scored, unscored) table, or its permutation version
+    when an expected count is below 5 (statistic, df, p, method). ``headline``: what a reader must know before
+    any mean, when the test rejects at 5%: the systems' means come from different subsets of their cells.
+    """
+
+    calls: int
+    unscored: int
+    truncated: int
+    table: pd.DataFrame
+    by_system: pd.DataFrame
+    test: dict | None
+    headline: str | None
+
+    def to_dict(self) -> dict:
+        return {"calls": self.calls, "unscored": self.unscored, "truncated": self.truncated,
+                "table": self.table.to_dict(orient="records"), "by_system": self.by_system.to_dict(orient="records"),
+                "test": self.test, "headline": self.headline}
+
+
+def missing_answers(calls: pd.DataFrame, seed: int = 0) -> MissingAnswers:
+    """Where the calls without a score are, and a test of whether the failure rate depends on the system."""
+    frame = calls.copy()
+    unscored = frame["score"].isna()
+    finish = frame["finish_reason"] if "finish_reason" in frame else pd.Series(None, index=frame.index)
+    truncated = unscored & (finish == "length")
+    frame["scored"] = (~unscored).astype(int)
+    frame["truncated"] = truncated.astype(int)
+    frame["unread"] = (unscored & ~truncated).astype(int)
+    keys = [c for c in ("judge", "variant", "system") if c in frame and frame[c].notna().any()]
+    for c in keys:
+        frame[c] = frame[c].astype(str)
+    table = _rates(frame, keys)
+    has_systems = "system" in keys and frame["system"].nunique() > 1
+    by_system = _rates(frame, ["system"]) if has_systems else pd.DataFrame()
+    test = headline = None
+    if has_systems and unscored.any() and not unscored.all():  # with none scored there is no rate to compare
+        test = _independence(frame["system"].to_numpy(), unscored.to_numpy(), seed)
+        if test["p"] < MISSING_TEST_LEVEL:
+            rates = ", ".join(f"{r['system']} {100 * r['rate']:.0f}%" for r in by_system.to_dict(orient="records"))
+            headline = (f"The judges failed to give a readable verdict at rates that differ by system ({rates}; "
+                        f"{test['method']} p = {test['p']:.2g}): each system's mean comes from a different subset "
+                        "of its cells, so the comparison may be biased. Re-ask (reask = N), use structured output, "
+                        "raise max_tokens, or compare only cells every system has.")
+    return MissingAnswers(len(frame), int(unscored.sum()), int(truncated.sum()), table, by_system, test, headline)
+
+
+def _rates(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    if not keys:
+        return pd.DataFrame()
+    g = frame.groupby(keys, sort=True)
+    out = g.agg(calls=("scored", "size"), scored=("scored", "sum"), unread=("unread", "sum"),
+                truncated=("truncated", "sum")).reset_index()
+    out["rate"] = 1.0 - out["scored"] / out["calls"]
+    return out
+
+
+def _independence(groups, failed, seed: int) -> dict:
+    """Pearson's chi-square test of a groups x (scored, failed) table; a permutation p-value (the same statistic,
+    outcomes shuffled among the calls) when an expected count is below 5, where the chi-square law is poor."""
+    import numpy as np
+
+    codes, _ = pd.factorize(pd.Series(groups))
+    failed = np.asarray(failed, dtype=bool)
+    k = codes.max() + 1
+    n_g = np.bincount(codes, minlength=k).astype(float)
+    rate = failed.mean()
+
+    def statistic(f) -> float:
+        obs = np.bincount(codes, weights=f, minlength=k)
+        exp_f, exp_s = n_g * rate, n_g * (1 - rate)
+        return float(((obs - exp_f) ** 2 / exp_f).sum() + (((n_g - obs) - exp_s) ** 2 / exp_s).sum())
+
+    stat = statistic(failed.astype(float))
+    df = int(k - 1)
+    if min((n_g * rate).min(), (n_g * (1 - rate)).min()) >= CHI2_MIN_EXPECTED:
+        from scipy.stats import chi2
+
+        return {"statistic": stat, "df": df, "p": float(chi2.sf(stat, df)), "method": "chi-square"}
+    rng = np.random.default_rng(seed)
+    f = failed.astype(float)
+    hits = sum(statistic(rng.permutation(f)) >= stat - 1e-12 for _ in range(PERMUTATIONS))
+    return {"statistic": stat, "df": df, "p": (hits + 1) / (PERMUTATIONS + 1), "method": "permutation chi-square"}

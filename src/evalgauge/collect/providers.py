@@ -23,6 +23,24 @@ class Completion:
     response_id: str | None
     input_tokens: int
     output_tokens: int
+    #: why generation stopped, in OpenAI's words: "stop", "length" (cut at max_tokens), "tool_calls", ...
+    finish_reason: str | None = None
+    #: with log-probabilities: each generated token as (text, ((alternative, logprob), ...))
+    tokens: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Output:
+    """What the judge is asked to return beyond free text: ``kind`` "json" (an object following ``schema``)
+    or "logprobs" (the same object, with the top log-probabilities of every generated token)."""
+
+    kind: str
+    schema: dict
+    top_logprobs: int = 20
+
+
+#: Anthropic's stop reasons in OpenAI's words (a verdict cut at max_tokens reads "length" from both)
+_STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
 
 
 #: HTTP statuses that no retry can fix: a malformed request, a refused key, no access, no such model.
@@ -209,11 +227,23 @@ class OpenAIProvider(_HTTPProvider):
         super().__init__(judge, timeout, base.rstrip("/") + "/chat/completions",
                          {"Authorization": f"Bearer {api_key(judge)}"})
 
-    async def complete(self, prompt: str, system_prompt: str | None, temperature: float) -> Completion:
+    #: how this endpoint takes a JSON schema, found at the judge's first structured call: "json_schema"
+    #: (OpenAI, vLLM) or "json_object" with the schema beside it (llama-cpp-python's server)
+    dialect: str | None = None
+
+    async def complete(self, prompt: str, system_prompt: str | None, temperature: float, *,
+                       history: tuple[tuple[str, str], ...] = (), output: Output | None = None) -> Completion:
+        """One chat completion; ``history``: earlier (answer, follow-up) turns of the same call (a re-ask)."""
         messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
             [{"role": "user", "content": prompt}]
-        body = await self._post({"model": self.judge.model, "messages": messages, "temperature": temperature,
-                                 "max_tokens": self.judge.max_tokens})
+        for answer, follow_up in history:
+            messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": follow_up}]
+        request = {"model": self.judge.model, "messages": messages, "temperature": temperature,
+                   "max_tokens": self.judge.max_tokens}
+        if output is not None:
+            body = await self._structured(request, output)
+        else:
+            body = await self._post(request)
         choices = body.get("choices") if isinstance(body, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         message = choice.get("message")
@@ -221,9 +251,75 @@ class OpenAIProvider(_HTTPProvider):
             raise malformed(self.judge, "no choices[0].message.content")
         text = message.get("content")
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        tokens = _openai_tokens(choice.get("logprobs")) if output is not None and output.kind == "logprobs" else None
+        if output is not None and output.kind == "logprobs" and text and not tokens:
+            raise ProviderError(
+                f"judge '{self.judge.name}': the endpoint at {self.url} answered without log-probabilities although "
+                "they were asked for (logprobs: true, top_logprobs); it does not offer them. Set [scoring] output "
+                "= \"json\" (or leave output unset) for this judge's endpoint.", retryable=False, fatal=True,
+                billed=True)
         return Completion(text if isinstance(text, str) else None, _str_or_none(body.get("model")),
                           _str_or_none(body.get("id")), _count(usage.get("prompt_tokens")),
-                          _count(usage.get("completion_tokens")))
+                          _count(usage.get("completion_tokens")), _str_or_none(choice.get("finish_reason")), tokens)
+
+    async def _structured(self, request: dict, output: Output) -> object:
+        """The request with a JSON schema in this endpoint's dialect, found at the first call: OpenAI's
+        ``json_schema``, else llama-cpp-python's ``json_object`` with a ``schema`` beside it.
+
+        An endpoint that does not know ``json_schema`` answers with an HTTP error (llama-cpp-python's server:
+        a 500 whose message is a validation error on ``response_format.type``), so any HTTP error to the
+        first dialect is followed by one try of the second; a refusal of both is fatal and names the feature,
+        while a server error to both stays retryable (the endpoint may be down, not unable)."""
+        if output.kind == "logprobs":
+            request = {**request, "logprobs": True, "top_logprobs": output.top_logprobs}
+        if self.dialect:
+            return await self._post({**request, "response_format": _response_format(self.dialect, output.schema)})
+        errors: list[ProviderError] = []
+        for dialect in ("json_schema", "json_object"):
+            try:
+                body = await self._post({**request, "response_format": _response_format(dialect, output.schema)})
+            except ProviderError as exc:
+                if exc.status is None or exc.status in (401, 403, 404):  # no answer, or not about the schema
+                    raise
+                errors.append(exc)
+                continue
+            self.dialect = dialect
+            return body
+        if not any(e.status in (400, 422) for e in errors):
+            raise errors[-1]
+        what = "log-probabilities with a JSON schema" if output.kind == "logprobs" else "a JSON schema"
+        raise ProviderError(
+            f"judge '{self.judge.name}': the endpoint refused {what} (response_format json_schema, and json_object "
+            f"with a schema): it does not offer structured output. Set [scoring] output = \"text\" with a protocol "
+            f"for this judge.{_said(errors[-1])}", retryable=False, fatal=True, status=errors[-1].status)
+
+
+def _said(exc: ProviderError | None) -> str:
+    text = str(exc) if exc else ""
+    return text[text.index(" The server said:"):] if " The server said:" in text else ""
+
+
+def _response_format(dialect: str, schema: dict) -> dict:
+    if dialect == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "verdict", "strict": True, "schema": schema}}
+    return {"type": "json_object", "schema": schema}
+
+
+def _openai_tokens(logprobs: object) -> tuple | None:
+    """``choices[0].logprobs.content`` as ((token, ((alternative, logprob), ...)), ...); None when absent."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    out = []
+    for entry in content:
+        if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
+            return None
+        alts = entry.get("top_logprobs") if isinstance(entry.get("top_logprobs"), list) else []
+        pairs = tuple((a["token"], float(a["logprob"])) for a in alts if isinstance(a, dict)
+                      and isinstance(a.get("token"), str) and isinstance(a.get("logprob"), int | float)
+                      and not isinstance(a.get("logprob"), bool))
+        out.append((entry["token"], pairs))
+    return tuple(out)
 
 
 class AnthropicProvider(_HTTPProvider):
@@ -237,22 +333,33 @@ class AnthropicProvider(_HTTPProvider):
         super().__init__(judge, timeout, base.rstrip("/") + "/v1/messages",
                          {"x-api-key": api_key(judge), "anthropic-version": self.API_VERSION})
 
-    async def complete(self, prompt: str, system_prompt: str | None, temperature: float) -> Completion:
+    async def complete(self, prompt: str, system_prompt: str | None, temperature: float, *,
+                       history: tuple[tuple[str, str], ...] = (), output: Output | None = None) -> Completion:
+        messages = [{"role": "user", "content": prompt}]
+        for answer, follow_up in history:
+            messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": follow_up}]
         request = {"model": self.judge.model, "max_tokens": self.judge.max_tokens, "temperature": temperature,
-                   "messages": [{"role": "user", "content": prompt}]}
+                   "messages": messages}
         if system_prompt:
             request["system"] = system_prompt
+        if output is not None:  # a forced tool call whose input is the verdict object
+            request["tools"] = [{"name": "record_verdict", "description": "Record the verdict.",
+                                 "input_schema": output.schema}]
+            request["tool_choice"] = {"type": "tool", "name": "record_verdict"}
         body = await self._post(request)
         content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, list):
             raise malformed(self.judge, "no content list")
         # the text blocks, in order (a thinking block has no "text"); no text block at all is an empty completion
-        texts = [b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)] \
-            if isinstance(content, list) else []
+        texts = [b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)]
+        if output is not None:  # the forced tool call's input, as the JSON text it stands for
+            calls = [b.get("input") for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+            texts = [json.dumps(calls[0])] if calls and isinstance(calls[0], dict) else []
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        stop = _str_or_none(body.get("stop_reason"))
         return Completion("".join(texts) if texts else None, _str_or_none(body.get("model")),
                           _str_or_none(body.get("id")), _count(usage.get("input_tokens")),
-                          _count(usage.get("output_tokens")))
+                          _count(usage.get("output_tokens")), _STOP_REASONS.get(stop or "", stop))
 
 
 def _proxy_for(url: str) -> str | None:

@@ -11,9 +11,10 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..errors import DataError
+from ..protocols import Verdict
 from .config import Judge, RunConfig
 from .parsers import parse_score
-from .providers import ProviderError, make_provider
+from .providers import Output, ProviderError, make_provider
 from .reply import Vetted, redact, text_limit, vet
 from .store import CallRecord, RunStore
 from .tasks import Task, build_tasks, check_templates, count_tasks, generation_prompt, prompt_hash
@@ -75,6 +76,10 @@ class RunSummary:
     billed_failures: int = 0
     #: completions stored with a flag (implausible usage, redacted text, replaced surrogates), by kind
     flagged: dict[str, int] = field(default_factory=dict)
+    #: stored calls whose reply was cut at max_tokens before a verdict could be read
+    truncated: int = 0
+    #: follow-up turns sent after unreadable verdicts ([scoring] reask)
+    reasks: int = 0
 
     @property
     def ok(self) -> bool:
@@ -217,6 +222,10 @@ def _flag_notes(summary: RunSummary) -> None:
                 "key-shaped text redacted": "echoed a key or key-shaped text; redacted before it was stored",
                 "lone surrogates replaced": "held lone UTF-16 surrogates; stored with U+FFFD in their place"}
         summary.notes.append(f"{n} repl{'y' if n == 1 else 'ies'} {what.get(kind, kind)}.")
+    if summary.truncated:
+        summary.notes.append(f"{summary.truncated} repl{'y was' if summary.truncated == 1 else 'ies were'} cut at "
+                             "max_tokens before a verdict could be read (finish_reason 'length'); raise the judge's "
+                             "max_tokens, or ask for a shorter answer (output = \"json\").")
     if summary.billed_failures:
         summary.notes.append(f"{summary.billed_failures} repl{'y' if summary.billed_failures == 1 else 'ies'} "
                              "the provider may have billed gave no usable completion (malformed, cut short or too "
@@ -262,26 +271,41 @@ async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secre
             reserved[0] += worst
             reservation = store.reserve(task.key, worst) if worst > 0 else None
             on_billed = _charger(store, summary, task.key, worst, lambda: reserved[0], cfg.budget_usd)
+            held = [reservation]
+            extra = [0.0]
+
+            def more(cost: float, key: str = task.key, held: list = held, extra: list = extra) -> bool:
+                """A follow-up turn's worst case, held against the budget like the call's own."""
+                if summary.cost_usd + reserved[0] + cost > cfg.budget_usd:
+                    return False
+                reserved[0] += cost
+                extra[0] += cost
+                if cost > 0:
+                    held.append(store.reserve(key, cost))
+                return True
+
             try:
-                result = await _gated(gates[task.judge], lambda task=task, judge=judge, on_billed=on_billed: _call(
-                    cfg, judge, providers[task.judge], limiters[task.judge], task, secrets, on_billed))
+                result = await _gated(gates[task.judge], lambda task=task, judge=judge, on_billed=on_billed,
+                                      more=more: _call(cfg, judge, providers[task.judge], limiters[task.judge], task,
+                                                       secrets, on_billed, more))
             finally:
-                reserved[0] -= worst
+                reserved[0] -= worst + extra[0]
             if result is None:  # the judge was stopped while this call waited
                 summary.skipped += 1
-                if reservation is not None:
-                    store.release(reservation)
+                _release(store, held)
                 continue
             record, at = result
             summary.retries += at.attempts - 1
             if record is not None:
-                store.record(record, reservation)
+                store.record(record, held)
                 summary.completed += 1
                 summary.cost_usd += record.cost_usd
+                summary.reasks += record.reasks
+                if record.parse_error and record.parse_error.startswith(TRUNCATED):
+                    summary.truncated += 1
                 _count_flags(summary, record.flags)
             else:
-                if reservation is not None:
-                    store.release(reservation)
+                _release(store, held)
                 _failed(store, summary, gates[task.judge], task.judge, task.key, at)
             if progress is not None:
                 progress(summary)
@@ -294,6 +318,12 @@ async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secre
         summary.seconds = time.monotonic() - start
     if limit is not None and sent[0] >= limit:
         summary.notes.append(f"stopped after {limit} call(s) (--limit); run again to go on.")
+
+
+def _release(store: RunStore, held: list) -> None:
+    for reservation in held:
+        if reservation is not None:
+            store.release(reservation)
 
 
 def _charger(store: RunStore, summary: RunSummary, key: str, worst: float, reserved, budget: float):
@@ -366,7 +396,8 @@ class Attempt:
 
 
 async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, prompt: str, system_prompt,
-                   temperature: float, secrets: list[str], on_billed=None) -> Attempt:
+                   temperature: float, secrets: list[str], on_billed=None, *, history: tuple = (),
+                   output: Output | None = None) -> Attempt:
     """One request with retries: exponential backoff with full jitter, at least the server's Retry-After
     (up to MAX_RETRY_WAIT_S).
 
@@ -382,8 +413,9 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
         started = time.time()
         t0 = time.monotonic()
         try:
-            completion = await provider.complete(prompt, system_prompt, temperature)
-            vetted = vet(completion, judge, prompt, system_prompt, secrets)
+            completion = await (provider.complete(prompt, system_prompt, temperature, history=history, output=output)
+                                if history or output else provider.complete(prompt, system_prompt, temperature))
+            vetted = vet(completion, judge, _sent_text(prompt, history), system_prompt, secrets)
         except ProviderError as exc:
             last_error = redact(str(exc), secrets)
             connection_only = connection_only and exc.connection
@@ -414,43 +446,109 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
     return Attempt(None, attempts=attempts, error=last_error or "failed", fatal=connection_only and bool(last_error))
 
 
-def read_verdict(cfg: RunConfig, variant: str, text: str | None) -> tuple[float | None, str | None, str | None]:
-    """(score, parse error, rule) of a completion: by the variant's protocol, else the scoring mode's parser."""
-    from ..protocols import parse
+def _sent_text(prompt: str, history: tuple) -> str:
+    """Everything a call sends as messages, for bounding its input tokens: the prompt and earlier turns."""
+    return prompt + "".join(a + f for a, f in history)
 
+
+def output_spec(cfg: RunConfig) -> Output | None:
+    """What the judges are asked to return beyond free text ([scoring] output)."""
+    from ..protocols import verdict_schema
+
+    if cfg.output == "text":
+        return None
+    return Output(cfg.output, verdict_schema(cfg.mode, cfg.scale_min, cfg.scale_max, cfg.choices))
+
+
+def read_verdict(cfg: RunConfig, variant: str, text: str | None, tokens=None) -> Verdict:
+    """The verdict of a completion: a structured answer's ``score`` (with ``tokens``: the probability-weighted
+    score), else by the variant's protocol, else the scoring mode's parser. Reasoning blocks are never read."""
+    from ..protocols import parse, read_structured, strip_reasoning
+
+    if cfg.output != "text":
+        v = read_structured(text, cfg.mode, scale_min=cfg.scale_min, scale_max=cfg.scale_max, choices=cfg.choices,
+                            tokens=tokens if cfg.output == "logprobs" else None)
+        return replace(v, rule=f"{cfg.output}: {v.rule}" if v.rule else None)
     protocol, pattern = cfg.protocol_for(variant)
     if protocol is None:
-        score, error = parse_score(text, cfg.mode, scale_max=cfg.scale_max, scale_min=cfg.scale_min,
-                                   choices=cfg.choices)
-        return score, error, None
+        score, error = parse_score(strip_reasoning(text) if text else text, cfg.mode, scale_max=cfg.scale_max,
+                                   scale_min=cfg.scale_min, choices=cfg.choices)
+        return Verdict(score, error or "", None)
     verdict = parse(text, protocol, scale_min=cfg.scale_min, scale_max=cfg.scale_max, pattern=pattern)
-    rule = f"{protocol}: {verdict.rule}" if verdict.rule else None
-    return verdict.value, None if verdict.value is not None else verdict.reason, rule
+    return replace(verdict, rule=f"{protocol}: {verdict.rule}" if verdict.rule else None)
+
+
+def reask_text(cfg: RunConfig, variant: str, reason: str) -> str:
+    """The follow-up turn after an unreadable verdict: what went wrong and the form the verdict must take."""
+    from ..protocols import verdict_form
+
+    protocol, _ = cfg.protocol_for(variant)
+    form = verdict_form(protocol, cfg.mode, cfg.scale_min, cfg.scale_max, cfg.output)
+    return f"Your verdict could not be read ({reason}). Reply with the verdict only, written as {form}."
+
+
+#: what a stored completion's parse error says when the reply was cut at max_tokens
+TRUNCATED = "cut at max_tokens"
 
 
 async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, task: Task, secrets: list[str],
-                on_billed=None):
-    """One judge call, parsed and priced: (record or None, attempt)."""
+                on_billed=None, more=None):
+    """One judge call, parsed and priced, with up to ``cfg.reask`` follow-up turns while its verdict cannot be
+    read: (record or None, attempt). ``more(worst)`` holds a follow-up's worst case against the budget and says
+    whether it fits; the follow-ups' costs and earlier answers are part of the call's record."""
+    output = output_spec(cfg)
     at = await _attempt(cfg, judge, provider, limiter, task.prompt, cfg.system_prompt, task.temperature, secrets,
-                        on_billed)
+                        on_billed, output=output)
     if at.vetted is None:
         return None, at
-    completion = at.vetted.completion
-    score, parse_error, rule = read_verdict(cfg, task.variant.id, completion.text)
+    history: tuple = ()
+    turns: list[dict] = []
+    cost = judge.price(at.vetted.input_tokens, at.vetted.output_tokens)
+    tokens_in, tokens_out = at.vetted.completion.input_tokens, at.vetted.completion.output_tokens
+    first, latency = at, at.latency
+    while True:
+        completion = at.vetted.completion
+        verdict = read_verdict(cfg, task.variant.id, completion.text, completion.tokens)
+        error = None if verdict.value is not None else verdict.reason or "no verdict"
+        if error is not None and completion.finish_reason == "length":
+            error = f"{TRUNCATED} ({judge.max_tokens} tokens) before a verdict: {error}"
+        if error is None or len(turns) >= cfg.reask:
+            break
+        follow_up = reask_text(cfg, task.variant.id, verdict.reason or "no verdict")
+        next_history = (*history, (completion.text or "", follow_up))
+        worst = worst_case_cost(judge, _sent_text(task.prompt, next_history), cfg.system_prompt)
+        if more is None or not more(worst):
+            error += "; no re-ask: the budget leaves no room"
+            break
+        again = await _attempt(cfg, judge, provider, limiter, task.prompt, cfg.system_prompt, task.temperature,
+                               secrets, on_billed, history=next_history, output=output)
+        if again.vetted is None:
+            error += f"; the re-ask failed ({again.error})"
+            break
+        turns.append({"completion": completion.text, "finish_reason": completion.finish_reason, "error": error})
+        history, at = next_history, again
+        cost += judge.price(at.vetted.input_tokens, at.vetted.output_tokens)
+        latency += at.latency
+        tokens_in += at.vetted.completion.input_tokens
+        tokens_out += at.vetted.completion.output_tokens
+    score = verdict.value
     if score is not None and cfg.pairwise and task.position == "BA":
         score = 1.0 - score  # the system was presented second: its win is a "B"
     request = json.dumps({"model": judge.model, "temperature": task.temperature, "max_tokens": judge.max_tokens,
                           "provider": judge.provider, "base_url": judge.base_url,
-                          "system_prompt": bool(cfg.system_prompt)})
+                          "system_prompt": bool(cfg.system_prompt), "output": cfg.output})
+    dist = verdict.distribution
     record = CallRecord(
         key=task.key, item=task.item.id, category=task.item.category, system=task.system,
         variant=task.variant.id, temperature=task.temperature, judge=task.judge, replicate=task.replicate,
         position=task.position, prompt_hash=task.prompt_hash, request=request, completion=completion.text,
-        score=score, parse_error=parse_error, model=completion.model, response_id=completion.response_id,
-        started_at=at.started, finished_at=time.time(), latency_s=at.latency,
-        input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
-        cost_usd=judge.price(at.vetted.input_tokens, at.vetted.output_tokens), flags="; ".join(at.vetted.flags),
-        rule=rule)
+        score=score, parse_error=error, model=completion.model, response_id=completion.response_id,
+        started_at=first.started, finished_at=time.time(), latency_s=latency,
+        input_tokens=tokens_in, output_tokens=tokens_out, cost_usd=cost,
+        flags="; ".join(dict.fromkeys(f for a in (first, at) for f in a.vetted.flags)),
+        rule=verdict.rule if score is not None else None, finish_reason=completion.finish_reason,
+        distribution=json.dumps({f"{v:g}": p for v, p in dist}) if dist else None,
+        spread=verdict.spread, reasks=len(turns), turns=json.dumps(turns) if turns else None)
     return record, at
 
 

@@ -75,6 +75,11 @@ class ScoringSpec(_Table):
     #: a verdict protocol (evalgauge.protocols); unset: the scoring mode's own parser
     protocol: str | None = None
     pattern: str | None = None
+    #: what the judge returns: free text, an object following the verdict's JSON schema, or that object with
+    #: the top log-probabilities at the answer token (the probability-weighted score)
+    output: Literal["text", "json", "logprobs"] = "text"
+    #: follow-up turns after a verdict that cannot be read (each inside the budget)
+    reask: int = Field(0, ge=0, le=5)
 
     @field_validator("choices")
     @classmethod

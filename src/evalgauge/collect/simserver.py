@@ -17,7 +17,13 @@ Faults (rates per call): ``rate_limit`` (429 with Retry-After), ``server_error``
 completion), ``garbage`` (unparseable text), ``cache`` (1: identical replies and
 response ids for identical requests, like a caching gateway), ``drift_after``
 (after that many calls the echoed model identifier changes snapshot), ``bad_request``
-(400) and ``forbidden`` (403). Like a real provider it answers 404 for a model the
+(400), ``forbidden`` (403), ``truncate`` (a reply cut at max_tokens: ``finish_reason`` "length") and
+``think`` (the verdict after a ``<think>`` block holding another one). Asked for a JSON schema
+(``response_format``, or a forced tool call on the Anthropic route) it answers ``{"score": ...}``, and
+with ``logprobs`` the top log-probabilities at the answer token (a discretised normal around the latent
+score, SD 0.6); ``json_object_only`` refuses ``json_schema`` with a 500 as llama-cpp-python's server does,
+``no_structured`` refuses any schema and ``no_logprobs`` answers without log-probabilities.
+Like a real provider it answers 404 for a model the
 configuration does not name, and, given ``api_key`` (``--require-key-env``), 401 to a
 request without that key. Usage counts every message, the system prompt included.
 """
@@ -38,7 +44,8 @@ from .config import RunConfig
 from .tasks import render
 
 FAULTS = ("rate_limit", "server_error", "timeout", "empty", "garbage", "cache", "drift_after", "timeout_s",
-          "latency_ms", "retry_after", "bad_request", "forbidden")
+          "latency_ms", "retry_after", "bad_request", "forbidden", "truncate", "think", "json_object_only",
+          "no_structured", "no_logprobs")
 
 
 @dataclass
@@ -134,8 +141,33 @@ class SimPanel:
         letters = cfg.choices
         return letters[min(int(p * len(letters)), len(letters) - 1)]
 
-    def respond(self, prompt: str, model: str, temperature: float) -> tuple[int, dict, dict]:
-        """(HTTP status, headers, body fields: text, model, id) for one request; faults drawn here."""
+    def structured(self, latent: float, position: str | None, logprobs: bool) -> tuple[str, list | None]:
+        """A structured answer {"score": ...} and, with ``logprobs``, its tokens with the top alternatives."""
+        cfg = self.cfg
+        verdict = self.text(latent, position).removeprefix("Score: ")
+        if cfg.mode == "pairwise":
+            verdict = '"' + {"[[A]]": "A", "[[B]]": "B"}[verdict] + '"'
+        elif cfg.mode in ("binary", "choice"):
+            verdict = f'"{verdict}"'
+        text = '{"score": ' + verdict + "}"
+        if not logprobs:
+            return text, None
+        scale = range(cfg.scale_min, cfg.scale_max + 1)
+        weights = [math.exp(-0.5 * ((v - latent) / 0.6) ** 2) for v in scale]
+        total = sum(weights)
+        alts = [{"token": str(v), "logprob": math.log(max(w / total, 1e-300))} for v, w in zip(scale, weights,
+                                                                                                 strict=True)]
+        tokens = [{"token": t, "logprob": 0.0, "top_logprobs": [{"token": t, "logprob": 0.0}]}
+                  for t in ('{"', "score", '":', " ")]
+        tokens.append({"token": verdict, "logprob": next(a["logprob"] for a in alts if a["token"] == verdict),
+                       "top_logprobs": sorted(alts, key=lambda a: -a["logprob"])})
+        tokens.append({"token": "}", "logprob": 0.0, "top_logprobs": [{"token": "}", "logprob": 0.0}]})
+        return text, tokens
+
+    def respond(self, prompt: str, model: str, temperature: float, *, structured: bool = False,
+                logprobs: bool = False) -> tuple[int, dict, dict]:
+        """(HTTP status, headers, body fields: text, model, id, finish_reason, tokens) for one request; faults
+        drawn here."""
         self.calls += 1
         f, r = self.faults, self._rng.random
         if model not in self.models:
@@ -162,19 +194,27 @@ class SimPanel:
             return 200, {}, {"text": text, "model": echoed, "id": rid}
         rid = f"sim-{self.calls}-{self._rng.getrandbits(32):08x}"
         self._seed_call(prompt, model, temperature)
+        tokens, finish = None, "stop"
         if r() < f.get("empty", 0.0):
             text = ""
         elif r() < f.get("garbage", 0.0):
             text = "I am unable to assess this response."
+        elif f.get("truncate") and r() < f["truncate"]:  # drawn only when set: other runs keep their stream
+            text, finish = "Let me weigh this response against the criteria one by one. First, the", "length"
         else:
             latent = self.latent(prompt, model, temperature)
             if latent is None:
                 return 400, {}, {"error": "the simulated panel does not know this prompt (is it the same config?)"}
             hit = self._lookup[prompt]
-            text = self.text(latent, hit[3])
+            if structured:
+                text, tokens = self.structured(latent, hit[3], logprobs and not f.get("no_logprobs"))
+            else:
+                text = self.text(latent, hit[3])
+                if f.get("think") and r() < f["think"]:
+                    text = f"<think>At first glance {self.text(latent + 2.0, hit[3])}, but no.</think>\n{text}"
         if f.get("cache"):
             self._cache[cache_key] = (text, rid)
-        return 200, {}, {"text": text, "model": echoed, "id": rid}
+        return 200, {}, {"text": text, "model": echoed, "id": rid, "finish_reason": finish, "tokens": tokens}
 
 
 def _text(content) -> str:
@@ -201,13 +241,25 @@ def make_app(panel: SimPanel):
         texts = [_text(m.get("content")) for m in messages if isinstance(m, dict)]
         if isinstance(body.get("system"), str | list):  # Anthropic's system prompt is a top-level field
             texts.append(_text(body["system"]))
-        prompt = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        # the call's own prompt: the first user turn (a re-ask adds later ones)
+        prompt = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
         model = str(body.get("model", ""))
         temperature = float(body.get("temperature", 1.0))
         delay = panel.faults.get("latency_ms", 0.0)
         if delay:
             await asyncio.sleep(delay / 1000.0)
-        status, headers, out = panel.respond(prompt, model, temperature)
+        fmt = body.get("response_format")
+        if isinstance(fmt, dict) and panel.faults.get("no_structured"):
+            return web.json_response({"error": {"message": f"response_format type {fmt.get('type')!r} is not "
+                                                           "supported", "type": "invalid_request_error"}}, status=400)
+        if isinstance(fmt, dict) and panel.faults.get("json_object_only") and fmt.get("type") == "json_schema":
+            # as llama-cpp-python's server answers it: a 500 carrying the validation error
+            return web.json_response({"error": {"message": "1 validation error: ('body', 'response_format', 'type') "
+                                                           "Input should be 'text' or 'json_object'",
+                                                "type": "internal_server_error"}}, status=500)
+        structured = isinstance(fmt, dict) or bool(body.get("tools"))
+        status, headers, out = panel.respond(prompt, model, temperature, structured=structured,
+                                             logprobs=bool(body.get("logprobs")))
         if status == -1:
             await asyncio.sleep(panel.faults.get("timeout_s", 30.0))
             return web.json_response({"error": {"message": "late"}}, status=504)
@@ -217,15 +269,24 @@ def make_app(panel: SimPanel):
         # a pessimistic tokenizer: a token per 3 UTF-8 bytes of every message, 4 tokens of template each
         p_tok = sum(-(-len(t.encode("utf-8")) // 3) + 4 for t in texts)
         c_tok = max(1, len(out["text"]) // 4) if out["text"] else 0
+        finish = out.get("finish_reason", "stop")
         if protocol == "anthropic":
+            content = [{"type": "text", "text": out["text"]}]
+            if body.get("tools") and out["text"].startswith("{"):
+                import json
+
+                content = [{"type": "tool_use", "id": "toolu_sim", "name": body["tools"][0].get("name", "tool"),
+                            "input": json.loads(out["text"])}]
             return web.json_response({
-                "id": out["id"], "type": "message", "role": "assistant", "model": out["model"],
-                "content": [{"type": "text", "text": out["text"]}], "stop_reason": "end_turn",
+                "id": out["id"], "type": "message", "role": "assistant", "model": out["model"], "content": content,
+                "stop_reason": {"stop": "end_turn", "length": "max_tokens"}[finish],
                 "stop_sequence": None, "usage": {"input_tokens": p_tok, "output_tokens": c_tok}})
+        choice = {"index": 0, "message": {"role": "assistant", "content": out["text"]}, "finish_reason": finish}
+        if out.get("tokens"):
+            choice["logprobs"] = {"content": out["tokens"]}
         return web.json_response({
             "id": out["id"], "object": "chat.completion", "created": int(time.time()), "model": out["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": out["text"]},
-                         "finish_reason": "stop"}],
+            "choices": [choice],
             "usage": {"prompt_tokens": p_tok, "completion_tokens": c_tok, "total_tokens": p_tok + c_tok}})
 
     async def openai_route(request):

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY, item TEXT, category TEXT, system TEXT, variant TEXT, temperature REAL, judge TEXT,
     replicate INTEGER, position TEXT, prompt_hash TEXT, request TEXT, completion TEXT, score REAL,
     parse_error TEXT, model TEXT, response_id TEXT, started_at REAL, finished_at REAL, latency_s REAL,
-    input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL, flags TEXT, rule TEXT
+    input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL, flags TEXT, rule TEXT, finish_reason TEXT,
+    distribution TEXT, spread REAL, reasks INTEGER, turns TEXT
 );
 CREATE TABLE IF NOT EXISTS failures (key TEXT, attempts INTEGER, error TEXT, at REAL);
 CREATE TABLE IF NOT EXISTS responses (
@@ -85,10 +86,19 @@ class CallRecord:
     flags: str | None = None
     #: the verdict protocol's rule that matched ("mt-bench-single: [[N]]"); None for the mode's parser
     rule: str | None = None
+    #: why generation stopped ("stop"; "length": cut at max_tokens)
+    finish_reason: str | None = None
+    #: output = "logprobs": the judge's probability of each scale value (JSON {"1": p, ...}) and its SD
+    distribution: str | None = None
+    spread: float | None = None
+    #: follow-up turns sent after unreadable verdicts, and the earlier turns' answers (JSON list)
+    reasks: int = 0
+    turns: str | None = None
 
 
 #: Columns a database written before these existed lacks; they are added when it is next written.
-OPTIONAL_COLUMNS = {"flags": "TEXT", "rule": "TEXT"}
+OPTIONAL_COLUMNS = {"flags": "TEXT", "rule": "TEXT", "finish_reason": "TEXT", "distribution": "TEXT",
+                    "spread": "REAL", "reasks": "INTEGER", "turns": "TEXT"}
 
 
 class RunStore:
@@ -217,12 +227,12 @@ class RunStore:
         with self._guard():
             return {k for (k,) in self.db.execute("SELECT key FROM calls")}
 
-    def record(self, call: CallRecord, reservation: int | None = None) -> bool:
-        """Write one completed call and drop its reservation, in one transaction. False if already there."""
+    def record(self, call: CallRecord, reservation: int | list[int] | None = None) -> bool:
+        """Write one completed call and drop its reservations, in one transaction. False if already there."""
         # a flat tuple of the fields (dataclasses.astuple deep-copies each one: a tenth of a call's CPU)
         return self._settle(self._insert, tuple(getattr(call, name) for name in self._columns), reservation)
 
-    def _settle(self, sql: str, row: tuple, reservation: int | None) -> bool:
+    def _settle(self, sql: str, row: tuple, reservation: int | list[int] | None) -> bool:
         """Insert a paid-for row and release its budget reservation atomically: a crash keeps one or the other.
 
         On an error (a full disk) SQLite may have rolled the transaction back itself; the reservation then
@@ -231,8 +241,8 @@ class RunStore:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 cur = self.db.execute(sql, row)
-                if reservation is not None:
-                    self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
+                held = reservation if isinstance(reservation, list) else [reservation]
+                self.db.executemany("DELETE FROM inflight WHERE id = ?", [(r,) for r in held if r is not None])
                 self.db.execute("COMMIT")
             except BaseException:
                 if self.db.in_transaction:

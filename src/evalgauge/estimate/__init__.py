@@ -63,7 +63,14 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
     inferred = spec.formula is None and spec.design.terms is None and spec.design.max_order is None
     dropped_note = None
     if drop_missing:
+        total = len(judgments.frame)
         judgments, rows = without_empty(judgments, spec.score)
+        if rows.size == total:
+            raise DesignError(f"{judgments.source}: every one of the {total} rows has an empty '{spec.score}': "
+                              "nothing is left to estimate from. For a run database, the judges' replies gave no "
+                              "readable verdict (see `evalgauge export` for the completions); set a protocol that "
+                              "matches how the judge writes its verdict, output = \"json\", reask, or a larger "
+                              "max_tokens, then `evalgauge rescore` or run again.")
         if rows.size:
             dropped_note = (f"{rows.size} row(s) with an empty score were dropped as requested "
                             f"({format_rows(rows)}); the design is then unbalanced unless whole levels were empty.")

@@ -105,6 +105,7 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
     if record is not None:
         diagnostics, run_meta = _run_info(record)
         drop_missing = True if drop_missing is None else drop_missing  # failed parses are in the diagnostics
+        _refuse_unscored(judgments.source, record.calls, diagnostics["missing_answers"])
     spec = resolve_model(judgments, design, formula, **design_options)
     vc = estimate_components(judgments, spec, method=method, drop_missing=bool(drop_missing),
                              n_boot=n_boot, level=level, seed=seed, progress=progress)
@@ -149,6 +150,20 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
     result.checklist = checklist(vc, run_meta, diagnostics)
     result.curves = _curves(vc, judge, item, theta)
     return result
+
+
+def _refuse_unscored(source: str, calls: pd.DataFrame, missing: dict) -> None:
+    """A run whose every stored call lacks a score: say why (the commonest parse errors), not what a fit of
+    nothing would say about its facets."""
+    if missing["calls"] == 0 or missing["unscored"] < missing["calls"]:
+        return
+    reasons = calls["parse_error"].dropna().astype(str).str.replace(r"^cut at max_tokens \(\d+ tokens\) before a "
+                                                                    r"verdict: ", "", regex=True)
+    common = "; ".join(f"'{r}' ({n})" for r, n in reasons.value_counts().head(3).items())
+    raise DesignError(f"{source}: {missing_sentence(missing)}: no call has a readable verdict, so there is nothing "
+                      f"to analyse. The commonest reasons: {common}. Read the completions (`evalgauge export`), "
+                      "then set a protocol that matches how the judge writes its verdict, output = \"json\", "
+                      "reask = N or a larger max_tokens, and `evalgauge rescore` or run again.")
 
 
 def components_summary(result: VarianceComponents) -> dict:
@@ -231,10 +246,15 @@ def _theta_or_none(vc):
 
 
 def _run_info(record) -> tuple[dict, dict]:
-    from ..collect.diagnostics import diagnose
+    from ..collect.diagnostics import diagnose, missing_answers
 
     calls, meta = record.calls, dict(record.meta)
     diag = diagnose(calls).to_dict()
+    diag["missing_answers"] = missing_answers(calls).to_dict()
+    if "spread" in calls and calls["spread"].notna().any():  # output = "logprobs": each call's own uncertainty
+        spread = calls.groupby(calls["judge"].astype(str))["spread"].agg(["mean", "count"]).reset_index()
+        diag["within_call_spread"] = [{"judge": r["judge"], "mean_spread": float(r["mean"]), "calls": int(r["count"])}
+                                      for _, r in spread.iterrows()]
     meta["models"] = sorted(calls["model"].dropna().astype(str).unique())
     meta["first_call"] = float(calls["started_at"].min()) if len(calls) else None
     meta["temperatures"] = sorted(calls["temperature"].dropna().unique().tolist(), key=str)
@@ -291,7 +311,22 @@ def checklist(vc: VarianceComponents, meta: dict, diagnostics: dict | None) -> l
     if diagnostics and diagnostics.get("warnings"):
         add("Minimum", "Integrity (no caching, empty completions, snapshot drift)", False, "",
             "; ".join(diagnostics["warnings"]))
+    missing = (diagnostics or {}).get("missing_answers")
+    if missing:
+        add("Minimum", "Missing answers", missing["unscored"] == 0, f"all {missing['calls']} stored calls scored",
+            missing_sentence(missing))
     return items
+
+
+def missing_sentence(missing: dict) -> str:
+    """The calls without a score in one sentence: how many, how many cut at max_tokens, and the test by system."""
+    text = (f"{missing['unscored']} of {missing['calls']} stored calls have no score "
+            f"({missing['truncated']} cut at max_tokens); report the failure rates by judge, variant and system")
+    test = missing.get("test")
+    if test:
+        text += (f"; their rate {'depends' if test['p'] < 0.05 else 'shows no dependence'} on the system "
+                 f"({test['method']}, df {test['df']}, p = {test['p']:.2g})")
+    return text
 
 
 def _curves(vc: VarianceComponents, judge: str | None, item: str | None, theta: ThetaInterval | None) -> dict:

@@ -91,14 +91,31 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
             + "".join(f"<p class='muted'>{escape(n)}</p>" for n in c.notes))
 
 
+def _missing_html(missing: dict) -> str:
+    """Every judge x variant x system cell's calls without a score (all rows; the worst first)."""
+    from .analysis import missing_sentence
+
+    rows = sorted(missing["table"], key=lambda r: -r["rate"])
+    keys = [k for k in ("judge", "variant", "system") if rows and k in rows[0]]
+    body = [[*(r[k] for k in keys), r["calls"], r["scored"], r["unread"], r["truncated"], f"{100 * r['rate']:.1f}%"]
+            for r in rows]
+    return ("<h2>Calls without a score</h2>" + f"<p>{escape(missing_sentence(missing))}.</p>"
+            + _table([*keys, "calls", "scored", "unread", "cut at max_tokens", "unscored"], body))
+
+
 def render(a: Analysis) -> str:
     vc = a.components
     figs = all_figures(a)
     shares = a.projection.shares()
     parts = [f"<h1>evalgauge report</h1><p class='muted'>{escape(a.source)} · {vc.n_obs} judgments · "
              f"{escape(vc.method)} · evalgauge {__version__} · {dt.date.today().isoformat()}</p>"]
+    missing = (a.diagnostics or {}).get("missing_answers")
+    if missing and missing.get("headline"):  # before any mean: the means rest on different subsets of cells
+        parts.append(f"<div class='box warn'><b>Caution.</b> {escape(missing['headline'])}</div>")
     if a.comparison is not None:  # systems compared: the question they are compared for comes first
         parts.append(_comparison_html(a, figs))
+    if missing and missing["unscored"]:
+        parts.append(_missing_html(missing))
     if a.theta:
         t = a.theta
         parts.append(

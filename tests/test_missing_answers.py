@@ -1,0 +1,104 @@
+"""Calls without a score: where they fall (judge x variant x system) and whether their rate depends on the
+system, said before any mean when it does (issue 26.5)."""
+
+import json
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.collect.diagnostics import missing_answers
+from test_collector import KEY, collect, free_port, write_config
+
+
+def _calls(rates: dict[str, float], n: int, rng, truncate: float = 0.0) -> pd.DataFrame:
+    rows = []
+    for system, rate in rates.items():
+        for k in range(n):
+            failed = rng.random() < rate
+            cut = failed and rng.random() < truncate
+            rows.append({"judge": f"j{k % 2}", "variant": f"v{k % 3}", "system": system,
+                         "score": None if failed else 3.0, "finish_reason": "length" if cut else "stop"})
+    return pd.DataFrame(rows)
+
+
+def test_the_table_counts_unread_and_truncated_calls_per_cell():
+    rng = np.random.default_rng(0)
+    m = missing_answers(_calls({"a": 0.2, "b": 0.2}, 60, rng, truncate=0.5))
+    assert m.calls == 120 and m.unscored == m.table["calls"].sum() - m.table["scored"].sum()
+    assert m.truncated == m.table["truncated"].sum() > 0
+    assert (m.table["unread"] + m.table["truncated"] + m.table["scored"] == m.table["calls"]).all()
+    assert list(m.table.columns[:3]) == ["judge", "variant", "system"] and len(m.table) == 2 * 3 * 2
+
+
+def test_the_chi_square_agrees_with_scipy_on_the_system_by_outcome_table():
+    from scipy.stats import chi2_contingency
+
+    rng = np.random.default_rng(1)
+    calls = _calls({"a": 0.1, "b": 0.3, "c": 0.2}, 100, rng)
+    m = missing_answers(calls)
+    table = pd.crosstab(calls["system"], calls["score"].isna())
+    stat, p, df, _ = chi2_contingency(table, correction=False)
+    assert m.test["method"] == "chi-square" and m.test["df"] == df == 2
+    assert m.test["statistic"] == pytest.approx(stat, rel=1e-12) and m.test["p"] == pytest.approx(p, rel=1e-10)
+
+
+def test_the_test_holds_its_level_when_the_rate_does_not_depend_on_the_system():
+    # 400 runs at equal rates: rejections ~ Binomial(400, 0.05): mean 20, sd 4.4; 35 is 3.4 sd above
+    rng = np.random.default_rng(2)
+    rejected = sum(missing_answers(_calls({"a": 0.15, "b": 0.15, "c": 0.15}, 80, rng)).headline is not None
+                   for _ in range(400))
+    assert 5 <= rejected <= 35
+
+
+def test_a_rate_that_depends_on_the_system_is_said_first_with_the_rates():
+    rng = np.random.default_rng(3)
+    m = missing_answers(_calls({"a": 0.05, "b": 0.4}, 80, rng))
+    assert m.test["p"] < 1e-4 and m.headline and "different subset" in m.headline and "a " in m.headline
+
+
+def test_small_counts_use_the_permutation_test():
+    rng = np.random.default_rng(4)
+    m = missing_answers(_calls({"a": 0.0, "b": 0.5}, 8, rng))
+    assert m.test["method"] == "permutation chi-square" and 0 < m.test["p"] <= 1
+
+
+def test_analyze_says_first_that_the_means_come_from_different_subsets(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    config = write_config(tmp_path, port, mode="numeric", items=12, systems=3, reps=2, judges=2)
+    cfg, _ = collect(config, port)
+    with sqlite3.connect(cfg.database) as db:  # one system's verdicts unreadable in half its calls
+        db.execute("UPDATE calls SET score = NULL, parse_error = 'no score found' WHERE system = 's2' "
+                   "AND rowid % 2 = 0")
+        db.execute("UPDATE calls SET score = NULL, parse_error = 'cut', finish_reason = 'length' WHERE system = 's1' "
+                   "AND rowid % 7 = 0")
+    report = tmp_path / "r.html"
+    out = CliRunner().invoke(main, ["analyze", str(cfg.database), "--json", str(tmp_path / "a.json"),
+                                    "--report", str(report)])
+    assert out.exit_code == 0, out.output
+    first = out.output.strip().splitlines()[0]
+    assert first.startswith("caution:") and "s2" in out.output.split("\n\n")[0]
+    assert "Calls without a score" in out.output
+    payload = json.loads((tmp_path / "a.json").read_text())
+    missing = payload["diagnostics"]["missing_answers"]
+    assert missing["test"]["p"] < 0.05 and missing["truncated"] > 0
+    assert {r["system"] for r in missing["by_system"]} == {"s0", "s1", "s2"}
+    check = next(i for i in payload["checklist"] if i["item"] == "Missing answers")
+    assert not check["met"] and "depends" in check["evidence"]
+    html = report.read_text()
+    assert html.index("Caution.") < html.index("Variance components") and "Calls without a score" in html
+
+
+def test_a_fully_scored_run_meets_the_missing_answers_item(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    config = write_config(tmp_path, port, mode="numeric", items=6, systems=2, reps=2, judges=2)
+    cfg, _ = collect(config, port)
+    out = CliRunner().invoke(main, ["analyze", str(cfg.database), "--json", "-"])
+    payload = json.loads(out.output)
+    check = next(i for i in payload["checklist"] if i["item"] == "Missing answers")
+    assert check["met"] and payload["diagnostics"]["missing_answers"]["headline"] is None
