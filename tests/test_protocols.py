@@ -1,5 +1,6 @@
 """Verdict protocols (evalgauge.parse): each preset's rule, strictness, and the verdicts the source tools
-recorded on real judge text (FastChat MT-bench single and pair judgments, in ../shared)."""
+recorded on real judge text (FastChat MT-bench single and pair judgments, arena-hard games, Inspect's
+model-graded explanations; bundled in tests/fixtures/verdicts)."""
 
 import json
 from pathlib import Path
@@ -8,8 +9,7 @@ import pytest
 
 import evalgauge as eg
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "importers" / "mt-bench" / \
-    "phi-3-dpo_stefanstud"
+VERDICTS = Path(__file__).resolve().parent / "fixtures" / "verdicts" / "judge_verdicts.jsonl"
 
 
 @pytest.mark.parametrize("protocol,text,value,rule", [
@@ -50,29 +50,47 @@ def test_ambiguity_range_and_user_patterns():
     assert eg.parse(None, protocol="json").reason == "empty completion"
 
 
-def _rows(name):
-    path = SHARED / name
-    if not path.exists():
-        pytest.skip(f"{path} is not beside this clone (the developers' shared data)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _verdicts(protocol: str) -> list[dict]:
+    """The judges' texts and what the source tool recorded from each (tests/fixtures/verdicts, bundled)."""
+    rows = [json.loads(line) for line in VERDICTS.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["protocol"] == protocol]
 
 
 def test_mt_bench_single_reads_what_fastchat_recorded():
-    rows = _rows("gpt-4_single.jsonl")
+    rows = _verdicts("mt-bench-single")
     for r in rows:
-        v = eg.parse(r["judgment"], protocol="mt-bench-single", scale_min=1, scale_max=10)
-        recorded = float(r["score"])
-        assert (v.value if v.value is not None else -1.0) == recorded, (r["question_id"], v)
+        v = eg.parse(r["text"], protocol="mt-bench-single", scale_min=1, scale_max=10)
+        assert (v.value if v.value is not None else -1.0) == float(r["recorded"]), (r["id"], v)
     assert len(rows) == 160
 
 
 def test_mt_bench_pair_reads_what_fastchat_recorded():
-    rows = _rows("gpt-4_pair.jsonl")
+    rows = _verdicts("mt-bench-pair")
     winner = {1.0: "model_1", 0.0: "model_2", 0.5: "tie", None: "error"}
     swapped = {1.0: "model_2", 0.0: "model_1", 0.5: "tie", None: "error"}  # game 2 shows the answers swapped
     for r in rows:
-        assert winner[eg.parse(r["g1_judgment"], protocol="mt-bench-pair").value] == r["g1_winner"]
-        assert swapped[eg.parse(r["g2_judgment"], protocol="mt-bench-pair").value] == r["g2_winner"]
+        read = eg.parse(r["text"], protocol="mt-bench-pair").value
+        assert (winner if r["game"] == "g1" else swapped)[read] == r["recorded"], r["id"]
+    assert len(rows) == 150 and sum(r["recorded"] == "error" for r in rows) == 3
+
+
+def test_arena_hard_reads_what_arena_hard_recorded():
+    labels = {1.0: "A>>B", 0.75: "A>B", 0.5: "A=B", 0.25: "B>A", 0.0: "B>>A", None: None}
+    rows = _verdicts("arena-hard")
+    for r in rows:
+        assert labels[eg.parse(r["text"], protocol="arena-hard").value] == r["recorded"], r["id"]
+    assert len(rows) == 192 and sum(r["recorded"] is None for r in rows) == 2  # no verdict where it found none
+
+
+def test_inspect_grade_reads_what_inspect_recorded():
+    rows = _verdicts("inspect-grade")
+    grade = {1.0: "C", 0.5: "P", 0.0: "I", None: None}
+    for r in rows:
+        assert grade[eg.parse(r["text"], protocol="inspect-grade").value] == r["recorded"], r["id"]
+    assert len(rows) == 3
+    # Inspect's pattern reads the grade on the last line only, as Inspect searches it
+    assert eg.parse("GRADE: C\nOn reflection the answer is wrong.", protocol="inspect-grade").value is None
+    assert eg.parse("GRADE: I first\nthen GRADE: C", protocol="inspect-grade").value == 1.0
 
 
 def test_the_collector_reads_verdicts_by_the_configured_protocol_and_stores_the_rule(tmp_path, monkeypatch):

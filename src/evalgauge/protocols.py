@@ -10,7 +10,8 @@ fraction's denominator is never a score.
 ``mt-bench-pair``         FastChat ``pair-v2``: ``[[A]]`` (1), else ``[[B]]`` (0), else ``[[C]]`` (tie, 0.5)
 ``arena-hard``            arena-hard-auto: the ``[[...]]`` labels; exactly one distinct label among
                           ``A>>B`` (1), ``A>B`` (0.75), ``A=B`` (0.5), ``B>A`` (0.25), ``B>>A`` (0)
-``inspect-grade``         Inspect's model-graded scorers: the first ``GRADE: C`` (1), ``P`` (0.5), ``I`` (0)
+``inspect-grade``         Inspect's model-graded scorers: ``GRADE: C`` (1), ``P`` (0.5), ``I`` (0) on the
+                          reply's last line (Inspect's ``DEFAULT_GRADE_PATTERN``, searched as it does)
 ``prometheus``            Prometheus: ``[RESULT] N``
 ``score-line``            a line that reads ``Score: N`` (the last such line)
 ``json``                  a JSON object (alone, or in a fenced block) with a numeric ``score`` field
@@ -48,7 +49,9 @@ _SINGLE_BACKUP = re.compile(r"\[" + _NUM + r"\]")
 _ARENA = re.compile(r"\[\[([AB<>=]+)\]\]")
 _ARENA_VALUES = {"A>>B": 1.0, "A>B": 0.75, "A=B": 0.5, "B>A": 0.25, "B>>A": 0.0,
                  "B<<A": 1.0, "B<A": 0.75, "B=A": 0.5, "A<B": 0.25, "A<<B": 0.0}
-_GRADE = re.compile(r"(?i)GRADE\s*:\s*([CPI])")
+# Inspect's DEFAULT_GRADE_PATTERN, searched as Inspect searches it (no MULTILINE, no DOTALL): "(.*)$" cannot
+# cross a newline, so the grade is read only from the reply's last line
+_GRADE = re.compile(r"(?i)GRADE\s*:\s*([CPI])(.*)$")
 _GRADE_VALUES = {"C": 1.0, "P": 0.5, "I": 0.0}
 _PROMETHEUS = re.compile(r"\[RESULT\]\s*\(?\s*" + _NUM)
 _SCORE_LINE = re.compile(r"(?im)^\s*\**\s*score\s*\**\s*:\s*\**\s*" + r"([-+]?\d+(?:\.\d+)?)" + r"\s*\**\s*$")
@@ -121,7 +124,7 @@ def parse(text: str | None, protocol: str = "score-line", *, scale_min: float | 
     if protocol == "inspect-grade":
         m = _GRADE.search(text)
         if m is None:
-            return Verdict(None, "no GRADE: C/P/I")
+            return Verdict(None, "no GRADE: C/P/I on the last line")
         grade = m.group(1).upper()
         return Verdict(_GRADE_VALUES[grade], f"GRADE: {grade}", "GRADE: X")
     if protocol == "prometheus":
