@@ -102,6 +102,14 @@ def test_logprobs_give_the_probability_weighted_score_of_every_call(tmp_path, en
         assert row["score"] == pytest.approx(mean, abs=1e-12)
         assert row["spread"] == pytest.approx(sum(p * (v - mean) ** 2 for v, p in dist.items()) ** 0.5, abs=1e-12)
     assert set(calls["rule"]) == {"logprobs: logprobs"}
+    out = CliRunner().invoke(main, ["analyze", str(cfg.database), "--json", str(tmp_path / "a.json"), "--report",
+                                    str(tmp_path / "r.html")])
+    assert out.exit_code == 0, out.output
+    spread = json.loads((tmp_path / "a.json").read_text())["diagnostics"]["within_call_spread"]
+    assert {r["judge"] for r in spread} == {"j0", "j1"}
+    by_judge = calls.groupby("judge")["spread"].mean()
+    assert all(r["mean_spread"] == pytest.approx(by_judge[r["judge"]]) for r in spread)
+    assert "within-call spread" in out.output and "within-call spread" in (tmp_path / "r.html").read_text()
 
 
 def test_an_endpoint_without_logprobs_stops_the_judge(tmp_path, env_key):

@@ -116,6 +116,12 @@ def render(a: Analysis) -> str:
         parts.append(_comparison_html(a, figs))
     if missing and missing["unscored"]:
         parts.append(_missing_html(missing))
+    spread = (a.diagnostics or {}).get("within_call_spread")
+    if spread:
+        parts.append("<p>Judges' within-call spread (the SD of each call's distribution over the scale, output = "
+                     "logprobs; the judge's own uncertainty, not counted in the components): " + ", ".join(
+                         f"{escape(str(r['judge']))} {r['mean_spread']:.3g} (mean of {r['calls']} calls)"
+                         for r in spread) + ".</p>")
     if a.theta:
         t = a.theta
         parts.append(
