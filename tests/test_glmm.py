@@ -94,3 +94,19 @@ def test_laplace_gradient_is_exact(formula):
             down[k] -= h
             central = (laplace().deviance(up) - laplace().deviance(down)) / (2 * h)
             assert abs(grad[k] - central) <= 10 * 2e-11 * (1 + abs(value)) / (2 * h), (k, grad[k], central)
+
+
+def test_glmm_with_one_random_term_matches_glmer_on_cbpp(capfd):
+    """lme4's cbpp (one binary row per animal): score ~ period + (1 | herd), glmer nAGQ = 0 (lme4_cbpp.json,
+    made by fit_lme4_small.R). A model whose only random term is local has no global random effect."""
+    ref = json.loads((FIXTURES / "reml" / "lme4_cbpp.json").read_text())
+    data = read_judgments(FIXTURES / "reml" / "cbpp_binary.csv")
+    fit = fit_glmm_logit(data, parse_formula("score ~ period + (1 | herd)"))
+    assert fit["herd"].variance == pytest.approx(ref["herd"], rel=1e-3)
+    for name, value in ref["fixef"].items():
+        assert fit.reml["beta"][name] == pytest.approx(value, rel=1e-3, abs=1e-4), name
+    out = CliRunner().invoke(main, ["components", str(FIXTURES / "reml" / "cbpp_binary.csv"), "--formula",
+                                    "score ~ period + (1 | herd)", "--glmm"])
+    assert out.exit_code == 0, out.output
+    assert "No rank correlation of the shares with 1 random term" in out.output
+    assert "DPOTRI" not in capfd.readouterr().err  # LAPACK is never handed an empty matrix

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from evalgauge import dstudy
 from evalgauge.cli import main
+from evalgauge.components import VarianceComponents
 from evalgauge.estimate import estimate_components
 from evalgauge.inference import bootstrap_derived
 from evalgauge.simulate import simulate, sizing_preset
@@ -107,3 +108,20 @@ def test_components_json_round_trip(fitted):
     back = VarianceComponents.from_dict(json.loads(path.read_text()))
     assert back.names == vc.names and np.allclose(back.values, vc.values)
     assert back.levels == vc.levels and back.object == vc.object
+
+
+def test_the_requirements_answer_at_the_replicates_the_plan_names():
+    """--component values carry no replicate count: --n rep=3 is the design the requirements are for, the same
+    answer a components JSON with 3 replicates gives."""
+    comps = ["--component", "system=0.08", "--component", "system:judge=0.004", "--component", "system:item=0.3",
+             "--component", "residual=0.6"]
+    given = CliRunner().invoke(main, ["plan", *comps, "--object", "system", "--n", "item=30", "--n", "judge=1",
+                                      "--n", "rep=3", "--target-erho2", "0.8", "--json", "-"])
+    stored = VarianceComponents.from_dict({"object": "system", "replicates": 3, "components": {
+        "system": 0.08, "system:judge": 0.004, "system:item": 0.3, "residual": 0.6},
+        "levels": {"system": 2, "item": 30, "judge": 1}})
+    reference = dstudy.plan(stored, target_erho2=0.8)
+    counts = {r["facet"]: r["count"] for r in json.loads(given.output)["requirements"]}
+    assert counts == {r.facet: r.count for r in reference.requirements}
+    one = dstudy.plan(replace(stored, replicates=1), target_erho2=0.8)
+    assert counts["judge"] < next(r.count for r in one.requirements if r.facet == "judge")  # the rep counted

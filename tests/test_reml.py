@@ -140,6 +140,19 @@ def test_penicillin_and_pastes_match_lme4():
     assert pastes.names == ("batch", "batch:cask", "residual")
 
 
+def test_a_formula_spaced_as_lme4_accepts_it_fits_as_lme4_does():
+    """lme4's cake, ``angle ~ recipe * temperature + (1 | recipe:replicate)`` with spaces around '*' and ':'
+    as lme4 reads them (lme4_cake.json, made by fit_lme4_small.R)."""
+    ref = json.loads((FIXTURES / "reml" / "lme4_cake.json").read_text())
+    cake = read_judgments(FIXTURES / "reml" / "cake.csv")
+    for formula in ("angle ~ recipe * temperature + (1 | recipe:replicate)",
+                    "angle ~ recipe*temperature + (1 | recipe : replicate)"):
+        fit = estimate_components(cake, formula=formula)
+        assert fit["recipe:replicate"].variance == pytest.approx(ref["components"]["recipe:replicate"], rel=1e-6)
+        assert fit["residual"].variance == pytest.approx(ref["components"]["residual"], rel=1e-6)
+    assert [t.name for t in parse_formula("y ~ a * b + (1|g)").fixed] == ["a", "b", "a:b"]
+
+
 def test_many_terms_with_few_levels_match_lme4():
     """The demo's run database (3 categories x 12 items x 4 systems x 2 variants x 2 temperatures x 3 judges
     x 2 replicates) with every interaction up to the three-way and the cell term: 37 terms, most at the

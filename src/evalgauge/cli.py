@@ -1643,9 +1643,10 @@ def print_glmm(check, console: Console) -> None:
         table.add_row(row.component, f"{row.lpm_variance:.5g}", f"{100 * row.lpm_share:.1f}%", str(row.lpm_rank),
                       f"{row.glmm_variance:.5g}", f"{100 * row.glmm_share:.1f}%", str(row.glmm_rank))
     console.print(table)
-    console.print(f"Spearman rank correlation of the shares: {check.spearman:.3f} (TEE Table 11 reports "
-                  "0.91-0.99 on its binary benchmarks). GLMM: "
-                  f"{check.glmm.method_reason}; residual fixed at pi^2/3.")
+    rho = (f"Spearman rank correlation of the shares: {check.spearman:.3f} (TEE Table 11 reports 0.91-0.99 on its "
+           "binary benchmarks)" if check.spearman == check.spearman else
+           f"No rank correlation of the shares with {len(check.table)} random term(s) (it needs at least 3)")
+    console.print(f"{rho}. GLMM: {check.glmm.method_reason}; residual fixed at pi^2/3.")
     for note in check.glmm.notes:
         console.print(Text("note: ", style="yellow") + Text(note))
 

@@ -613,8 +613,11 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
     vc = replace(vc, object=obj) if obj != vc.object else vc
     grid = {k: [float(x) for x in v] for k, v in (grid or {}).items()}
     # a facet the user names is that facet, even when its name is a replicate alias (Brennan's r in p x (r:t))
-    reps = [float(x) for x in next((grid.pop(k) for k in list(grid) if k in REPLICATE_NAMES and k not in vc.levels),
-                                   [vc.replicates])]
+    named = next((grid.pop(k) for k in list(grid) if k in REPLICATE_NAMES and k not in vc.levels), None)
+    reps = [float(x) for x in named] if named is not None else [float(vc.replicates)]
+    # requirements and the item-judge exchange answer at the replicates the plan names (the first value),
+    # as the counts of facets the components did not carry come from the first value of --n
+    plan_reps = reps[0] if named is not None else None
     unknown = set(grid) - set(vc.levels)
     if unknown:
         raise DesignError(f"`counts` names unknown facet(s) {', '.join(sorted(unknown))}; facets are "
@@ -645,14 +648,15 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
             continue
         if quantity != "se" and not obj:
             raise DesignError(f"a target {quantity} needs an object of measurement (`object`).")
-        requirements += [needed(vc, facet, target, quantity) for facet in vc.levels
+        requirements += [needed(vc, facet, target, quantity, replicates=plan_reps) for facet in vc.levels
                          if facet != obj and facet not in vc.fixed]
     exchange = None
     if target_erho2 is not None and obj and {"judge", "item"} <= set(vc.levels):
-        single = needed(vc, "item", target_erho2, "erho2", counts={"judge": 1})
+        single = needed(vc, "item", target_erho2, "erho2", counts={"judge": 1}, replicates=plan_reps)
         exchange = {"target": target_erho2, "items_at_one_judge": single.count,
                     "reachable_at_one_judge": single.reachable,
-                    "judges_at_observed_items": needed(vc, "judge", target_erho2, "erho2").count}
+                    "judges_at_observed_items": needed(vc, "judge", target_erho2, "erho2",
+                                                       replicates=plan_reps).count}
     budgeted = None
     if budget is not None:
         if cost is None:

@@ -362,11 +362,11 @@ class RemlProblem:
              s0: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """M' (w * v) for a cell vector: the right-hand side of a solve, split eliminated term (scaled by
         ``s0``, its theta; empty without one)/local/global."""
-        r_0 = s0 * np.bincount(self.lev0, weights=wv, minlength=self.n0) if self.n0 else np.zeros(0)
-        r_g = s_g * np.bincount(self.rg_idx, weights=_times(wv[self.rg_cell], self.rg_val), minlength=self.g)
+        r_0 = s0 * _bincount(self.lev0, weights=wv, minlength=self.n0) if self.n0 else np.zeros(0)
+        r_g = s_g * _bincount(self.rg_idx, weights=_times(wv[self.rg_cell], self.rg_val), minlength=self.g)
         if not self.nb:
             return r_0, np.zeros((0, 0)), r_g
-        r_l = s_l * np.bincount(self.rl_idx, weights=wv[self.rl_cell], minlength=self.nb * self.bmax)
+        r_l = s_l * _bincount(self.rl_idx, weights=wv[self.rl_cell], minlength=self.nb * self.bmax)
         return r_0, r_l.reshape(self.nb, self.bmax), r_g
 
     def with_weights(self, weights: np.ndarray, response: np.ndarray) -> RemlProblem:
@@ -459,7 +459,7 @@ class RemlProblem:
         th_ext = np.append(theta, 1.0)  # index -1 -> 1 (X columns, padding)
         s_l = th_ext[self.owner_l] if nb else np.zeros(0)
         s_g = np.where(self.owner_g >= 0, th_ext[self.owner_g], 1.0)
-        a_gg = np.bincount(self.gg_idx, weights=_times(w[self.gg_cell], self.gg_val), minlength=g * g).reshape(g, g)
+        a_gg = _bincount(self.gg_idx, weights=_times(w[self.gg_cell], self.gg_val), minlength=g * g).reshape(g, g)
         a_gg *= np.outer(s_g, s_g)
         a_gg[np.arange(gr), np.arange(gr)] += 1.0
         fac = _Factor(dc=dc, w=w, s_l=s_l, s_g=s_g, logdet=float(np.sum(np.log(dc))), nb=nb)
@@ -470,22 +470,22 @@ class RemlProblem:
 
             fac.sparse = True
             fac.s_lb = s_l.reshape(nb, 1)
-            fac.a_ll = s_l**2 * np.bincount(self.ll_idx, weights=w[self.ll_cell], minlength=nb) + 1.0
+            fac.a_ll = s_l**2 * _bincount(self.ll_idx, weights=w[self.ll_cell], minlength=nb) + 1.0
             fac.linv_vec = 1.0 / np.sqrt(fac.a_ll)
             if self.nz_row is None:
                 self._sparse_pattern()
             data = _times(w[self.lg_cell], self.lg_val) * s_l[self.lg_row] * s_g[self.lg_col]
-            nz = np.bincount(self.lg_nz, weights=data, minlength=self.nz_row.size)  # in the fixed CSR pattern
+            nz = _bincount(self.lg_nz, weights=data, minlength=self.nz_row.size)  # in the fixed CSR pattern
             fac.a_lg_sp = sp.csr_matrix((nz, self.nz_col, self.nz_indptr), shape=(nb, g))
             fac.f_sp = sp.diags(fac.linv_vec) @ fac.a_lg_sp
             s_mat = a_gg - (fac.f_sp.T @ fac.f_sp).toarray()
             fac.logdet += float(np.sum(np.log(fac.a_ll)))
         elif nb:
             fac.s_lb = s_l.reshape(nb, bm)
-            a_ll = np.bincount(self.ll_idx, weights=w[self.ll_cell], minlength=nb * bm * bm).reshape(nb, bm, bm)
+            a_ll = _bincount(self.ll_idx, weights=w[self.ll_cell], minlength=nb * bm * bm).reshape(nb, bm, bm)
             a_ll *= fac.s_lb[:, :, None] * fac.s_lb[:, None, :]
             a_ll[:, np.arange(bm), np.arange(bm)] += 1.0
-            a_lg = np.bincount(self.lg_idx, weights=_times(w[self.lg_cell], self.lg_val),
+            a_lg = _bincount(self.lg_idx, weights=_times(w[self.lg_cell], self.lg_val),
                                minlength=nb * bm * g).reshape(nb, bm, g)
             a_lg *= fac.s_lb[:, :, None] * s_g[None, None, :]
             if self.diag is not None:
@@ -517,15 +517,15 @@ class RemlProblem:
 
         nb, bm, g, n0 = self.nb, self.bmax, self.g, self.n0
         s0 = float(theta[self.diag])
-        d = s0**2 * np.bincount(self.lev0, weights=w, minlength=n0) + 1.0
+        d = s0**2 * _bincount(self.lev0, weights=w, minlength=n0) + 1.0
         s_rest = np.concatenate([s_l, s_g])
-        b = s0 * np.bincount(self.t0_nz, weights=_times(w[self.t0_cell], self.t0_val) * s_rest[self.t0_col],
+        b = s0 * _bincount(self.t0_nz, weights=_times(w[self.t0_cell], self.t0_val) * s_rest[self.t0_col],
                              minlength=self.t0_row.size)
         f = b / np.sqrt(d)[self.t0_row]
         f_l = sp.csr_matrix((f[self.t0_l], self.t0_lcol, self.t0_lptr), shape=(n0, nb * bm))
         f_g = sp.csr_matrix((f[self.t0_g], self.t0_gcol, self.t0_gptr), shape=(n0, g))
         ll = (f_l.T @ f_l).tocoo()  # within blocks only: the term is nested in the grouping
-        p_ll = np.bincount((ll.row // bm) * bm * bm + (ll.row % bm) * bm + ll.col % bm, weights=ll.data,
+        p_ll = _bincount((ll.row // bm) * bm * bm + (ll.row % bm) * bm + ll.col % bm, weights=ll.data,
                            minlength=nb * bm * bm).reshape(nb, bm, bm)
         p_lg = (f_l.T @ f_g).toarray().reshape(nb, bm, g)
         p_gg = (f_g.T @ f_g).toarray()
@@ -533,9 +533,9 @@ class RemlProblem:
 
     def _fitted(self, fac: _Factor, x_l: np.ndarray, x_g: np.ndarray, x_0: np.ndarray | None = None) -> np.ndarray:
         """M Lambda u + X beta at each cell (the cell term left out)."""
-        fit = np.bincount(self.rg_cell, weights=_times((fac.s_g * x_g)[self.rg_idx], self.rg_val), minlength=self.m)
+        fit = _bincount(self.rg_cell, weights=_times((fac.s_g * x_g)[self.rg_idx], self.rg_val), minlength=self.m)
         if self.nb:
-            fit += np.bincount(self.rl_cell, weights=(fac.s_l * x_l.ravel())[self.rl_idx], minlength=self.m)
+            fit += _bincount(self.rl_cell, weights=(fac.s_l * x_l.ravel())[self.rl_idx], minlength=self.m)
         if self.n0:
             fit += fac.t0.s0 * x_0[self.lev0]
         return fit
@@ -593,7 +593,7 @@ class RemlProblem:
         s_g = fac.s_g
         lev = None
         if leverages:
-            lev = np.bincount(self.gg_cell, weights=_times((np.outer(s_g, s_g) * sigma_inv).ravel()[self.gg_idx],
+            lev = _bincount(self.gg_cell, weights=_times((np.outer(s_g, s_g) * sigma_inv).ravel()[self.gg_idx],
                                                            self.gg_val), minlength=m)
         if nb:
             if fac.sparse:
@@ -603,7 +603,7 @@ class RemlProblem:
                 h_sp = sp.csr_matrix((h_nz, self.nz_col, self.nz_indptr), shape=(nb, g))
                 # A_LL^-1 A_LG S^-1 is needed only at A_LG's own non-zeros (traces and leverages)
                 hs_nz = np.asarray(h_sp @ sigma_inv)[self.nz_row, self.nz_col]
-                inv_diag = 1.0 / fac.a_ll + np.bincount(self.nz_row, weights=h_nz * hs_nz, minlength=nb)
+                inv_diag = 1.0 / fac.a_ll + _bincount(self.nz_row, weights=h_nz * hs_nz, minlength=nb)
                 inv_ll = inv_diag.reshape(nb, 1, 1)
             else:
                 h = fac.linv_t @ fac.f_blocks  # A_LL^-1 A_LG
@@ -618,13 +618,13 @@ class RemlProblem:
             if lev is None:
                 return tr_inv, lev
             s_lb = fac.s_lb
-            lev += np.bincount(self.ll_cell, weights=(inv_ll * (s_lb[:, :, None] * s_lb[:, None, :])).ravel()
+            lev += _bincount(self.ll_cell, weights=(inv_ll * (s_lb[:, :, None] * s_lb[:, None, :])).ravel()
                                [self.ll_idx], minlength=m)
             if fac.sparse:
                 hs_lg = hs_nz[self.lg_nz] * s_lb[self.lg_row, 0] * s_g[self.lg_col]
             else:
                 hs_lg = (hs * (s_lb[:, :, None] * s_g[None, None, :])).ravel()[self.lg_idx]
-            lev -= 2.0 * np.bincount(self.lg_cell, weights=_times(hs_lg, self.lg_val), minlength=m)
+            lev -= 2.0 * _bincount(self.lg_cell, weights=_times(hs_lg, self.lg_val), minlength=m)
             if self.n0:
                 lev += self._diagonal_leverage(fac, z0, q0)
         return tr_inv, lev
@@ -687,14 +687,14 @@ class RemlProblem:
         z = np.empty(f.size)
         z[self.t0_l] = z_l[self.t0_lrow, self.t0_lpos]
         z[self.t0_g] = z_g
-        return z, np.bincount(self.t0_row, weights=f * z, minlength=n0)
+        return z, _bincount(self.t0_row, weights=f * z, minlength=n0)
 
     def _diagonal_leverage(self, fac: _Factor, z: np.ndarray, q: np.ndarray) -> np.ndarray:
         """The eliminated term's share of each cell's leverage: s0^2 (A^-1)_ee + 2 s0 (A^-1)_e,rest m_c,
         with (A^-1)_e,rest = -D_e^-1/2 f_e' S^-1 (the rest's share, m_c' S^-1 m_c, the blocks give)."""
         t = fac.t0
         s_rest = np.concatenate([fac.s_l, fac.s_g])
-        cross = np.bincount(self.t0_cell, weights=_times(s_rest[self.t0_col] * z[self.t0_nz], self.t0_val),
+        cross = _bincount(self.t0_cell, weights=_times(s_rest[self.t0_col] * z[self.t0_nz], self.t0_val),
                             minlength=self.m)
         e = self.lev0
         return t.s0**2 * (1.0 + q[e]) / t.d[e] - 2.0 * t.s0 * cross / t.sqrt_d[e]
@@ -856,6 +856,13 @@ _SCATTER_ARRAYS = ("ll_idx", "ll_cell", "lg_idx", "lg_cell", "lg_val", "lg_row",
                    "t0_nz", "t0_row", "t0_l", "t0_g", "t0_lrow", "t0_lpos", "t0_lcol", "t0_grow", "t0_gcol")
 
 
+def _bincount(idx: np.ndarray, weights: np.ndarray, minlength: int = 0) -> np.ndarray:
+    """``np.bincount`` of weights, always float: with no index at all (a model whose only random term leaves no
+    cell touching a global effect, e.g. one grouping factor and fixed effects) NumPy returns int64 zeros,
+    which the in-place scalings of the factorisation cannot write floats into."""
+    return np.bincount(idx, weights=weights, minlength=minlength).astype(np.float64, copy=False)
+
+
 def _times(a: np.ndarray, values: np.ndarray | None) -> np.ndarray:
     """a * values, where None stands for values that are all 1 (random effects' indicators and the
     intercept: no value array is kept for them)."""
@@ -943,6 +950,8 @@ def _lower_inverse_from_cholesky(chol: np.ndarray) -> np.ndarray:
     a third of a solve against I, without the symmetrising copy."""
     from scipy.linalg.lapack import dpotri
 
+    if chol.shape[0] == 0:  # no global effect at all: LAPACK refuses a 0 x 0 matrix (and prints to stderr)
+        return chol.copy()
     inv, info = dpotri(chol, lower=1)
     if info != 0:  # pragma: no cover - chol came from a successful factorisation
         return cho_solve((chol, True), np.eye(chol.shape[0]))

@@ -115,6 +115,7 @@ def parse_formula(formula: str) -> MixedModel:
             continue
         if tok == "1":
             continue
+        tok = re.sub(r"\s*([:*])\s*", r"\1", tok)  # lme4 reads 'a * b' and 'a : b' as 'a*b' and 'a:b'
         if not re.fullmatch(r"[\w.:*]+", tok):
             raise DesignError(f"cannot read the fixed term '{tok}' of '{formula}'.")
         for term in _expand_fixed(tok):
