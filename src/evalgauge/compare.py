@@ -170,55 +170,83 @@ def _max_t_quantile(z: np.ndarray, pairs: np.ndarray, se: np.ndarray, level: flo
     return float(np.quantile(stat.max(axis=1), level))
 
 
-def _stepdown(t: np.ndarray, z: np.ndarray, pairs: np.ndarray, se: np.ndarray, level: float) -> np.ndarray:
-    """Romano-Wolf stepdown over a family of two-sided hypotheses: which are rejected."""
-    rejected = np.zeros(len(t), dtype=bool)
-    while True:
-        keep = ~rejected
-        if not keep.any():
-            return rejected
-        crit = _max_t_quantile(z, pairs[keep], se[keep], level)
-        new = keep & (np.abs(t) > crit)
+#: draws x ordered pairs held at once (about 64 MB): a family's statistics are kept across the stepdown's
+#: rounds when they fit, else recomputed in blocks of draws each round
+_CHUNK_VALUES = 8_000_000
+
+
+class _Family:
+    """The one-sided statistics (z_j - z_k) / sd_jk of a family of ordered pairs (j, k), over the draws."""
+
+    def __init__(self, z: np.ndarray, sd: np.ndarray, rows: np.ndarray, cols: np.ndarray):
+        self.z, self.rows, self.cols, self.scale = z, rows, cols, sd[rows, cols]
+        self.kept = self._block(0, z.shape[0], np.arange(rows.size)) if z.shape[0] * rows.size <= _CHUNK_VALUES \
+            else None
+
+    def _block(self, start: int, stop: int, idx: np.ndarray) -> np.ndarray:
+        block = self.z[start:stop]
+        return (block[:, self.rows[idx]] - block[:, self.cols[idx]]) / self.scale[idx]
+
+    def max_over(self, idx: np.ndarray) -> np.ndarray:
+        """Per draw, the largest statistic among the pairs ``idx``."""
+        if self.kept is not None:
+            return self.kept[:, idx].max(axis=1)
+        n = self.z.shape[0]
+        step = max(1, _CHUNK_VALUES // max(idx.size, 1))
+        return np.concatenate([self._block(a, min(a + step, n), idx).max(axis=1) for a in range(0, n, step)])
+
+
+def _decided(means: np.ndarray, sd: np.ndarray, z: np.ndarray, family: np.ndarray, level: float) -> np.ndarray:
+    """Which ordered pairs (j, k) of ``family`` (a boolean p x p mask) are decided theta_j > theta_k by stepdown
+    lower confidence bounds (Mogstad, Romano, Shaikh & Wilhelm 2024, Algorithm 3.1 over one-sided hypotheses,
+    as csranks computes it): L_jk = (x_j - x_k) - sd_jk * q, q the ``level`` quantile of the largest one-sided
+    statistic over the pairs not yet decided. A decided pair leaves the family while its reverse (k, j) stays
+    in it, and q is taken again until a round decides nothing more."""
+    rows, cols = np.nonzero(family)
+    stats = _Family(z, sd, rows, cols)
+    diff = means[rows] - means[cols]
+    decided = np.zeros(rows.size, dtype=bool)
+    while not decided.all():
+        open_ = np.flatnonzero(~decided)
+        q = float(np.quantile(stats.max_over(open_), level))
+        new = diff[open_] - sd[rows[open_], cols[open_]] * q > 0
         if not new.any():
-            return rejected
-        rejected |= new
+            break
+        decided[open_[new]] = True
+    out = np.zeros(family.shape, dtype=bool)
+    out[rows[decided], cols[decided]] = True
+    return out
 
 
 def rank_sets(means: np.ndarray, cov: np.ndarray, z: np.ndarray, level: float,
               simultaneous: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Confidence sets for the ranks (1 = the highest mean), Mogstad, Romano, Shaikh & Wilhelm (2024).
+    """Confidence sets for the ranks (1 = the highest mean), Mogstad, Romano, Shaikh & Wilhelm (2024), eq. (12)
+    and Algorithm 3.1: rank set of j = [1 + #{k: theta_k > theta_j decided}, p - #{k: theta_j > theta_k
+    decided}], the pairs decided by stepdown lower bounds over one-sided hypotheses (:func:`_lower_bounds`).
 
-    For system j, the two-sided hypotheses theta_j = theta_k (k != j) are tested with the stepdown
-    max-|t| procedure over the joint law of the estimates (draws ``z`` of their error); the rank set is
-    [1 + #{k declared above j}, p - #{k declared below j}]. ``simultaneous``: one family of all pairs,
-    so the sets cover all ranks at once; otherwise one family per system (each set covers its rank).
+    ``simultaneous``: one family of every ordered pair, so the sets cover all ranks at once (their Theorem
+    3.3); otherwise, for each j, the family of the 2(p - 1) ordered pairs that involve j (its rank alone).
+    ``z`` are draws of the estimates' error (normal, or multivariate t), from which each quantile is read.
+    The construction is csranks' (``csranks(x, Sigma, simul=...)``, two-sided with stepdown), and its sets
+    are csranks' on the PISA example and on a correlated design (tests/test_rank_sets.py).
     """
     p = len(means)
     lo = np.ones(p, dtype=int)
     hi = np.full(p, p, dtype=int)
     if p < 2:
         return lo, hi
+    var = np.diag(cov)
+    sd = np.sqrt(np.maximum(var[:, None] + var[None, :] - 2 * cov, 1e-300))
+    off = ~np.eye(p, dtype=bool)
     if simultaneous:
-        pairs = np.array([(a, b) for a in range(p) for b in range(a + 1, p)])
-        se = np.sqrt(np.maximum(cov[pairs[:, 0], pairs[:, 0]] + cov[pairs[:, 1], pairs[:, 1]]
-                                - 2 * cov[pairs[:, 0], pairs[:, 1]], 1e-300))
-        t = (means[pairs[:, 0]] - means[pairs[:, 1]]) / se
-        rej = _stepdown(t, z, pairs, se, level)
-        for (a, b), r, tv in zip(pairs, rej, t, strict=True):
-            if not r:
-                continue
-            better, worse = (a, b) if tv > 0 else (b, a)
-            lo[worse] += 1
-            hi[better] -= 1
-        return lo, hi
+        decided = _decided(means, sd, z, off, level)
+        return 1 + decided.sum(axis=0), p - decided.sum(axis=1)
     for j in range(p):
-        others = np.array([k for k in range(p) if k != j])
-        pairs = np.column_stack([others, np.full(others.size, j)])
-        se = np.sqrt(np.maximum(cov[others, others] + cov[j, j] - 2 * cov[others, j], 1e-300))
-        t = (means[others] - means[j]) / se
-        rej = _stepdown(t, z, pairs, se, level)
-        lo[j] = 1 + int(np.sum(rej & (t > 0)))
-        hi[j] = p - int(np.sum(rej & (t < 0)))
+        family = np.zeros((p, p), dtype=bool)
+        family[j, :] = family[:, j] = True
+        decided = _decided(means, sd, z, family & off, level)
+        lo[j] = 1 + int(decided[:, j].sum())
+        hi[j] = p - int(decided[j, :].sum())
     return lo, hi
 
 
