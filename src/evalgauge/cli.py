@@ -989,7 +989,7 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
     for r in result.systems.head(limit).to_dict(orient="records"):
         naive = f"[{_num(r['naive_low'], '.4g')}, {_num(r['naive_high'], '.4g')}]"
         t.add_row(str(r["rank"]), Text(str(r["object"])), f"{r['mean']:.4g}", f"{r['se']:.3g}",
-                  f"[{r['low']:.4g}, {r['high']:.4g}]", naive, f"{r['rank_low']}-{r['rank_high']}",
+                  _interval(r["low"], r["high"], ".4g"), naive, f"{r['rank_low']}-{r['rank_high']}",
                   f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", r["group"])
     if len(result.systems) > limit:
         t.caption = f"the first {limit} of {len(result.systems)} by rank; all of them in --json and the report"
@@ -1000,7 +1000,8 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
         p.add_column(col, justify="left" if col in ("a", "b") else "right")
     for r in result.pairs.head(limit).to_dict(orient="records"):
         p.add_row(Text(str(r["a"])), Text(str(r["b"])), f"{r['diff']:.4g}", f"{r['se']:.3g}", _num(r["df"], ".1f"),
-                  f"[{r['low']:.3g}, {r['high']:.3g}]", f"[{r['low_simultaneous']:.3g}, {r['high_simultaneous']:.3g}]",
+                  _interval(r["low"], r["high"], ".3g"),
+                  _interval(r["low_simultaneous"], r["high_simultaneous"], ".3g"),
                   _num(r["p_holm"], ".3g"), f"[{_num(r['naive_low'], '.3g')}, {_num(r['naive_high'], '.3g')}]",
                   "yes" if r["separable"] else "no")
     console.print(p)
@@ -1675,6 +1676,13 @@ def print_strata(strata, console: Console) -> None:
 
 def _num(value: float | None, fmt: str) -> str:
     return "—" if value is None or value != value else format(value, fmt)
+
+
+def _interval(low: float | None, high: float | None, fmt: str) -> str:
+    """[low, high], or what a missing bound means in a comparison: no interval at this design."""
+    if low is None or high is None or low != low or high != high:
+        return "not estimable"
+    return f"[{format(low, fmt)}, {format(high, fmt)}]"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -44,6 +44,9 @@ from .results import Result, json_safe
 
 #: power at which an adjacent pair's separating design is sized
 POWER = 0.8
+#: Below one Satterthwaite degree of freedom an interval is not a result: the t quantile grows without bound
+#: (t_0.975 is 12.7 at 1 df and 160 at 0.5), so its width reflects the df approximation, not the data.
+MIN_DF = 1.0
 
 
 @dataclass(frozen=True)
@@ -476,7 +479,6 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
         "low_simultaneous": diff - crit * se, "high_simultaneous": diff + crit * se,
         "p": pval, "p_holm": holm(pval),
     })
-    pair_frame["separable"] = pair_frame["low_simultaneous"] > 0
 
     # -- the naive interval: resample items only
     item = next((f for f in vc.levels if f in vocabulary.ITEM_NAMES and f != obj), None)
@@ -497,13 +499,30 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     sys_se = np.sqrt(np.clip(np.diag(cov_raw), 0.0, None))
     sq = np.where(np.isfinite(sys_df), stats.t.ppf(0.5 + level / 2, np.where(np.isfinite(sys_df), sys_df, 1.0)),
                   stats.norm.ppf(0.5 + level / 2))
+    bounds = score_bounds(frame["__y"].to_numpy())
+    sys_low, sys_high, how = bounded_interval(means, sys_se, sq, bounds)
+    if how:
+        notes.append(how)
+    sys_ok = ~(sys_df < MIN_DF)
+    sys_low, sys_high = np.where(sys_ok, sys_low, np.nan), np.where(sys_ok, sys_high, np.nan)
+    pair_ok = ~(df < MIN_DF)
+    width = bounds[2] - bounds[1] if bounds else math.inf
+    for col in ("low", "high", "low_simultaneous", "high_simultaneous"):
+        # a difference of two means on a bounded scale lies within +- its width; a non-estimable one has none
+        pair_frame[col] = np.where(pair_ok, np.clip(pair_frame[col], -width, width), np.nan)
+    pair_frame["estimable"] = pair_ok
+    pair_frame["separable"] = pair_ok & (pair_frame["low_simultaneous"] > 0)
+    why = [_not_estimable(vc, mats[:, k, k], f"{systems[k]}'s mean", sys_df[k], obj)
+           for k in range(len(systems)) if not sys_ok[k]]
+    why += [_not_estimable(vc, coef[:, k], f"the difference {systems[pa[k]]} - {systems[pb[k]]}", df[k], obj)
+            for k in range(len(pa)) if not pair_ok[k]][:5]
     sep = {frozenset((a, b)) for a, b, s in zip(pair_frame["a"], pair_frame["b"], pair_frame["separable"],
                                                  strict=True) if s}
     ordered = [systems[k] for k in order]
     cld = letters(ordered, sep)
     sys_frame = pd.DataFrame({
         "object": systems, "mean": means, "raw_mean": raw_means, "n": n_s.astype(int), "se": sys_se, "df": sys_df,
-        "low": means - sq * sys_se, "high": means + sq * sys_se,
+        "low": sys_low, "high": sys_high, "estimable": sys_ok,
         "naive_low": sys_naive[0], "naive_high": sys_naive[1],
         "rank": rank_of, "rank_low": rank_lo, "rank_high": rank_hi,
         "rank_low_simultaneous": rank_lo_s, "rank_high_simultaneous": rank_hi_s,
@@ -513,6 +532,7 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
         .sort_values(["_ra", "_rb"], kind="stable").drop(columns=["_ra", "_rb"]).reset_index(drop=True)
 
     sentences, adjacent = _adjacent(vc, pair_frame, ordered, obj, level)
+    sentences = why + sentences
     pair_frame = pair_frame.merge(adjacent, on=["a", "b"], how="left")
     if pair_gstudies != "none":
         pair_frame = _with_pair_gstudies(frame, vc, pair_frame, obj, level, facets, pair_gstudies, notes)
@@ -521,6 +541,64 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
                      "numbers of runs): each pair's interval counts its own cells.")
     return Comparison(obj, level, sys_frame, pair_frame, crit, n_boot, method, tuple(notes), tuple(sentences),
                       {"unmeasured": unmeasured(vc, list(frame.columns))})
+
+
+def score_bounds(y: np.ndarray) -> tuple[str, float, float] | None:
+    """The range a mean of these scores cannot leave: ("proportion", 0, 1) for scores within 0-1 (binary
+    verdicts, win rates, probabilities), ("scale", min, max) for whole-number ratings (the observed ends of
+    the scale), None for unbounded scores."""
+    y = y[np.isfinite(y)]
+    if y.size == 0:
+        return None
+    if y.min() >= 0 and y.max() <= 1:
+        return ("proportion", 0.0, 1.0)
+    if np.all(y == np.round(y)) and np.unique(y).size <= 11:
+        return ("scale", float(y.min()), float(y.max()))
+    return None
+
+
+def bounded_interval(est: np.ndarray, se: np.ndarray, quantile: np.ndarray,
+                     bounds: tuple[str, float, float] | None) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """(low, high, what was done) of est +- quantile x se, kept inside the scores' range: for proportions the
+    interval of the logit, back-transformed (the delta method, se / (p (1 - p)) on the logit scale), so it
+    stays within 0-1 and is asymmetric near the ends; for a rating scale the interval clipped to its ends."""
+    low, high = est - quantile * se, est + quantile * se
+    if bounds is None:
+        return low, high, None
+    kind, lo, hi = bounds
+    if kind == "proportion":
+        p = np.clip(est, 1e-6, 1 - 1e-6)
+        logit, s = np.log(p / (1 - p)), se / (p * (1 - p))
+        return (1 / (1 + np.exp(-(logit - quantile * s))), 1 / (1 + np.exp(-(logit + quantile * s))),
+                "each proportion's interval is the interval of its logit, back-transformed, so it stays within "
+                "0-1 (asymmetric near the ends).")
+    clipped = bool(np.any(low < lo) or np.any(high > hi))
+    return (np.clip(low, lo, hi), np.clip(high, lo, hi),
+            f"intervals reaching past the scale's observed ends ({lo:g}-{hi:g}) are clipped to them." if clipped
+            else None)
+
+
+def _not_estimable(vc: VarianceComponents, coef: np.ndarray, what: str, df: float, obj: str) -> str:
+    """Why an estimate has no interval at this design: the components that carry its error, how few levels
+    of which facets estimate them, and the cheapest change (more levels of the scarcest facet among them)."""
+    sigma2 = np.clip(vc.values, 0.0, None)
+    part = coef * sigma2
+    total = float(part.sum())
+    order = np.argsort(-part)
+    carriers = [vc.components[k] for k in order[:3] if total > 0 and part[k] > 0.05 * total and
+                vc.components[k].kind != "residual"]
+    if not carriers:
+        return (f"{what}: not estimable at this design ({df:.2g} Satterthwaite df): its error is too poorly "
+                "estimated; more replicates or more levels of every facet would help.")
+    said = ", ".join(f"{c.name} ({100 * part[vc.components.index(c)] / total:.0f}%, over "
+                     + " x ".join(f"{vc.levels.get(f, '?')} {f}" for f in c.facets if f != obj) + ")"
+                     for c in carriers)
+    facets = [f for c in carriers for f in c.facets if f != obj and f in vc.levels and f not in vc.fixed]
+    scarce = min(facets, key=lambda f: vc.levels[f]) if facets else None
+    change = (f"more {scarce} levels than {vc.levels[scarce]} (each adds degrees of freedom to "
+              f"{', '.join(c.name for c in carriers if scarce in c.facets)})") if scarce else "more levels"
+    return (f"{what}: not estimable at this design ({df:.2g} Satterthwaite df, below {MIN_DF:g}): its error rests "
+            f"on {said}. The cheapest change that makes it estimable: {change}.")
 
 
 #: the share of a system's cells that may be missing before its estimate is adjusted (GLS refit)

@@ -39,6 +39,13 @@ def _num(value, fmt=".4g") -> str:
     return format(value, fmt)
 
 
+def _interval(low, high, fmt: str = ".4g") -> str:
+    """[low, high], or "not estimable" where a comparison has no interval at this design."""
+    if low is None or high is None or low != low or high != high:
+        return "not estimable"
+    return f"[{format(low, fmt)}, {format(high, fmt)}]"
+
+
 def _table(headers: list[str], rows: list[list]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
@@ -65,13 +72,12 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
     c = a.comparison
     obj = escape(c.object)
     pct = f"{100 * c.level:g}%"
-    rows = [[r["rank"], r["object"], _num(r["mean"]), r["n"], f"[{_num(r['low'])}, {_num(r['high'])}]",
+    rows = [[r["rank"], r["object"], _num(r["mean"]), r["n"], _interval(r["low"], r["high"]),
              f"[{_num(r['naive_low'])}, {_num(r['naive_high'])}]", f"{r['rank_low']}-{r['rank_high']}",
              f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", r["group"]]
             for r in c.systems.to_dict(orient="records")]
     pairs = [[r["a"], r["b"], _num(r["diff"]), _num(r["se"], ".3g"),
-              f"[{_num(r['low'], '.3g')}, {_num(r['high'], '.3g')}]",
-              f"[{_num(r['low_simultaneous'], '.3g')}, {_num(r['high_simultaneous'], '.3g')}]",
+              _interval(r["low"], r["high"], ".3g"), _interval(r["low_simultaneous"], r["high_simultaneous"], ".3g"),
               _num(r["p_holm"], ".3g"), f"[{_num(r['naive_low'], '.3g')}, {_num(r['naive_high'], '.3g')}]",
               "yes" if r["separable"] else "no"] for r in c.pairs.head(200).to_dict(orient="records")]
     warn = "".join(f"<div class='box'><b>Not measured:</b> {escape(t)}</div>"
