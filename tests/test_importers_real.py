@@ -198,8 +198,10 @@ def test_import_then_the_suggested_command_works(root, tmp_path):
                                     str(root / "alpaca-eval/alpaca-7b/alpaca_eval_gpt4/annotations.json"), "-o",
                                     str(out)])
     assert res.exit_code == 0
-    # one system, one judge, one run: no command is suggested that would fail; the mean and its SE are given
-    assert "nothing to decompose" in res.output and "0.2646" in res.output
+    # one system, one judge, one run: the suggested command gives its interval and says what it cannot measure
+    assert f"evalgauge analyze {out}" in res.output and "one run" in res.output
+    single = CliRunner().invoke(main, ["analyze", str(out)])
+    assert single.exit_code == 0 and "One run: mean 0.2646 over 805" in single.output
     # two files of one system under two judges: analyze works, the one-level system facet left out with a note
     one = pd.read_csv(out)
     two = pd.concat([one, one.assign(judge="other", score=1 - one["score"])])

@@ -809,6 +809,9 @@ def _print_plan(out: dict, console: Console) -> None:
               help="Analyse only these levels of a facet, e.g. --keep judge=gpt,claude (repeatable).")
 @click.option("--by", "by", metavar="FACET", help="Also fit within each level of FACET (TEE C.7).")
 @click.option("--glmm", is_flag=True, help="Binary scores: also fit the logit GLMM and compare (TEE section G).")
+@click.option("--assume", "assumed", multiple=True, metavar="TERM=VARIANCE",
+              help="A stated value for a component the data cannot measure, e.g. --assume item:judge=0.01 for one "
+                   "judge's run, or --assume system:judge=0.01 (every interval then counts it).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=str),
               help="Write one self-contained HTML report here.")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write everything as JSON ('-' for stdout only).")
@@ -816,7 +819,7 @@ def _print_plan(out: dict, console: Console) -> None:
 @user_errors
 @writes(("data",), report_path="--report", json_out="--json")
 def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
-            target_erho2, n_boot, level, seed, keep, by, glmm, report_path, json_out, **read) -> None:
+            target_erho2, n_boot, level, seed, keep, by, glmm, assumed, report_path, json_out, **read) -> None:
     """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change.
 
     \b
@@ -833,8 +836,12 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     pairwise_rows = {"model_a", "model_b", "winner"} <= set(data.frame.columns)
     model = None if pairwise_rows else _model(data, formula, score, facets, nest, replicate, fixed, object_, terms,
                                               max_order)
+    stated = _name_values(assumed, "--assume", "VARIANCE") if assumed else None
+    if not pairwise_rows and _show_single_run(data, model, formula, level, stated, json_out):
+        return
     result = run_analysis(data, model, run=record, method=method, drop_missing=drop_missing or None,
-                          target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed, progress=_fit_progress())
+                          target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed, progress=_fit_progress(),
+                          assumed=stated)
     payload = result.to_dict()
     extra = []
     if by and not pairwise_rows:
@@ -953,12 +960,15 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
 
     judgments, _ = _load(data, keep=keep, **read)
     design = _design(judgments, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    stated = _name_values(assumed, "--assume", "VARIANCE") if assumed else None
+    if _show_single_run(judgments, design, None, level, stated, json_out):
+        return
     if not design.object:
         raise EvalGaugeError(f"{data}: no object of measurement to compare; name it with --object (e.g. system).")
     vc = estimate_components(judgments, design, method=method, drop_missing=drop_missing, progress=_fit_progress())
     _refuse_unusable(vc)
-    if assumed:
-        vc = with_assumed(vc, _name_values(assumed, "--assume", "VARIANCE"))
+    if stated:
+        vc = with_assumed(vc, stated)
     result = run_compare(judgments.frame, vc, score=design.score, level=level, n_boot=n_boot, seed=seed,
                          pair_gstudies=pair_gstudies, facets=list(design.names), design=design)
     payload = result.to_dict()
@@ -967,6 +977,31 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         print_comparison(result, c)
 
     _emit(payload, json_out, show)
+
+
+def _show_single_run(data, design, formula, level: float, assumed: dict | None, json_out) -> bool:
+    """One model's run (only the items vary, one call each): its honest interval and what it cannot measure;
+    False when the data hold more than one run."""
+    from .report.analysis import single_run
+
+    result = single_run(data, design, level=level, assumed=assumed, formula=formula)
+    if result is None:
+        return False
+
+    def show(c):
+        pct = f"{100 * result.level:g}%"
+        what = "item sampling and the stated components" if result.assumed else "item sampling only"
+        c.print(f"One run: mean {result.mean:.4g} over {result.n} {result.item}s, one call each; {pct} interval "
+                f"[{result.low:.4g}, {result.high:.4g}] (SE {result.se:.4g}: {what}; df {result.df:.1f}).")
+        for text in result.unmeasured:
+            c.print(Text("not measured: ", style="bold yellow") + Text(text))
+        c.print("With one model there is nothing to compare it with: `evalgauge compare` needs two or more systems "
+                "scored on the same items.")
+        for note in result.notes:
+            c.print(Text("note: ", style="yellow") + Text(note))
+
+    _emit(result.to_dict(), json_out, show)
+    return True
 
 
 def _refuse_unusable(vc) -> None:
@@ -1182,12 +1217,9 @@ def _next_command(frame: pd.DataFrame, out: str) -> str:
         one = [c for c in facets if c not in varying]
         return f"evalgauge analyze {out}" + (f"  (one level of {', '.join(one)}: left out, with a note)"
                                               if one else "")
-    y = pd.to_numeric(frame["score"], errors="coerce").dropna()
-    se = y.std(ddof=1) / np.sqrt(len(y)) if len(y) > 1 else float("nan")
-    return (f"nothing to decompose: only {', '.join(varying) or 'nothing'} varies (one system, one judge, one "
-            f"run), so the file gives a mean {y.mean():.4g} with an item-sampling SE {se:.4g} (n = {len(y)}) and "
-            "no judge, prompt or run-to-run variance. Import a second judge or more runs (epochs, replicates), "
-            "or collect them with `evalgauge run`, then `evalgauge analyze`.")
+    return (f"evalgauge analyze {out}  (one run: only {', '.join(varying) or 'nothing'} varies, so it gives the "
+            "item-sampling interval and names what one system, judge and run cannot measure; add --assume "
+            "TERM=VARIANCE for components you know, or import more judges or runs to measure them)")
 
 
 def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json_out) -> None:

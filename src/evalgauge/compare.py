@@ -39,7 +39,7 @@ from scipy import stats
 from . import dstudy, vocabulary
 from .components import VarianceComponents
 from .errors import DesignError
-from .inference import satterthwaite_df
+from .inference import bounded_interval, satterthwaite_df, score_bounds
 from .results import Result, json_safe
 
 #: power at which an adjacent pair's separating design is sized
@@ -541,41 +541,6 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
                      "numbers of runs): each pair's interval counts its own cells.")
     return Comparison(obj, level, sys_frame, pair_frame, crit, n_boot, method, tuple(notes), tuple(sentences),
                       {"unmeasured": unmeasured(vc, list(frame.columns))})
-
-
-def score_bounds(y: np.ndarray) -> tuple[str, float, float] | None:
-    """The range a mean of these scores cannot leave: ("proportion", 0, 1) for scores within 0-1 (binary
-    verdicts, win rates, probabilities), ("scale", min, max) for whole-number ratings (the observed ends of
-    the scale), None for unbounded scores."""
-    y = y[np.isfinite(y)]
-    if y.size == 0:
-        return None
-    if y.min() >= 0 and y.max() <= 1:
-        return ("proportion", 0.0, 1.0)
-    if np.all(y == np.round(y)) and np.unique(y).size <= 11:
-        return ("scale", float(y.min()), float(y.max()))
-    return None
-
-
-def bounded_interval(est: np.ndarray, se: np.ndarray, quantile: np.ndarray,
-                     bounds: tuple[str, float, float] | None) -> tuple[np.ndarray, np.ndarray, str | None]:
-    """(low, high, what was done) of est +- quantile x se, kept inside the scores' range: for proportions the
-    interval of the logit, back-transformed (the delta method, se / (p (1 - p)) on the logit scale), so it
-    stays within 0-1 and is asymmetric near the ends; for a rating scale the interval clipped to its ends."""
-    low, high = est - quantile * se, est + quantile * se
-    if bounds is None:
-        return low, high, None
-    kind, lo, hi = bounds
-    if kind == "proportion":
-        p = np.clip(est, 1e-6, 1 - 1e-6)
-        logit, s = np.log(p / (1 - p)), se / (p * (1 - p))
-        return (1 / (1 + np.exp(-(logit - quantile * s))), 1 / (1 + np.exp(-(logit + quantile * s))),
-                "each proportion's interval is the interval of its logit, back-transformed, so it stays within "
-                "0-1 (asymmetric near the ends).")
-    clipped = bool(np.any(low < lo) or np.any(high > hi))
-    return (np.clip(low, lo, hi), np.clip(high, lo, hi),
-            f"intervals reaching past the scale's observed ends ({lo:g}-{hi:g}) are clipped to them." if clipped
-            else None)
 
 
 def _not_estimable(vc: VarianceComponents, coef: np.ndarray, what: str, df: float, obj: str) -> str:

@@ -9,6 +9,10 @@ bootstrap intervals for every derived number.
   single-judge ceiling and its MDD floor, and the judges needed for a target, from
   the parametric-bootstrap draws of the components (sizing Table 1 and App. D),
   with P(ceiling >= 0.8).
+* :func:`single_run_interval`: one model's run (one system, one judge, one prompt, one call per
+  item: an lm-eval or Inspect log), where only items vary: the item-sampling interval plus any
+  component the user states, with what one run cannot measure said.
+* :func:`score_bounds`, :func:`bounded_interval`: intervals kept inside a bounded score's range.
 """
 
 from __future__ import annotations
@@ -264,3 +268,112 @@ def bootstrap_derived(vc: VarianceComponents, draws: np.ndarray | None = None, *
     rows.append({"quantity": f"P(ceiling >= {threshold:g})", "estimate": float(np.mean(boot["ceiling"] >= threshold)),
                  "low": math.nan, "high": math.nan, "resamples": int(boot["ceiling"].size)})
     return pd.DataFrame(rows)
+
+
+def score_bounds(y: np.ndarray) -> tuple[str, float, float] | None:
+    """The range a mean of these scores cannot leave: ("proportion", 0, 1) for scores within 0-1 (binary
+    verdicts, win rates, probabilities), ("scale", min, max) for whole-number ratings (the observed ends of
+    the scale), None for unbounded scores."""
+    y = y[np.isfinite(y)]
+    if y.size == 0:
+        return None
+    if y.min() >= 0 and y.max() <= 1:
+        return ("proportion", 0.0, 1.0)
+    if np.all(y == np.round(y)) and np.unique(y).size <= 11:
+        return ("scale", float(y.min()), float(y.max()))
+    return None
+
+
+def bounded_interval(est: np.ndarray, se: np.ndarray, quantile: np.ndarray,
+                     bounds: tuple[str, float, float] | None) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """(low, high, what was done) of est +- quantile x se, kept inside the scores' range: for proportions the
+    interval of the logit, back-transformed (the delta method, se / (p (1 - p)) on the logit scale), so it
+    stays within 0-1 and is asymmetric near the ends; for a rating scale the interval clipped to its ends."""
+    low, high = est - quantile * se, est + quantile * se
+    if bounds is None:
+        return low, high, None
+    kind, lo, hi = bounds
+    if kind == "proportion":
+        p = np.clip(est, 1e-6, 1 - 1e-6)
+        logit, s = np.log(p / (1 - p)), se / (p * (1 - p))
+        return (1 / (1 + np.exp(-(logit - quantile * s))), 1 / (1 + np.exp(-(logit + quantile * s))),
+                "each proportion's interval is the interval of its logit, back-transformed, so it stays within "
+                "0-1 (asymmetric near the ends).")
+    clipped = bool(np.any(low < lo) or np.any(high > hi))
+    return (np.clip(low, lo, hi), np.clip(high, lo, hi),
+            f"intervals reaching past the scale's observed ends ({lo:g}-{hi:g}) are clipped to them." if clipped
+            else None)
+
+
+#: what one level of a facet hides, and the terms a user may state for it (--assume)
+_HIDDEN = (
+    (vocabulary.JUDGE_NAMES, "judge", "the judge's own leniency and its item-by-item disagreement are",
+     ("judge", "item:judge")),
+    (vocabulary.VARIANT_NAMES, "prompt variant", "the prompt wording's effect and its item-by-item interaction are",
+     ("variant", "item:variant")),
+    (vocabulary.REPLICATE_COLUMNS, "run", "the run-to-run noise of repeated calls is", ("replicate",)),
+)
+
+
+@dataclass(frozen=True)
+class SingleRunInterval(Result):
+    """One run's mean with its interval: item sampling plus the stated components (``assumed``)."""
+
+    mean: float
+    n: int
+    sd: float
+    se_items: float
+    se: float
+    df: float
+    low: float
+    high: float
+    level: float
+    item: str
+    assumed: dict
+    unmeasured: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return json_safe({"single_run": {
+            "mean": self.mean, "n": self.n, "sd": self.sd, "se_items": self.se_items, "se": self.se, "df": self.df,
+            "low": self.low, "high": self.high, "level": self.level, "item": self.item, "assumed": self.assumed,
+            "unmeasured": list(self.unmeasured), "notes": list(self.notes)}})
+
+
+def single_run_interval(y: np.ndarray, item: str, *, level: float = 0.95, assumed: dict[str, float] | None = None,
+                        one_level: dict[str, str] | None = None) -> SingleRunInterval:
+    """The honest interval of one run's mean score over N items, one call each (TEE eq. 3 at n = 1 of every
+    facet but the items): Var(theta-hat) = s^2 / N for the items (s^2 holds sigma2_item and the call's own
+    noise, which one call per item cannot tell apart) plus each stated component sigma2_t divided by N when
+    the term contains the item facet and by 1 otherwise (one judge, one prompt, one run). The df are
+    Satterthwaite's with the stated values known: (N - 1) (SE^2 / (s^2 / N))^2. ``one_level``: the facets
+    held at one level ({column: level}), whose variance the data cannot show."""
+    y = np.asarray(y, dtype=float)
+    y = y[np.isfinite(y)]
+    n = int(y.size)
+    if n < 2:
+        raise DesignError(f"one run with {n} scored {item}(s): an interval needs at least two.")
+    assumed = dict(assumed or {})
+    for name, value in assumed.items():
+        if not (math.isfinite(value) and value >= 0):
+            raise DesignError(f"an assumed variance must be a non-negative number, not {value} ({name}).")
+    sd = float(np.std(y, ddof=1))
+    var_items = sd**2 / n
+    var_assumed = sum(v / (n if item in name.split(":") else 1.0) for name, v in assumed.items())
+    se = math.sqrt(var_items + var_assumed)
+    df = (n - 1) * (se**2 / var_items) ** 2 if var_items > 0 else math.inf
+    q = float(stats.t.ppf(0.5 + level / 2, df)) if math.isfinite(df) else float(stats.norm.ppf(0.5 + level / 2))
+    mean = float(y.mean())
+    low, high, how = bounded_interval(np.array([mean]), np.array([se]), np.array([q]), score_bounds(y))
+    unmeasured = []
+    for names, what, hides, terms in _HIDDEN:
+        col = next((c for c in (one_level or {}) if c in names), None)
+        if col is not None and not any(t in assumed for t in terms):
+            unmeasured.append(f"one {what} ({col} = {one_level[col]!r}): {hides} part of this score and not in "
+                              f"the interval; state it with " + " ".join(f"--assume {t}=VARIANCE" for t in terms)
+                              + " (from a pilot with more levels, or published components)")
+    notes = [how] if how else []
+    if assumed:
+        notes.append("assumed (not estimated): " + ", ".join(f"{k} = {v:g}" for k, v in assumed.items()))
+    return SingleRunInterval(mean, n, sd, math.sqrt(var_items), se, df, float(low[0]), float(high[0]), level, item,
+                             assumed, tuple(unmeasured), tuple(notes))

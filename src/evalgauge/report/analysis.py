@@ -91,11 +91,14 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 
 def analyze(data, design: Design | None = None, *, run=None, method: str = "auto", formula: str | None = None,
             drop_missing: bool | None = None, target_erho2: float = 0.8, n_boot: int = 0, level: float = 0.95,
-            seed: int | None = None, n_boot_compare: int = 2000, progress=None, **design_options) -> Analysis:
+            seed: int | None = None, n_boot_compare: int = 2000, progress=None, assumed: dict | None = None,
+            **design_options) -> Analysis:
     """Fit and derive everything the analysis reports.
 
     ``data`` is a path (a run database brings the collector's diagnostics with it), a judgments table or a
-    frame; ``run`` is the :class:`evalgauge.io.runs.RunRecord` of a run database already read.
+    frame; ``run`` is the :class:`evalgauge.io.runs.RunRecord` of a run database already read. ``assumed``
+    states components the data cannot measure ({"system:judge": 0.01} with one judge); every interval
+    then counts them (:func:`evalgauge.compare.with_assumed`).
     """
     judgments, record = read_input(data)
     record = run if run is not None else record
@@ -116,6 +119,10 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
                           "or check the scores for a few extreme values.")
     if not any(c.kind != "residual" for c in vc.components):
         raise DesignError(f"{judgments.source}: nothing to estimate besides the residual.")
+    if assumed:
+        from ..compare import with_assumed
+
+        vc = with_assumed(vc, assumed)
     levels = vc.levels
     judge = next((f for f in levels if f in JUDGE_NAMES), None)
     item = next((f for f in levels if f in ITEM_NAMES), None)
@@ -164,6 +171,29 @@ def _refuse_unscored(source: str, calls: pd.DataFrame, missing: dict) -> None:
                       f"to analyse. The commonest reasons: {common}. Read the completions (`evalgauge export`), "
                       "then set a protocol that matches how the judge writes its verdict, output = \"json\", "
                       "reask = N or a larger max_tokens, and `evalgauge rescore` or run again.")
+
+
+def single_run(data, design: Design | None = None, *, level: float = 0.95, assumed: dict | None = None,
+               formula: str | None = None, **design_options):
+    """One model's run, where only the items vary and each is scored once (an lm-eval or Inspect log): its
+    :class:`evalgauge.inference.SingleRunInterval`, or None when the data hold more than that."""
+    from ..inference import single_run_interval
+
+    judgments, _ = read_input(data)
+    if formula is not None:
+        return None
+    spec = resolve_model(judgments, design, None, **design_options)
+    if spec.design is None or len(spec.design.names) != 1 or spec.design.names[0] not in vocabulary.ITEM_NAMES:
+        return None
+    item, frame = spec.design.names[0], judgments.frame
+    if frame[item].duplicated().any():  # several calls per item: item and call noise separate, the fit applies
+        return None
+    one_level = {c: str(frame[c].iloc[0]) for c in frame.columns
+                 if c not in (item, spec.score) and frame[c].nunique(dropna=False) == 1}
+    if not any(c in one_level for c in vocabulary.REPLICATE_COLUMNS):
+        one_level["run"] = "1"  # no replicate column: one call per item
+    return single_run_interval(pd.to_numeric(frame[spec.score], errors="coerce").to_numpy(), item, level=level,
+                               assumed=assumed, one_level=one_level)
 
 
 def components_summary(result: VarianceComponents) -> dict:
