@@ -1015,7 +1015,9 @@ def _refuse_unusable(vc) -> None:
 def print_comparison(result, console: Console, limit: int = 40) -> None:
     """The leaderboard with rank sets, the pair table, and one sentence per adjacent pair."""
     obj, pct = result.object, f"{100 * result.level:g}%"
-    for text in result.extra.get("unmeasured", []):  # first: what the intervals leave out
+    for text in result.extra.get("confounded", []):  # first: pairs the data cannot compare at all
+        console.print(Text("not comparable: ", style="bold red") + Text(text))
+    for text in result.extra.get("unmeasured", []):  # then what the intervals leave out
         console.print(Text("note: ", style="bold yellow") + Text(text))
     t = Table(title=f"{obj} leaderboard ({pct}; rank sets: marginal, simultaneous; groups share a letter when "
                     "the design cannot tell them apart)")
@@ -1035,8 +1037,8 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
         p.add_column(col, justify="left" if col in ("a", "b") else "right")
     for r in result.pairs.head(limit).to_dict(orient="records"):
         p.add_row(Text(str(r["a"])), Text(str(r["b"])), f"{r['diff']:.4g}", f"{r['se']:.3g}", _num(r["df"], ".1f"),
-                  _interval(r["low"], r["high"], ".3g"),
-                  _interval(r["low_simultaneous"], r["high_simultaneous"], ".3g"),
+                  _interval(r["low"], r["high"], ".3g", r.get("comparable", True)),
+                  _interval(r["low_simultaneous"], r["high_simultaneous"], ".3g", r.get("comparable", True)),
                   _num(r["p_holm"], ".3g"), f"[{_num(r['naive_low'], '.3g')}, {_num(r['naive_high'], '.3g')}]",
                   "yes" if r["separable"] else "no")
     console.print(p)
@@ -1710,8 +1712,10 @@ def _num(value: float | None, fmt: str) -> str:
     return "—" if value is None or value != value else format(value, fmt)
 
 
-def _interval(low: float | None, high: float | None, fmt: str) -> str:
-    """[low, high], or what a missing bound means in a comparison: no interval at this design."""
+def _interval(low: float | None, high: float | None, fmt: str, comparable: bool = True) -> str:
+    """[low, high], or what a missing bound means in a comparison: confounded, or no interval at this design."""
+    if not comparable:
+        return "not comparable"
     if low is None or high is None or low != low or high != high:
         return "not estimable"
     return f"[{format(low, fmt)}, {format(high, fmt)}]"

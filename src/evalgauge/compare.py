@@ -222,7 +222,7 @@ def _decided(means: np.ndarray, sd: np.ndarray, z: np.ndarray, family: np.ndarra
 
 
 def rank_sets(means: np.ndarray, cov: np.ndarray, z: np.ndarray, level: float,
-              simultaneous: bool) -> tuple[np.ndarray, np.ndarray]:
+              simultaneous: bool, undecidable: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Confidence sets for the ranks (1 = the highest mean), Mogstad, Romano, Shaikh & Wilhelm (2024), eq. (12)
     and Algorithm 3.1: rank set of j = [1 + #{k: theta_k > theta_j decided}, p - #{k: theta_j > theta_k
     decided}], the pairs decided by stepdown lower bounds over one-sided hypotheses (:func:`_lower_bounds`).
@@ -232,6 +232,8 @@ def rank_sets(means: np.ndarray, cov: np.ndarray, z: np.ndarray, level: float,
     ``z`` are draws of the estimates' error (normal, or multivariate t), from which each quantile is read.
     The construction is csranks' (``csranks(x, Sigma, simul=...)``, two-sided with stepdown), and its sets
     are csranks' on the PISA example and on a correlated design (tests/test_rank_sets.py).
+    ``undecidable`` (p x p, symmetric) marks pairs the data cannot order (confounded with another facet):
+    they stay in every family but are never decided.
     """
     p = len(means)
     lo = np.ones(p, dtype=int)
@@ -241,13 +243,14 @@ def rank_sets(means: np.ndarray, cov: np.ndarray, z: np.ndarray, level: float,
     var = np.diag(cov)
     sd = np.sqrt(np.maximum(var[:, None] + var[None, :] - 2 * cov, 1e-300))
     off = ~np.eye(p, dtype=bool)
+    never = np.zeros((p, p), dtype=bool) if undecidable is None else undecidable
     if simultaneous:
-        decided = _decided(means, sd, z, off, level)
+        decided = _decided(means, sd, z, off, level) & ~never
         return 1 + decided.sum(axis=0), p - decided.sum(axis=1)
     for j in range(p):
         family = np.zeros((p, p), dtype=bool)
         family[j, :] = family[:, j] = True
-        decided = _decided(means, sd, z, family & off, level)
+        decided = _decided(means, sd, z, family & off, level) & ~never
         lo[j] = 1 + int(decided[:, j].sum())
         hi[j] = p - int(decided[j, :].sum())
     return lo, hi
@@ -470,8 +473,9 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     z = _draws(cov, df_joint, n_boot, rng)
     pairs = np.column_stack([pa, pb])
     crit = _max_t_quantile(z, pairs, np.maximum(se, 1e-300), level)
-    rank_lo, rank_hi = rank_sets(means, cov, z, level, simultaneous=False)
-    rank_lo_s, rank_hi_s = rank_sets(means, cov, z, level, simultaneous=True)
+    confounded, confounding = confounded_pairs(frame, obj, systems, exclude={score, "__y"})
+    rank_lo, rank_hi = rank_sets(means, cov, z, level, simultaneous=False, undecidable=confounded)
+    rank_lo_s, rank_hi_s = rank_sets(means, cov, z, level, simultaneous=True, undecidable=confounded)
 
     pair_frame = pd.DataFrame({
         "a": [systems[k] for k in pa], "b": [systems[k] for k in pb], "diff": diff, "se": se, "df": df,
@@ -505,17 +509,25 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
         notes.append(how)
     sys_ok = ~(sys_df < MIN_DF)
     sys_low, sys_high = np.where(sys_ok, sys_low, np.nan), np.where(sys_ok, sys_high, np.nan)
-    pair_ok = ~(df < MIN_DF)
+    comparable = ~confounded[pa, pb]
+    pair_ok = ~(df < MIN_DF) & comparable
     width = bounds[2] - bounds[1] if bounds else math.inf
     for col in ("low", "high", "low_simultaneous", "high_simultaneous"):
         # a difference of two means on a bounded scale lies within +- its width; a non-estimable one has none
         pair_frame[col] = np.where(pair_ok, np.clip(pair_frame[col], -width, width), np.nan)
     pair_frame["estimable"] = pair_ok
+    pair_frame["comparable"] = comparable
+    if not comparable.all():  # a confounded pair has no test: Holm over the pairs that can be compared
+        pair_frame["p"] = np.where(comparable, pair_frame["p"], np.nan)
+        pair_frame["p_holm"] = np.nan
+        pair_frame.loc[comparable, "p_holm"] = holm(pair_frame.loc[comparable, "p"].to_numpy())
+        for col in ("naive_low", "naive_high"):
+            pair_frame[col] = np.where(comparable, pair_frame[col], np.nan)
     pair_frame["separable"] = pair_ok & (pair_frame["low_simultaneous"] > 0)
     why = [_not_estimable(vc, mats[:, k, k], f"{systems[k]}'s mean", sys_df[k], obj)
            for k in range(len(systems)) if not sys_ok[k]]
     why += [_not_estimable(vc, coef[:, k], f"the difference {systems[pa[k]]} - {systems[pb[k]]}", df[k], obj)
-            for k in range(len(pa)) if not pair_ok[k]][:5]
+            for k in range(len(pa)) if comparable[k] and df[k] < MIN_DF][:5]
     sep = {frozenset((a, b)) for a, b, s in zip(pair_frame["a"], pair_frame["b"], pair_frame["separable"],
                                                  strict=True) if s}
     ordered = [systems[k] for k in order]
@@ -540,7 +552,48 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
         notes.append("pairs differ in their standard errors (systems scored on different items, judges or "
                      "numbers of runs): each pair's interval counts its own cells.")
     return Comparison(obj, level, sys_frame, pair_frame, crit, n_boot, method, tuple(notes), tuple(sentences),
-                      {"unmeasured": unmeasured(vc, list(frame.columns))})
+                      {"unmeasured": unmeasured(vc, list(frame.columns)), "confounded": confounding})
+
+
+def confounded_pairs(frame: pd.DataFrame, obj: str, systems: list[str],
+                     exclude: set[str]) -> tuple[np.ndarray, list[str]]:
+    """Pairs of systems whose difference includes another column's: for some column (a judge, a baseline, an
+    annotator, a task, a source file, the items), the two systems share no level at all, so no cell of one
+    can be set beside a cell of the other. Returns the symmetric p x p mask and what to say, first.
+
+    A column with one level says nothing, and one with more levels than half the rows is an identifier
+    (a response id, a timestamp), not a condition of the judgments, except the item facet."""
+    p = len(systems)
+    mask = np.zeros((p, p), dtype=bool)
+    owner = frame[obj].astype(str)
+    why: dict[tuple[int, int], list[str]] = {}
+    levels_of: dict[str, pd.Series] = {}
+    for col in frame.columns:
+        if col == obj or col in exclude or col in vocabulary.REPLICATE_COLUMNS:
+            continue
+        k = frame[col].nunique(dropna=True)
+        if k < 2 or (k > len(frame) // 2 and col not in vocabulary.ITEM_NAMES):
+            continue
+        sets = frame[col].astype(str).groupby(owner, sort=False).agg(lambda v: frozenset(v.unique()))
+        levels_of[col] = sets
+        for a in range(p):
+            for b in range(a + 1, p):
+                if sets[systems[a]].isdisjoint(sets[systems[b]]):
+                    mask[a, b] = mask[b, a] = True
+                    why.setdefault((a, b), []).append(col)
+    if not why:
+        return mask, []
+    cols = sorted({c for v in why.values() for c in v})
+    shown = "; ".join(f"{systems[a]} vs {systems[b]}: {', '.join(v)}" for (a, b), v in list(why.items())[:5])
+    own = {c: ", ".join(f"{s}: {'/'.join(sorted(levels_of[c][s]))[:60]}" for s in systems[:6]) for c in cols}
+    keep = cols[0]
+    first = sorted(levels_of[keep][systems[0]])[0]
+    what = (f"{len(why)} of {p * (p - 1) // 2} pairs of {obj}s are not comparable: the two were scored under no "
+            f"common level of {', '.join(cols)} ({shown}), so their difference includes that facet's difference "
+            f"and is not reported ({'; '.join(f'{c} by {obj}: {own[c]}' for c in cols)}). Compare {obj}s scored "
+            f"under the same conditions: keep one level (e.g. --keep {keep}={first}), or import files that share "
+            "their judge and baseline.")
+    return mask, [what]
 
 
 def _not_estimable(vc: VarianceComponents, coef: np.ndarray, what: str, df: float, obj: str) -> str:
@@ -626,6 +679,11 @@ def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], o
                     what.append(f"{req.count - vc.levels[facet]:,} more {facet}s")
                 elif not req.reachable:
                     blocked.append(facet)
+        if "comparable" in r and not bool(r["comparable"]):
+            sentences.append(f"{a} over {b} by {diff:.4g}: not comparable (their difference includes another "
+                             "facet's, see above).")
+            rows.append(row)
+            continue
         sep = bool(r["separable"])
         text = (f"{a} over {b} by {diff:.4g}: " + ("separable at this design (simultaneous interval "
                 f"[{r['low_simultaneous']:.3g}, {r['high_simultaneous']:.3g}])" if sep else

@@ -39,8 +39,10 @@ def _num(value, fmt=".4g") -> str:
     return format(value, fmt)
 
 
-def _interval(low, high, fmt: str = ".4g") -> str:
-    """[low, high], or "not estimable" where a comparison has no interval at this design."""
+def _interval(low, high, fmt: str = ".4g", comparable: bool = True) -> str:
+    """[low, high], "not comparable" for a confounded pair, or "not estimable" where the design has no interval."""
+    if not comparable:
+        return "not comparable"
     if low is None or high is None or low != low or high != high:
         return "not estimable"
     return f"[{format(low, fmt)}, {format(high, fmt)}]"
@@ -77,11 +79,14 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
              f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", r["group"]]
             for r in c.systems.to_dict(orient="records")]
     pairs = [[r["a"], r["b"], _num(r["diff"]), _num(r["se"], ".3g"),
-              _interval(r["low"], r["high"], ".3g"), _interval(r["low_simultaneous"], r["high_simultaneous"], ".3g"),
+              _interval(r["low"], r["high"], ".3g", r.get("comparable", True)),
+              _interval(r["low_simultaneous"], r["high_simultaneous"], ".3g", r.get("comparable", True)),
               _num(r["p_holm"], ".3g"), f"[{_num(r['naive_low'], '.3g')}, {_num(r['naive_high'], '.3g')}]",
               "yes" if r["separable"] else "no"] for r in c.pairs.head(200).to_dict(orient="records")]
-    warn = "".join(f"<div class='box'><b>Not measured:</b> {escape(t)}</div>"
-                   for t in c.extra.get("unmeasured", []))
+    warn = "".join(f"<div class='box warn'><b>Not comparable:</b> {escape(t)}</div>"
+                   for t in c.extra.get("confounded", []))
+    warn += "".join(f"<div class='box'><b>Not measured:</b> {escape(t)}</div>"
+                    for t in c.extra.get("unmeasured", []))
     return (f"<h2>Which {obj} is better</h2>{warn}<p>Each {obj}'s mean with its own {pct} interval (its own cells), "
             "the naive one that resamples items only, and its rank confidence sets (marginal and simultaneous). "
             f"{obj.capitalize()}s sharing a letter cannot be told apart at this design.</p>"
