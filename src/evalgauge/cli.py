@@ -844,6 +844,9 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
                           assumed=stated)
     payload = result.to_dict()
     extra = []
+    if by is None and model is not None and model.design is not None:  # different measures: each on its own too
+        by = next((f.name for f in model.design.facets
+                   if f.role == "fixed" and f.name.lower() in vocabulary.CONSTRUCT_NAMES), None)
     if by and not pairwise_rows:
         strata = estimate_by_stratum(data, by, model, method=method, drop_missing=drop_missing)
         payload["by_stratum"] = strata.to_dict()

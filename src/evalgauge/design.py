@@ -262,7 +262,8 @@ def infer_design(
     the replicate column the first of ``replicate, rep, replication, run``;
     facets every column with a recognised facet name; ``item`` nests in
     ``category`` when both are facets; ``temperature``, ``position`` and
-    ``order`` are fixed; the object of measurement is ``system`` (or ``model``,
+    ``order`` are fixed, and so are ``aspect``, ``dimension`` and ``criterion``
+    (their levels are different measures, with a note); the object of measurement is ``system`` (or ``model``,
     ``sut``) when present, otherwise ``item``. ``replicate="auto"`` numbers
     repeated rows of a cell in file order (for data such as lme4's Pastes that
     carry no replicate column). Every default can be overridden.
@@ -313,6 +314,13 @@ def infer_design(
     fixed_names = _split(fixed)
     if fixed_names is None:
         fixed_names = [c for c in facet_names if c.lower() in FIXED_NAMES]
+        for c in facet_names:
+            if c.lower() in vocabulary.CONSTRUCT_NAMES:  # different measures, not a sample of conditions
+                fixed_names.append(c)
+                notes.append(f"facet '{c}' names different measures ({_levels(judgments.frame[c])}): it is held "
+                             "fixed, so the results are about these measures together and no intervention adds "
+                             f"'{c}' levels; `analyze` also reports each one (--by {c}). Name --fixed to choose "
+                             "otherwise.")
     for name in fixed_names:
         if name not in facet_names:
             raise DesignError(f"`fixed` '{name}' is not among the facets ({', '.join(facet_names)}).")
@@ -332,6 +340,11 @@ def infer_design(
     return Design(tuple(built), score=score, replicate=replicate,
                   terms=tuple(_split(terms)) if terms is not None else None, max_order=max_order,
                   notes=tuple(notes))
+
+
+def _levels(values, shown: int = 4) -> str:
+    levels = [str(v) for v in dict.fromkeys(values.dropna())]
+    return ", ".join(levels[:shown]) + (f" and {len(levels) - shown} more" if len(levels) > shown else "")
 
 
 def _drop_single_level(judgments: Judgments, names: list[str]) -> tuple[list[str], list[str]]:

@@ -340,8 +340,8 @@ def default_interventions(vc: VarianceComponents) -> list[tuple[str, dict[str, f
     n = observed_counts(vc)
     out = []
     for f in n:
-        if f == vc.object and f != "item":
-            continue
+        if (f == vc.object and f != "item") or (f.lower() in vocabulary.CONSTRUCT_NAMES and f in vc.fixed):
+            continue  # more measures of other constructs is not a change of the design: no intervention
         if f in vocabulary.ITEM_NAMES:
             label = "items" if f == "item" else f
             out.append((f"{label} x2", {f: n[f] * 2}, None))

@@ -19,15 +19,18 @@ JUDGE_NAMES = ("judge", "judge_model", "annotator", "rater")
 VARIANT_NAMES = ("variant", "prompt_variant", "prompt", "prompt_type")
 #: Facets held fixed by default (chosen levels, not a sample).
 FIXED_NAMES = ("temperature", "position", "order")
+#: Facets whose levels are different measures (SummEval's coherence, consistency, fluency, relevance), not a
+#: sample of interchangeable conditions: fixed by default and analysed level by level (`analyze --by`).
+CONSTRUCT_NAMES = ("aspect", "dimension", "criterion")
 #: Other recognised facet columns: groups of items (a benchmark's categories, an eval suite's tasks).
-OTHER_FACET_NAMES = ("category", "task", "aspect")
+OTHER_FACET_NAMES = ("category", "task", *CONSTRUCT_NAMES)
 #: The column numbering repeated calls of a cell.
 REPLICATE_COLUMNS = ("replicate", "rep", "replication", "run")
 #: How a plan's --n names the replicates (when no facet has that name).
 REPLICATE_ALIASES = ("rep", "reps", "replicate", "replicates", "r")
 
 FACET_NAMES = (*OBJECT_NAMES, "category", "task", *ITEM_NAMES, *VARIANT_NAMES, "temperature", *JUDGE_NAMES,
-               "position", "order", "aspect")
+               "position", "order", *CONSTRUCT_NAMES)
 #: Items nest in these when both are facets.
 DEFAULT_NESTS = (("category", "item"), ("task", "item"))
 
