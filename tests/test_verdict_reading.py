@@ -155,3 +155,16 @@ def test_a_reasoning_block_never_decides_the_verdict(thought, k):
     text = f"<think>{thought} Rating: [[{6 - k}]]</think>Rating: [[{k}]]"
     assert parse(text, "mt-bench-single", scale_min=1, scale_max=10).value == k
     assert json.loads(json.dumps({"t": text}))  # the reply round-trips as stored
+
+
+def test_the_default_reader_agrees_with_fastchat_on_every_mt_bench_judgment():
+    """Without a protocol, likert on a 1-10 scale reads FastChat's 'Rating: [[N]]' as FastChat does: every one
+    of the 160 real GPT-4 judgments (tests/fixtures/verdicts), and no number where FastChat found none."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / "fixtures" / "verdicts" / "judge_verdicts.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r["protocol"] == "mt-bench-single"]
+    read = [parse_score(r["text"], "likert", scale_min=1, scale_max=10)[0] for r in rows]
+    assert len(rows) == 160
+    assert all((v if v is not None else -1.0) == float(r["recorded"]) for v, r in zip(read, rows, strict=True))

@@ -17,8 +17,9 @@ def parse_score(text: str | None, mode: str, *, scale_max: int = 5, scale_min: i
                 choices: str = "ABCD") -> tuple[float | None, str | None]:
     """Parse a completion in one of the scoring modes.
 
-    likert: the last "score: N" / "rating: N" (not a range "N-M"), else the last "N/k" with k the scale's
-        maximum, else a completion that is only the number, within [min, max]. A number elsewhere in the
+    likert: the last "score: N" / "rating: N" / "rating: [[N]]" (not a range "N-M"), else the last "[[N]]",
+        else the last "N/k" with k the scale's maximum, else a completion that is only the number, within
+        [min, max]. A number elsewhere in the
         text (list numbering, the prompt's own scale, a range, a denominator) is never a score;
     binary: yes/no, true/false, safe/unsafe, 1/0 (the last such token);
     pairwise: "A", "B" or "tie" (also [[A]], "Output (a)"), returned as 1.0, 0.0, 0.5 for A;
@@ -29,8 +30,9 @@ def parse_score(text: str | None, mode: str, *, scale_max: int = 5, scale_min: i
         return None, "empty completion"
     t = text.strip()
     if mode == "likert":
-        m = re.findall(rf"(?:score|rating|grade)\s*[:=]?\s*\**\s*({_NUMBER})(?!\s*(?:-|–|to\b)\s*\d)(?!\w|\.\d)",
-                       t, re.I) \
+        m = re.findall(rf"(?:score|rating|grade)\s*[:=]?\s*\**\s*\[{{0,2}}\s*({_NUMBER})(?!\s*(?:-|–|to\b)\s*\d)"
+                       rf"(?!\w|\.\d)", t, re.I) \
+            or re.findall(rf"\[\[\s*({_NUMBER})\s*\]\]", t) \
             or re.findall(rf"(?<![\w.\-/])({_NUMBER})\s*/\s*{scale_max}\b", t) \
             or re.findall(rf"^[\s*\"'(\[]*({_NUMBER})[\s*\"').\]]*$", t)
         if not m:
