@@ -104,3 +104,17 @@ def test_the_command_line_prints_not_estimable_and_the_reason(tmp_path):
     assert "not estimable" in out.output and "cheapest change" in out.output
     payload = json.loads((tmp_path / "c.json").read_text())
     assert payload["pairs"][0]["estimable"] is False and payload["pairs"][0]["low"] is None
+
+
+def test_no_simultaneous_interval_is_narrower_than_its_marginal_one():
+    """The family's critical value is taken at the pairs' median df; a pair on fewer df has a wider marginal
+    t quantile, and its simultaneous interval must not be the narrower one (issue 25.1)."""
+    frame = _frame(seed=5, systems=5, items=8, variants=3, sv=0.3, isv=1.0)
+    frame = frame.drop(frame[(frame["system"] == "s4") & (frame["item"].isin(["i0", "i1", "i2", "i3", "i4"]))].index)
+    c = _compare(frame)
+    ok = c.pairs[c.pairs["estimable"]]
+    assert len(ok) >= 3 and ok["df"].nunique() > 1
+    sim = ok["high_simultaneous"] - ok["low_simultaneous"]
+    assert (sim >= ok["high"] - ok["low"] - 1e-12).all()
+    crit = c.extra["critical"]
+    assert crit["error"] < 1e-3 * crit["value"] and crit["method"] in ("Genz-Bretz", "Monte Carlo")

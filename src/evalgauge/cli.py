@@ -1035,7 +1035,7 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
         t.caption = f"the first {limit} of {len(result.systems)} by rank; all of them in --json and the report"
     console.print(t)
     p = Table(title=f"Pairs (difference a - b; simultaneous intervals hold for all {len(result.pairs)} pairs at "
-                    f"once, critical value {result.critical_simultaneous:.3g})")
+                    f"once, critical value {result.critical_simultaneous:.4g}{_critical_error(result)})")
     for col in ("a", "b", "diff", "SE", "df", "interval", "simultaneous", "p (Holm)", "naive", "separable"):
         p.add_column(col, justify="left" if col in ("a", "b") else "right")
     for r in result.pairs.head(limit).to_dict(orient="records"):
@@ -1713,6 +1713,14 @@ def print_strata(strata, console: Console) -> None:
 
 def _num(value: float | None, fmt: str) -> str:
     return "—" if value is None or value != value else format(value, fmt)
+
+
+def _critical_error(result) -> str:
+    """' +- error (method, points)' of a computed critical value; nothing for a bootstrap quantile."""
+    c = result.extra.get("critical")
+    if not c:
+        return ""
+    return f" +- {c['error']:.2g}, {c['method']}, {c['points']:,} points"
 
 
 def _interval(low: float | None, high: float | None, fmt: str, comparable: bool = True) -> str:

@@ -40,6 +40,7 @@ from . import dstudy, vocabulary
 from .components import VarianceComponents
 from .errors import DesignError
 from .inference import bounded_interval, satterthwaite_df, score_bounds
+from .mvt import simultaneous_critical
 from .results import Result, json_safe
 
 #: power at which an adjacent pair's separating design is sized
@@ -472,7 +473,12 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     df_joint = float(np.median(df)) if np.all(np.isfinite(df)) else math.inf
     z = _draws(cov, df_joint, n_boot, rng)
     pairs = np.column_stack([pa, pb])
-    crit = _max_t_quantile(z, pairs, np.maximum(se, 1e-300), level)
+    # the simultaneous critical value to 0.1% (lattice rule or Monte Carlo, evalgauge.mvt), not the quantile of
+    # the n_boot draws the rank sets use (a few thousand draws leave it 1-2% off)
+    critical = simultaneous_critical(cov, pairs, df_joint, level, seed=0 if seed is None else seed)
+    crit = critical.value
+    # no simultaneous interval is narrower than the pair's own marginal one (a pair on fewer df than the family's)
+    crit_k = np.maximum(crit, tq)
     confounded, confounding = confounded_pairs(frame, obj, systems, exclude={score, "__y"})
     rank_lo, rank_hi = rank_sets(means, cov, z, level, simultaneous=False, undecidable=confounded)
     rank_lo_s, rank_hi_s = rank_sets(means, cov, z, level, simultaneous=True, undecidable=confounded)
@@ -480,7 +486,7 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     pair_frame = pd.DataFrame({
         "a": [systems[k] for k in pa], "b": [systems[k] for k in pb], "diff": diff, "se": se, "df": df,
         "low": diff - tq * se, "high": diff + tq * se,
-        "low_simultaneous": diff - crit * se, "high_simultaneous": diff + crit * se,
+        "low_simultaneous": diff - crit_k * se, "high_simultaneous": diff + crit_k * se,
         "p": pval, "p_holm": holm(pval),
     })
 
@@ -552,7 +558,9 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
         notes.append("pairs differ in their standard errors (systems scored on different items, judges or "
                      "numbers of runs): each pair's interval counts its own cells.")
     return Comparison(obj, level, sys_frame, pair_frame, crit, n_boot, method, tuple(notes), tuple(sentences),
-                      {"unmeasured": unmeasured(vc, list(frame.columns)), "confounded": confounding})
+                      {"unmeasured": unmeasured(vc, list(frame.columns)), "confounded": confounding,
+                       "critical": {"value": critical.value, "error": critical.error, "method": critical.method,
+                                    "points": critical.points, "df": df_joint}})
 
 
 def confounded_pairs(frame: pd.DataFrame, obj: str, systems: list[str],

@@ -48,6 +48,11 @@ def _interval(low, high, fmt: str = ".4g", comparable: bool = True) -> str:
     return f"[{format(low, fmt)}, {format(high, fmt)}]"
 
 
+def _critical_said(c) -> str:
+    crit = c.extra.get("critical")
+    return f" +- {crit['error']:.2g} by {escape(crit['method'])}" if crit else ""
+
+
 def _table(headers: list[str], rows: list[list]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
@@ -96,7 +101,7 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
             + f"<img alt='rank sets' src='data:image/png;base64,{figs['rank_sets']}'>"
             + "<ul>" + "".join(f"<li>{escape(t)}</li>" for t in c.sentences) + "</ul>"
             + f"<h3>Every pair</h3><p class='muted'>Simultaneous intervals hold for all {len(c.pairs)} pairs at once "
-            f"(critical value {_num(c.critical_simultaneous, '.3g')}); p-values Holm-adjusted.</p>"
+            f"(critical value {_num(c.critical_simultaneous, '.4g')}{_critical_said(c)}); p-values Holm-adjusted.</p>"
             + _table(["a", "b", "diff", "SE", f"{pct} CI", "simultaneous", "p (Holm)", "naive", "separable"], pairs)
             + f"<img alt='pair matrix' src='data:image/png;base64,{figs['pair_matrix']}'>"
             + "".join(f"<p class='muted'>{escape(n)}</p>" for n in c.notes))
