@@ -1015,6 +1015,10 @@ def _refuse_unusable(vc) -> None:
                              "the model (--max-order 2, or --terms), or check the scores.")
 
 
+#: boards larger than this show their adjacent pairs in the terminal (every pair is in --json and the report)
+ADJACENT_ONLY_ABOVE = 10
+
+
 def print_comparison(result, console: Console, limit: int = 40) -> None:
     """The leaderboard with rank sets, the pair table, and one sentence per adjacent pair."""
     obj, pct = result.object, f"{100 * result.level:g}%"
@@ -1038,15 +1042,22 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
                     f"once, critical value {result.critical_simultaneous:.4g}{_critical_error(result)})")
     for col in ("a", "b", "diff", "SE", "df", "interval", "simultaneous", "p (Holm)", "naive", "separable"):
         p.add_column(col, justify="left" if col in ("a", "b") else "right")
-    for r in result.pairs.head(limit).to_dict(orient="records"):
+    shown = result.pairs
+    if len(result.systems) > ADJACENT_ONLY_ABOVE and "adjacent" in shown:  # a large board: neighbours first
+        shown = shown[shown["adjacent"].fillna(False).astype(bool)]
+        p.title = (f"Adjacent pairs (neighbours in the ranking; difference a - b; simultaneous intervals hold for all "
+                   f"{len(result.pairs):,} pairs at once, critical value {result.critical_simultaneous:.4g}"
+                   f"{_critical_error(result)})")
+    for r in shown.head(limit).to_dict(orient="records"):
         p.add_row(Text(str(r["a"])), Text(str(r["b"])), f"{r['diff']:.4g}", f"{r['se']:.3g}", _num(r["df"], ".1f"),
                   _interval(r["low"], r["high"], ".3g", r.get("comparable", True)),
                   _interval(r["low_simultaneous"], r["high_simultaneous"], ".3g", r.get("comparable", True)),
                   _num(r["p_holm"], ".3g"), f"[{_num(r['naive_low'], '.3g')}, {_num(r['naive_high'], '.3g')}]",
                   "yes" if r["separable"] else "no")
     console.print(p)
-    if len(result.pairs) > limit:
-        console.print(f"(the first {limit} of {len(result.pairs)} pairs shown; all of them in --json)")
+    if len(shown) < len(result.pairs):
+        console.print(f"({min(limit, len(shown))} of {len(result.pairs):,} pairs shown; all of them in --json and the "
+                      "report)")
     for text in result.sentences:
         console.print(Text(text))
     for note in result.notes:

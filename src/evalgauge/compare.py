@@ -45,6 +45,9 @@ from .results import Result, json_safe
 
 #: power at which an adjacent pair's separating design is sized
 POWER = 0.8
+#: A separating count more than this many times the present one is no plan ("2,248,702 more items"): the pair
+#: is reported as not separable by that facet alone at this panel
+PRACTICAL_FACTOR = 100
 #: Below one Satterthwaite degree of freedom an interval is not a result: the t quantile grows without bound
 #: (t_0.975 is 12.7 at 1 df and 160 at 0.5), so its width reflects the df approximation, not the data.
 MIN_DF = 1.0
@@ -683,9 +686,10 @@ def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], o
                     continue
                 req = dstudy.needed(vc, facet, target, quantity="sigma2_delta")
                 row[col] = req.count if req.reachable else None
-                if req.reachable and req.count > vc.levels[facet]:
+                practical = req.reachable and req.count <= PRACTICAL_FACTOR * vc.levels[facet]
+                if practical and req.count > vc.levels[facet]:
                     what.append(f"{req.count - vc.levels[facet]:,} more {facet}s")
-                elif not req.reachable:
+                elif not practical:  # unreachable, or millions of items: no number of them, in practice
                     blocked.append(facet)
         if "comparable" in r and not bool(r["comparable"]):
             sentences.append(f"{a} over {b} by {diff:.4g}: not comparable (their difference includes another "
@@ -703,9 +707,11 @@ def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], o
                 text += (f" (no item count would with {n_j} {judge}{'' if n_j == 1 else 's'}: the "
                          f"{'single-' if n_j == 1 else ''}{judge} ceiling)")
         elif not sep and blocked:
-            text += (f"; unreachable at {POWER:.0%} power by adding {' or '.join(f + 's' for f in blocked)} "
-                     "alone: it takes both (see evalgauge plan)" if len(blocked) > 1 else
-                     f"; unreachable at {POWER:.0%} power by adding {blocked[0]}s alone")
+            text += (f"; no number of {' or '.join(f + 's' for f in blocked)} alone separates them at {POWER:.0%} "
+                     f"power at this panel (within {PRACTICAL_FACTOR} times the present count): it takes both "
+                     "(see evalgauge plan)" if len(blocked) > 1 else
+                     f"; no number of {blocked[0]}s alone separates them at {POWER:.0%} power at this panel "
+                     f"(within {PRACTICAL_FACTOR} times the present count)")
         sentences.append(text + ".")
         rows.append(row)
     return sentences, pd.DataFrame(rows, columns=["a", "b", "adjacent", "p_inversion", "items_needed",

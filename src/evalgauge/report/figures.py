@@ -176,7 +176,12 @@ def rank_sets(a: Analysis) -> str:
         ax.hlines([k - 0.12 for k in y], sysf["rank_low_simultaneous"], sysf["rank_high_simultaneous"],
                   color="#9ab", lw=3, label="simultaneous rank sets")
         ax.scatter(sysf["rank"], y, color="k", s=12, zorder=3, label="estimated rank")
-        ax.set_xticks(range(1, len(sysf) + 1))
+        if len(sysf) <= 20:
+            ax.set_xticks(range(1, len(sysf) + 1))
+        else:  # a tick per rank runs together on a large board: whole numbers, about a dozen of them
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True))
 
     return _per_system(a, draw, lambda sysf: list(sysf["object"]), "rank (1 = highest mean)",
                        "Rank confidence sets (Mogstad, Romano, Shaikh & Wilhelm 2024)")

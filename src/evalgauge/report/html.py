@@ -87,7 +87,7 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
               _interval(r["low"], r["high"], ".3g", r.get("comparable", True)),
               _interval(r["low_simultaneous"], r["high_simultaneous"], ".3g", r.get("comparable", True)),
               _num(r["p_holm"], ".3g"), f"[{_num(r['naive_low'], '.3g')}, {_num(r['naive_high'], '.3g')}]",
-              "yes" if r["separable"] else "no"] for r in c.pairs.head(200).to_dict(orient="records")]
+              "yes" if r["separable"] else "no"] for r in c.pairs.to_dict(orient="records")]
     warn = "".join(f"<div class='box warn'><b>Not comparable:</b> {escape(t)}</div>"
                    for t in c.extra.get("confounded", []))
     warn += "".join(f"<div class='box'><b>Not measured:</b> {escape(t)}</div>"
@@ -100,11 +100,26 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
             + f"<img alt='leaderboard' src='data:image/png;base64,{figs['forest']}'>"
             + f"<img alt='rank sets' src='data:image/png;base64,{figs['rank_sets']}'>"
             + "<ul>" + "".join(f"<li>{escape(t)}</li>" for t in c.sentences) + "</ul>"
-            + f"<h3>Every pair</h3><p class='muted'>Simultaneous intervals hold for all {len(c.pairs)} pairs at once "
+            + f"<h3>Every pair</h3><p class='muted'>Simultaneous intervals hold for all {len(c.pairs):,} pairs at once "
             f"(critical value {_num(c.critical_simultaneous, '.4g')}{_critical_said(c)}); p-values Holm-adjusted.</p>"
-            + _table(["a", "b", "diff", "SE", f"{pct} CI", "simultaneous", "p (Holm)", "naive", "separable"], pairs)
+            + _pair_table(pairs, pct, open_=len(c.pairs) <= OPEN_PAIRS)
             + f"<img alt='pair matrix' src='data:image/png;base64,{figs['pair_matrix']}'>"
             + "".join(f"<p class='muted'>{escape(n)}</p>" for n in c.notes))
+
+
+#: pair tables longer than this start folded (a 58-system board has 1,653 pairs), with a filter box
+OPEN_PAIRS = 45
+#: filters the pair table's rows by the text typed (a system's name): the report stays one self-contained file
+_FILTER = ("<input type='search' placeholder='filter pairs by system' oninput=\"var q=this.value.toLowerCase();"
+           "this.nextElementSibling.querySelectorAll('tbody tr').forEach(function(r){r.style.display="
+           "r.textContent.toLowerCase().indexOf(q)<0?'none':''})\">")
+
+
+def _pair_table(rows: list[list], pct: str, open_: bool) -> str:
+    """Every pair, in a fold that opens itself on small boards, with a filter box."""
+    table = _table(["a", "b", "diff", "SE", f"{pct} CI", "simultaneous", "p (Holm)", "naive", "separable"], rows)
+    return (f"<details{' open' if open_ else ''}><summary>all {len(rows):,} pairs</summary>{_FILTER}{table}"
+            "</details>")
 
 
 def _missing_html(missing: dict) -> str:

@@ -1,0 +1,50 @@
+"""A board at arena size (issue 25.10): the terminal shows the neighbours' pairs, the report folds the full
+pair table behind a filter, the rank-set axis stays legible, and no sentence asks for millions of items."""
+
+import re
+
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.simulate import simulate, sizing_preset
+
+
+def _board(tmp_path, systems=30):
+    spec = sizing_preset(systems=systems, items=60, judges=3, replicates=1)
+    path = tmp_path / "board.csv"
+    simulate(spec, seed=3).to_csv(path, index=False)
+    return path
+
+
+def test_the_terminal_shows_the_neighbours_and_says_where_the_rest_are(tmp_path):
+    path = _board(tmp_path)
+    res = CliRunner().invoke(main, ["compare", str(path), "--pair-gstudies", "none"])
+    assert res.exit_code == 0, res.output
+    assert "Adjacent pairs (neighbours in the ranking" in res.output and "all 435 pairs at once" in res.output
+    assert "(29 of 435 pairs shown; all of them in --json and the report)" in res.output
+
+
+def test_no_sentence_asks_for_an_impractical_number_of_items(tmp_path):
+    path = _board(tmp_path)
+    res = CliRunner().invoke(main, ["compare", str(path), "--pair-gstudies", "none", "--json", "-"])
+    payload = __import__("json").loads(res.output)
+    items = 60
+    for sentence in payload["sentences"]:
+        for count in re.findall(r"([\d,]+) more items", sentence):
+            assert int(count.replace(",", "")) + items <= 100 * items, sentence
+    assert any("no number of items or judges alone separates them" in s for s in payload["sentences"])
+
+
+def test_the_report_folds_a_long_pair_table_behind_a_filter(tmp_path):
+    path = _board(tmp_path)
+    report = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["analyze", str(path), "--report", str(report)])
+    assert res.exit_code == 0, res.output
+    html = report.read_text()
+    assert "<details><summary>all 435 pairs</summary><input type='search'" in html
+    assert html.count("<tr>") > 435  # every pair is in it (and the leaderboard's rows)
+    small = tmp_path / "small.csv"
+    spec = sizing_preset(systems=5, items=40, judges=3, replicates=1)
+    simulate(spec, seed=1).to_csv(small, index=False)
+    CliRunner().invoke(main, ["analyze", str(small), "--report", str(tmp_path / "s.html")])
+    assert "<details open><summary>all 10 pairs</summary>" in (tmp_path / "s.html").read_text()
