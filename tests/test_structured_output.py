@@ -15,10 +15,9 @@ from click.testing import CliRunner
 
 from evalgauge.cli import main
 from evalgauge.collect.config import load_config
-from evalgauge.collect.runner import run
 from evalgauge.collect.tasks import count_tasks
 from evalgauge.errors import DataError
-from test_collector import KEY, Server, free_port, write_config
+from test_collector import KEY, collect, free_port, write_config
 
 
 @pytest.fixture
@@ -37,15 +36,6 @@ def _config(tmp_path, port, *, mode="likert", scoring="", provider="openai", rep
     return path
 
 
-def _collect(path, port, *faults):
-    server = Server(path, port, *faults)
-    try:
-        cfg = load_config(path)
-        return cfg, run(cfg)
-    finally:
-        server.stop()
-
-
 def _calls(cfg) -> pd.DataFrame:
     with sqlite3.connect(cfg.database) as db:
         return pd.read_sql_query("SELECT * FROM calls", db)
@@ -54,7 +44,7 @@ def _calls(cfg) -> pd.DataFrame:
 @pytest.mark.parametrize("faults,dialect", [((), "json_schema"), (("json_object_only=1",), "json_object")])
 def test_json_output_scores_every_call_in_the_endpoints_dialect(tmp_path, env_key, faults, dialect):
     port = free_port()
-    cfg, summary = _collect(_config(tmp_path, port, scoring='output = "json"'), port, *faults)
+    cfg, summary = collect(_config(tmp_path, port, scoring='output = "json"'), port, *faults)
     calls = _calls(cfg)
     assert summary.completed == count_tasks(cfg) and summary.failed == 0 and not summary.fatal
     assert calls["score"].notna().all() and set(calls["score"]) <= {1.0, 2.0, 3.0, 4.0, 5.0}
@@ -66,7 +56,7 @@ def test_json_output_scores_every_call_in_the_endpoints_dialect(tmp_path, env_ke
 
 def test_json_output_on_anthropic_is_a_forced_tool_call(tmp_path, env_key):
     port = free_port()
-    cfg, summary = _collect(_config(tmp_path, port, scoring='output = "json"', provider="anthropic"), port)
+    cfg, summary = collect(_config(tmp_path, port, scoring='output = "json"', provider="anthropic"), port)
     calls = _calls(cfg)
     assert summary.completed == count_tasks(cfg) and calls["score"].notna().all()
     assert all(json.loads(c).keys() == {"score"} for c in calls["completion"])
@@ -74,7 +64,7 @@ def test_json_output_on_anthropic_is_a_forced_tool_call(tmp_path, env_key):
 
 def test_json_output_for_pairwise_reads_the_labels(tmp_path, env_key):
     port = free_port()
-    cfg, summary = _collect(_config(tmp_path, port, mode="pairwise", scoring='output = "json"', reps=1), port)
+    cfg, summary = collect(_config(tmp_path, port, mode="pairwise", scoring='output = "json"', reps=1), port)
     calls = _calls(cfg)
     assert summary.completed == count_tasks(cfg) and set(calls["score"]) <= {0.0, 1.0}
     assert {json.loads(c)["score"] for c in calls["completion"]} <= {"A", "B"}
@@ -82,7 +72,7 @@ def test_json_output_for_pairwise_reads_the_labels(tmp_path, env_key):
 
 def test_an_endpoint_without_structured_output_stops_the_judge_at_its_first_call(tmp_path, env_key):
     port = free_port()
-    cfg, summary = _collect(_config(tmp_path, port, scoring='output = "json"'), port, "no_structured=1")
+    cfg, summary = collect(_config(tmp_path, port, scoring='output = "json"'), port, "no_structured=1")
     assert summary.completed == 0 and set(summary.fatal) == {"j0", "j1"}
     message = summary.fatal["j0"]
     assert "structured output" in message and 'output = "text"' in message and KEY not in message
@@ -91,7 +81,7 @@ def test_an_endpoint_without_structured_output_stops_the_judge_at_its_first_call
 
 def test_logprobs_give_the_probability_weighted_score_of_every_call(tmp_path, env_key):
     port = free_port()
-    cfg, summary = _collect(_config(tmp_path, port, scoring='output = "logprobs"'), port)
+    cfg, summary = collect(_config(tmp_path, port, scoring='output = "logprobs"'), port)
     calls = _calls(cfg)
     assert summary.completed == count_tasks(cfg) and calls["score"].notna().all()
     assert (calls["score"] != calls["score"].round()).mean() > 0.9  # a mean of the distribution, not the verdict
@@ -114,13 +104,13 @@ def test_logprobs_give_the_probability_weighted_score_of_every_call(tmp_path, en
 
 def test_an_endpoint_without_logprobs_stops_the_judge(tmp_path, env_key):
     port = free_port()
-    _, summary = _collect(_config(tmp_path, port, scoring='output = "logprobs"'), port, "no_logprobs=1")
+    _, summary = collect(_config(tmp_path, port, scoring='output = "logprobs"'), port, "no_logprobs=1")
     assert summary.completed == 0 and "without log-probabilities" in summary.fatal["j0"]
 
 
 def test_truncated_replies_are_stored_counted_and_named(tmp_path, env_key):
     port = free_port()
-    cfg, summary = _collect(_config(tmp_path, port, scoring='protocol = "score-line"'), port, "truncate=0.3")
+    cfg, summary = collect(_config(tmp_path, port, scoring='protocol = "score-line"'), port, "truncate=0.3")
     calls = _calls(cfg)
     cut = calls["finish_reason"] == "length"
     assert 0 < cut.sum() == summary.truncated and calls.loc[cut, "score"].isna().all()
@@ -136,7 +126,7 @@ def test_a_reasoning_block_is_never_read_for_the_verdict(tmp_path, env_key):
             folder = tmp_path / f"{k}{j}"
             folder.mkdir()
             port = free_port()
-            cfg, _ = _collect(_config(folder, port, scoring=protocol, reps=1), port, *faults)
+            cfg, _ = collect(_config(folder, port, scoring=protocol, reps=1), port, *faults)
             calls = _calls(cfg).sort_values("key")
             scores.append(calls["score"].to_numpy())
             if faults:
@@ -147,7 +137,7 @@ def test_a_reasoning_block_is_never_read_for_the_verdict(tmp_path, env_key):
 
 def test_reask_turns_an_unreadable_verdict_into_a_scored_call_inside_the_budget(tmp_path, env_key):
     port = free_port()
-    cfg, summary = _collect(_config(tmp_path, port, scoring='protocol = "score-line"\nreask = 2'), port,
+    cfg, summary = collect(_config(tmp_path, port, scoring='protocol = "score-line"\nreask = 2'), port,
                             "garbage=0.3")
     calls = _calls(cfg)
     asked = calls["reasks"] > 0
@@ -164,7 +154,7 @@ def test_reask_stops_at_the_budget(tmp_path, env_key):
     port = free_port()
     path = _config(tmp_path, port, scoring='protocol = "score-line"\nreask = 3', reps=1, judges=1, items=2)
     path.write_text(path.read_text().replace("max_retries = 8", "max_retries = 8\nbudget_usd = 0.0006"))
-    cfg, summary = _collect(path, port, "garbage=1")
+    cfg, summary = collect(path, port, "garbage=1")
     calls = _calls(cfg)
     assert summary.cost_usd <= cfg.budget_usd
     assert calls["parse_error"].str.contains("no re-ask: the budget leaves no room").any()

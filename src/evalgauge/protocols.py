@@ -155,16 +155,23 @@ def parse(text: str | None, protocol: str = "score-line", *, scale_min: float | 
     return _in_scale(value, "pattern", scale_min, scale_max)
 
 
-def _json_score(text: str, scale_min, scale_max) -> Verdict:
+def _score_field(text: str) -> tuple[object, Verdict | None]:
+    """The ``score`` of a JSON object (alone, or in a fenced block), or the Verdict saying why there is none."""
     body = text.strip()
     fenced = _FENCE.search(body)
     try:
         obj = json.loads(fenced.group(1) if fenced else body)
     except (ValueError, RecursionError):
-        return Verdict(None, "not a JSON object")
+        return None, Verdict(None, "not a JSON object")
     if not isinstance(obj, dict) or "score" not in obj:
-        return Verdict(None, "no 'score' field")
-    value = obj["score"]
+        return None, Verdict(None, "no 'score' field")
+    return obj["score"], None
+
+
+def _json_score(text: str, scale_min, scale_max) -> Verdict:
+    value, none = _score_field(text)
+    if none is not None:
+        return none
     if isinstance(value, bool) or not isinstance(value, int | float):
         return Verdict(None, f"'score' is {value!r}, not a number")
     return _in_scale(float(value), '{"score": N}', scale_min, scale_max)
@@ -212,15 +219,9 @@ def read_structured(text: str | None, mode: str, *, scale_min: int = 1, scale_ma
     token (Liu et al. 2023, eq. 1), and the distribution is kept (:func:`scale_distribution`)."""
     if text is None or not text.strip():
         return Verdict(None, "empty completion")
-    body = strip_reasoning(text).strip()
-    fenced = _FENCE.search(body)
-    try:
-        obj = json.loads(fenced.group(1) if fenced else body)
-    except (ValueError, RecursionError):
-        return Verdict(None, "not a JSON object")
-    if not isinstance(obj, dict) or "score" not in obj:
-        return Verdict(None, "no 'score' field")
-    raw = obj["score"]
+    raw, none = _score_field(strip_reasoning(text))
+    if none is not None:
+        return none
     rule = '{"score": N}'
     if mode in _LABELS or mode == "choice":
         labels = _LABELS.get(mode) or {c: float(i) for i, c in enumerate(choices)}
