@@ -187,3 +187,12 @@ def test_logprobs_on_anthropic_are_refused_before_any_call(tmp_path, env_key):
     path = _config(tmp_path, 9, scoring='output = "logprobs"', provider="anthropic")
     with pytest.raises(DataError, match="returns no log-probabilities"):
         load_config(path)
+
+
+def test_a_reasks_worst_case_counts_every_earlier_message():
+    from evalgauge.collect.runner import MESSAGE_OVERHEAD_TOKENS, worst_case_input_tokens
+
+    base = worst_case_input_tokens("Rate: q / a", "Be strict.")
+    turn = ("I am unable to assess this.", "Your verdict could not be read.")
+    with_turn = worst_case_input_tokens("Rate: q / a", "Be strict.", (turn,))
+    assert with_turn == base + len(turn[0]) + len(turn[1]) + 2 * MESSAGE_OVERHEAD_TOKENS

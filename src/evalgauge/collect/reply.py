@@ -74,7 +74,7 @@ def _identifier(value: str | None, secrets: list[str]) -> str | None:
 
 
 def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | None,
-        secrets: list[str]) -> Vetted:
+        secrets: list[str], history: tuple = ()) -> Vetted:
     """The completion made safe (see the module's docstring); ProviderError when its text is too long."""
     from .runner import worst_case_input_tokens
 
@@ -94,9 +94,10 @@ def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | 
         if text != safe_text:
             flags.append("key-shaped text redacted")
     model, rid = _identifier(completion.model, secrets), _identifier(completion.response_id, secrets)
-    in_bound = worst_case_input_tokens(prompt, system_prompt)
-    in_floor = (len(prompt.encode("utf-8", "surrogatepass")) + len((system_prompt or "").encode("utf-8"))) \
-        // PROMPT_BYTES_PER_TOKEN_MAX
+    in_bound = worst_case_input_tokens(prompt, system_prompt, history)
+    sent = len(prompt.encode("utf-8", "surrogatepass")) + sum(len((a + f).encode("utf-8", "surrogatepass"))
+                                                              for a, f in history)
+    in_floor = (sent + len((system_prompt or "").encode("utf-8"))) // PROMPT_BYTES_PER_TOKEN_MAX
     out_floor = len((text or "").encode("utf-8")) // MAX_BYTES_PER_TOKEN
     tokens_in, tokens_out = completion.input_tokens, completion.output_tokens
     if not in_floor <= tokens_in <= in_bound or not out_floor <= tokens_out <= judge.max_tokens \

@@ -96,7 +96,7 @@ class RunSummary:
 MESSAGE_OVERHEAD_TOKENS = 32
 
 
-def worst_case_input_tokens(prompt: str, system_prompt: str | None = None) -> int:
+def worst_case_input_tokens(prompt: str, system_prompt: str | None = None, history: tuple = ()) -> int:
     """An input-token count no tokenizer the providers use can exceed, without a tokenizer.
 
     Byte-level BPE (OpenAI, Anthropic, Llama 3, Qwen) and SentencePiece with byte fallback emit at
@@ -106,14 +106,16 @@ def worst_case_input_tokens(prompt: str, system_prompt: str | None = None) -> in
     about 4x.
     """
     n = len(prompt.encode("utf-8")) + 2 * MESSAGE_OVERHEAD_TOKENS
+    for answer, follow_up in history:  # a re-ask's earlier turns: two more messages each
+        n += len(answer.encode("utf-8")) + len(follow_up.encode("utf-8")) + 2 * MESSAGE_OVERHEAD_TOKENS
     if system_prompt:
         n += len(system_prompt.encode("utf-8")) + MESSAGE_OVERHEAD_TOKENS
     return n
 
 
-def worst_case_cost(judge: Judge, prompt: str, system_prompt: str | None = None) -> float:
-    """The most a call can cost: the worst-case input and every one of ``max_tokens`` out."""
-    return judge.price(worst_case_input_tokens(prompt, system_prompt), judge.max_tokens)
+def worst_case_cost(judge: Judge, prompt: str, system_prompt: str | None = None, history: tuple = ()) -> float:
+    """The most a call can cost: the worst-case input (with a re-ask's earlier turns) and all ``max_tokens`` out."""
+    return judge.price(worst_case_input_tokens(prompt, system_prompt, history), judge.max_tokens)
 
 
 class JudgeGate:
@@ -415,7 +417,7 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
         try:
             completion = await (provider.complete(prompt, system_prompt, temperature, history=history, output=output)
                                 if history or output else provider.complete(prompt, system_prompt, temperature))
-            vetted = vet(completion, judge, _sent_text(prompt, history), system_prompt, secrets)
+            vetted = vet(completion, judge, prompt, system_prompt, secrets, history)
         except ProviderError as exc:
             last_error = redact(str(exc), secrets)
             connection_only = connection_only and exc.connection
@@ -444,11 +446,6 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
     if connection_only and last_error:
         last_error += f" after {attempts} attempt(s); is the server running and the base_url right?"
     return Attempt(None, attempts=attempts, error=last_error or "failed", fatal=connection_only and bool(last_error))
-
-
-def _sent_text(prompt: str, history: tuple) -> str:
-    """Everything a call sends as messages, for bounding its input tokens: the prompt and earlier turns."""
-    return prompt + "".join(a + f for a, f in history)
 
 
 def output_spec(cfg: RunConfig) -> Output | None:
@@ -516,7 +513,7 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
             break
         follow_up = reask_text(cfg, task.variant.id, verdict.reason or "no verdict")
         next_history = (*history, (completion.text or "", follow_up))
-        worst = worst_case_cost(judge, _sent_text(task.prompt, next_history), cfg.system_prompt)
+        worst = worst_case_cost(judge, task.prompt, cfg.system_prompt, next_history)
         if more is None or not more(worst):
             error += "; no re-ask: the budget leaves no room"
             break
