@@ -158,8 +158,9 @@ class _HTTPProvider:
 
     Each protocol is a few fixed JSON fields, so requests and answers are built and read directly:
     the official SDKs' request transformation and response models cost about 2 ms of CPU a call,
-    more than the rest of the collector together (issue 16). The answer is untrusted: a missing or
-    malformed field is an empty completion (recorded and flagged), never an exception.
+    more than the rest of the collector together. The answer is untrusted: a null content is an empty
+    completion; a body that is not the protocol's answer is a retryable, billed ProviderError
+    (:func:`malformed`), never an exception of another kind and never a stored answer.
     """
 
     def __init__(self, judge: Judge, timeout: float, url: str, headers: dict[str, str]):

@@ -184,7 +184,7 @@ class RemlProblem:
         most levels per block (e.g. system x item, 100 of them in each item's block of 106 effects) can be
         eliminated first with sparse products: the blocks shrink to the other local terms (6 there) and
         the dense coupling of the blocks to the global effects shrinks with them, from 106 x 606 to 6 x 606
-        numbers per item; that coupling is what made large unbalanced fits slow (issue 13). Only when
+        numbers per item; that coupling is what makes large unbalanced fits slow. Only when
         another local term remains, so that the blocks keep their structure."""
         if len(self.local) < 2 or self.grouping is None:
             return None
