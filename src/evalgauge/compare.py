@@ -40,7 +40,7 @@ from . import dstudy, vocabulary
 from .components import VarianceComponents
 from .errors import DesignError
 from .inference import bounded_interval, satterthwaite_df, score_bounds
-from .mvt import simultaneous_critical
+from .mvt import covariance_root, error_draws, simultaneous_critical
 from .results import Result, json_safe
 
 #: power at which an adjacent pair's separating design is sized
@@ -160,14 +160,7 @@ def adjusted_estimates(frame: pd.DataFrame, design, obj: str, systems: list[str]
 
 def _draws(cov: np.ndarray, df: float, n_boot: int, rng: np.random.Generator) -> np.ndarray:
     """Draws of the estimation error of the system means: N(0, cov), scaled to a multivariate t with ``df``."""
-    vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
-    root = vecs * np.sqrt(np.clip(vals, 0.0, None))
-    z = rng.standard_normal((n_boot, cov.shape[0])) @ root.T
-    if math.isfinite(df) and df > 0:
-        # with df far below 1 a chi-square draw can be exactly 0: keep it positive, so the draw is huge
-        # (no information) rather than infinite, and differences of draws are not inf - inf = NaN
-        z *= np.sqrt(df / np.maximum(rng.chisquare(df, size=(n_boot, 1)), 1e-300))
-    return z
+    return error_draws(covariance_root(cov), df, n_boot, rng)
 
 
 def _max_t_quantile(z: np.ndarray, pairs: np.ndarray, se: np.ndarray, level: float) -> float:
@@ -210,12 +203,12 @@ def _decided(means: np.ndarray, sd: np.ndarray, z: np.ndarray, family: np.ndarra
     statistic over the pairs not yet decided. A decided pair leaves the family while its reverse (k, j) stays
     in it, and q is taken again until a round decides nothing more."""
     rows, cols = np.nonzero(family)
-    stats = _Family(z, sd, rows, cols)
+    statistics = _Family(z, sd, rows, cols)
     diff = means[rows] - means[cols]
     decided = np.zeros(rows.size, dtype=bool)
     while not decided.all():
         open_ = np.flatnonzero(~decided)
-        q = float(np.quantile(stats.max_over(open_), level))
+        q = float(np.quantile(statistics.max_over(open_), level))
         new = diff[open_] - sd[rows[open_], cols[open_]] * q > 0
         if not new.any():
             break
@@ -229,7 +222,7 @@ def rank_sets(means: np.ndarray, cov: np.ndarray, z: np.ndarray, level: float,
               simultaneous: bool, undecidable: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Confidence sets for the ranks (1 = the highest mean), Mogstad, Romano, Shaikh & Wilhelm (2024), eq. (12)
     and Algorithm 3.1: rank set of j = [1 + #{k: theta_k > theta_j decided}, p - #{k: theta_j > theta_k
-    decided}], the pairs decided by stepdown lower bounds over one-sided hypotheses (:func:`_lower_bounds`).
+    decided}], the pairs decided by stepdown lower bounds over one-sided hypotheses (:func:`_decided`).
 
     ``simultaneous``: one family of every ordered pair, so the sets cover all ranks at once (their Theorem
     3.3); otherwise, for each j, the family of the 2(p - 1) ordered pairs that involve j (its rank alone).
@@ -614,14 +607,14 @@ def _not_estimable(vc: VarianceComponents, coef: np.ndarray, what: str, df: floa
     part = coef * sigma2
     total = float(part.sum())
     order = np.argsort(-part)
-    carriers = [vc.components[k] for k in order[:3] if total > 0 and part[k] > 0.05 * total and
-                vc.components[k].kind != "residual"]
+    top = [k for k in order[:3] if total > 0 and part[k] > 0.05 * total and vc.components[k].kind != "residual"]
+    carriers = [vc.components[k] for k in top]
     if not carriers:
         return (f"{what}: not estimable at this design ({df:.2g} Satterthwaite df): its error is too poorly "
                 "estimated; more replicates or more levels of every facet would help.")
-    said = ", ".join(f"{c.name} ({100 * part[vc.components.index(c)] / total:.0f}%, over "
-                     + " x ".join(f"{vc.levels.get(f, '?')} {f}" for f in c.facets if f != obj) + ")"
-                     for c in carriers)
+    said = ", ".join(f"{vc.components[k].name} ({100 * part[k] / total:.0f}%, over "
+                     + " x ".join(f"{vc.levels.get(f, '?')} {f}" for f in vc.components[k].facets if f != obj)
+                     + ")" for k in top)
     facets = [f for c in carriers for f in c.facets if f != obj and f in vc.levels and f not in vc.fixed]
     scarce = min(facets, key=lambda f: vc.levels[f]) if facets else None
     change = (f"more {scarce} levels than {vc.levels[scarce]} (each adds degrees of freedom to "

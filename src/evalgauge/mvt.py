@@ -216,6 +216,23 @@ MC_BUDGET = 3e8
 MC_MAX_DRAWS = 10_000_000
 
 
+def covariance_root(cov: np.ndarray) -> np.ndarray:
+    """R with R R' = cov (symmetric eigen-root; a singular or slightly indefinite cov is clipped at zero)."""
+    vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
+    return vecs * np.sqrt(np.clip(vals, 0.0, None))
+
+
+def error_draws(root: np.ndarray, df: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n draws of N(0, R R') in the precision of ``root``, scaled to a multivariate t on ``df`` (inf: normal).
+
+    With df far below 1 a chi-square draw can be exactly 0: it is kept positive, so the draw is huge (no
+    information) rather than infinite, and differences of draws are never inf - inf = NaN."""
+    z = rng.standard_normal((n, root.shape[0]), dtype=root.dtype) @ root.T
+    if math.isfinite(df) and df > 0:
+        z *= np.sqrt(df / np.maximum(rng.chisquare(df, size=(n, 1)), 1e-300)).astype(root.dtype)
+    return z
+
+
 def pair_correlation(cov: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The correlation of the differences x_a - x_b of ``pairs`` of means with covariance ``cov``, and their SEs."""
     a, b = pairs[:, 0], pairs[:, 1]
@@ -255,13 +272,11 @@ def max_t_monte_carlo(cov: np.ndarray, pairs: np.ndarray, df: float, level: floa
     or ``budget`` draws x pairs are spent. The standard error is the order statistic's: the spread of the
     sorted maxima over +- sqrt(n level (1 - level)) ranks around the quantile's."""
     rng = np.random.default_rng(seed)
-    vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
-    root = vecs * np.sqrt(np.clip(vals, 0.0, None))
+    root = covariance_root(cov).astype(np.float32)
     _, se = pair_correlation(cov, pairs)
     # the pairs grouped by their first member: each group is one contiguous slice op per draw block
     by_first = [(int(first), pairs[pairs[:, 0] == first, 1], (1.0 / se[pairs[:, 0] == first]).astype(np.float32))
                 for first in np.unique(pairs[:, 0])]
-    root32 = root.T.astype(np.float32)
     batch = int(max(2_000, min(200_000, 2e7 // len(pairs))))
     cap = int(max(batch, min(MC_MAX_DRAWS, budget // len(pairs))))
 
@@ -270,10 +285,7 @@ def max_t_monte_carlo(cov: np.ndarray, pairs: np.ndarray, df: float, level: floa
         for start in range(0, count, batch):
             m = min(batch, count - start)
             # single precision: the maxima need 4 significant digits, and it halves the memory traffic
-            z = rng.standard_normal((m, cov.shape[0]), dtype=np.float32) @ root32
-            if math.isfinite(df):
-                z *= np.sqrt(df / np.maximum(rng.chisquare(df, size=(m, 1)), 1e-300)).astype(np.float32)
-            out.append(_max_pair_statistic(z, by_first))
+            out.append(_max_pair_statistic(error_draws(root, df, m, rng), by_first))
         return np.concatenate(out).astype(np.float64)
 
     maxima = draw(min(cap, 50_000))

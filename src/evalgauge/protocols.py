@@ -304,5 +304,5 @@ def verdict_form(protocol: str | None, mode: str, scale_min: int, scale_max: int
         form = "the form the instructions give"
     else:
         form = _FORMS.get(protocol or "", _MODE_FORMS.get(mode, "the form the instructions give"))
-    scaled = mode in ("likert",) and protocol not in UNSCALED
+    scaled = mode == "likert" and protocol not in UNSCALED
     return f"{form}, N from {scale_min} to {scale_max}" if scaled and "N" in form else form
