@@ -9,8 +9,8 @@ and record
   * the mean marginal coverage of the pair intervals,
   * simultaneous rank sets covering every true rank, and the mean marginal rank-set coverage,
   * the same for the naive item-only intervals (item bootstrap) and naive rank sets (item-only covariance),
-with Monte Carlo standard errors. `python bench/study_compare.py --reps 300` prints the table the README
-quotes.
+with Monte Carlo standard errors. `python bench/study_compare.py --reps 400` prints the table the README
+quotes (`--scenario NAME` runs one).
 """
 
 from __future__ import annotations
@@ -97,12 +97,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--boot", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--scenario", choices=list(SCENARIOS), action="append",
+                    help="run only these scenarios (repeatable; default: all)")
     args = ap.parse_args()
     labels = {"fw": "simultaneous pair intervals, familywise", "marg": "marginal pair intervals",
               "rank_sim": "simultaneous rank sets, all ranks", "rank_marg": "marginal rank sets",
               "naive_fw": "naive (item-only) pair intervals, familywise", "naive_marg": "naive pair intervals",
               "naive_rank_sim": "naive simultaneous rank sets, all ranks"}
     for k, (name, cfg) in enumerate(SCENARIOS.items()):
+        if args.scenario and name not in args.scenario:
+            continue
         t0 = time.perf_counter()
         res = run(name, cfg, args.reps, args.seed + k, args.boot)
         print(f"{name} ({args.reps} replications, {time.perf_counter() - t0:.0f} s):")

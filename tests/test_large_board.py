@@ -9,8 +9,8 @@ from evalgauge.cli import main
 from evalgauge.simulate import simulate, sizing_preset
 
 
-def _board(tmp_path, systems=30):
-    spec = sizing_preset(systems=systems, items=60, judges=3, replicates=1)
+def _board(tmp_path, systems=30, items=60, judges=3):
+    spec = sizing_preset(systems=systems, items=items, judges=judges, replicates=1)
     path = tmp_path / "board.csv"
     simulate(spec, seed=3).to_csv(path, index=False)
     return path
@@ -48,3 +48,18 @@ def test_the_report_folds_a_long_pair_table_behind_a_filter(tmp_path):
     simulate(spec, seed=1).to_csv(small, index=False)
     CliRunner().invoke(main, ["analyze", str(small), "--report", str(tmp_path / "s.html")])
     assert "<details open><summary>all 10 pairs</summary>" in (tmp_path / "s.html").read_text()
+
+
+def test_a_board_with_dozens_of_groups_is_shown_by_rank_sets_not_letters(tmp_path):
+    path = _board(tmp_path, systems=62, items=200, judges=2)
+    report = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["analyze", str(path), "--report", str(report), "--json", str(tmp_path / "a.json")])
+    assert res.exit_code == 0, res.output
+    payload = __import__("json").loads((tmp_path / "a.json").read_text())
+    groups = [s["group"] for s in payload["comparison"]["systems"]]
+    assert max(map(len, groups)) > 6  # the letters are in the JSON ...
+    assert "overlapping groups are too many to letter" in res.output  # ... the terminal says why they are not shown
+    html = report.read_text()
+    assert "overlapping groups are too many to letter" in html
+    assert "alt='pair matrix'" not in html and "No pair matrix above 60 systems" in html
+    assert "<td class='nw'>[" in html  # an interval never breaks across lines

@@ -68,14 +68,15 @@ class Fit:
         return theta_interval(self.components, level=level)
 
     def compare(self, *, level: float = 0.95, n_boot: int = 2000, seed: int | None = 0,
-                assume: dict[str, float] | None = None):
-        """Which system is better: a :class:`evalgauge.compare.Comparison` (``systems``, ``pairs``)."""
+                assume: dict[str, float] | None = None, ddf: str = "satterthwaite"):
+        """Which system is better: a :class:`evalgauge.compare.Comparison` (``systems``, ``pairs``); ``ddf`` =
+        "satterthwaite" (lmerTest's) or "kenward-roger" (pbkrtest's)."""
         from .compare import compare, with_assumed
 
         vc = with_assumed(self.components, assume) if assume else self.components
         score = self.design.score if self.design is not None else "score"
         return compare(self.judgments.frame, vc, score=score, level=level, n_boot=n_boot, seed=seed,
-                       facets=list(self.design.names) if self.design else None, design=self.design)
+                       facets=list(self.design.names) if self.design else None, design=self.design, ddf=ddf)
 
     def report(self, path: str | Path, *, target_erho2: float = 0.8) -> Path:
         """The self-contained HTML report (written atomically)."""

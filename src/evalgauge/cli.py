@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -25,7 +26,7 @@ from . import __version__, vocabulary
 from .errors import EvalGaugeError
 from .outputs import atomic_write_text, atomic_write_with, check_new, check_outputs, dumps
 from .protocols import PROTOCOLS as PROTOCOL_NAMES
-from .vocabulary import METHODS
+from .vocabulary import DDF_METHODS, METHODS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -812,6 +813,9 @@ def _print_plan(out: dict, console: Console) -> None:
 @click.option("--assume", "assumed", multiple=True, metavar="TERM=VARIANCE",
               help="A stated value for a component the data cannot measure, e.g. --assume item:judge=0.01 for one "
                    "judge's run, or --assume system:judge=0.01 (every interval then counts it).")
+@click.option("--df", "ddf", type=click.Choice(DDF_METHODS), default="satterthwaite", show_default=True,
+              help="Degrees of freedom of the comparisons: Satterthwaite's (as lmerTest) or Kenward-Roger's (as "
+                   "pbkrtest; its adjusted covariance too; up to 4,000 judgments).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=str),
               help="Write one self-contained HTML report here.")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write everything as JSON ('-' for stdout only).")
@@ -819,7 +823,7 @@ def _print_plan(out: dict, console: Console) -> None:
 @user_errors
 @writes(("data",), report_path="--report", json_out="--json")
 def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
-            target_erho2, n_boot, level, seed, keep, by, glmm, assumed, report_path, json_out, **read) -> None:
+            target_erho2, n_boot, level, seed, keep, by, glmm, assumed, ddf, report_path, json_out, **read) -> None:
     """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change.
 
     \b
@@ -841,7 +845,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         return
     result = run_analysis(data, model, run=record, method=method, drop_missing=drop_missing or None,
                           target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed, progress=_fit_progress(),
-                          assumed=stated)
+                          assumed=stated, ddf=ddf)
     payload = result.to_dict()
     extra = []
     if by is None and model is not None and model.design is not None:  # different measures: each on its own too
@@ -943,12 +947,15 @@ def print_missing_answers(missing: dict, c) -> None:
               help="A stated value for a component the data cannot measure, e.g. --assume system:judge=0.01 "
                    "with one judge (from a pilot or the papers).")
 @click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2", help="Compare only these levels.")
+@click.option("--df", "ddf", type=click.Choice(DDF_METHODS), default="satterthwaite", show_default=True,
+              help="Degrees of freedom of the comparisons: Satterthwaite's (as lmerTest) or Kenward-Roger's (as "
+                   "pbkrtest; its adjusted covariance too; up to 4,000 judgments).")
 @click.option("--json", "json_out", metavar="PATH|-", help="Also write the comparison as JSON ('-' for stdout only).")
 @read_options
 @user_errors
 @writes(("data",), json_out="--json")
 def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, drop_missing, level,
-            n_boot, seed, pair_gstudies, assumed, keep, json_out, **read) -> None:
+            n_boot, seed, pair_gstudies, assumed, keep, ddf, json_out, **read) -> None:
     """Which system is better: a leaderboard with rank sets, every pair's difference with marginal and
     simultaneous intervals, Holm p-values, separable groups, and what would separate neighbours.
 
@@ -973,7 +980,7 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     if stated:
         vc = with_assumed(vc, stated)
     result = run_compare(judgments.frame, vc, score=design.score, level=level, n_boot=n_boot, seed=seed,
-                         pair_gstudies=pair_gstudies, facets=list(design.names), design=design)
+                         pair_gstudies=pair_gstudies, facets=list(design.names), design=design, ddf=ddf)
     payload = result.to_dict()
 
     def show(c):
@@ -1017,6 +1024,12 @@ def _refuse_unusable(vc) -> None:
 
 #: boards larger than this show their adjacent pairs in the terminal (every pair is in --json and the report)
 ADJACENT_ONLY_ABOVE = 10
+def _letter_column(groups: list[str]) -> tuple[list[str], str | None]:
+    """The group letters, or blanks and the reason when some system carries more letters than a reader can use."""
+    from .display import letters_note
+
+    why = letters_note(groups)
+    return (groups, None) if why is None else (["" for _ in groups], why)
 
 
 def print_comparison(result, console: Console, limit: int = 40) -> None:
@@ -1030,13 +1043,18 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
                     "the design cannot tell them apart)")
     for col in ("rank", obj, "mean", "SE", "interval", "naive", "rank set", "simultaneous", "group"):
         t.add_column(col, justify="left" if col in (obj, "group") else "right")
-    for r in result.systems.head(limit).to_dict(orient="records"):
+    shown = result.systems.head(limit).to_dict(orient="records")
+    letters, why = _letter_column([r["group"] for r in result.systems.to_dict(orient="records")])
+    for r, group in zip(shown, letters, strict=False):
         naive = f"[{_num(r['naive_low'], '.4g')}, {_num(r['naive_high'], '.4g')}]"
         t.add_row(str(r["rank"]), Text(str(r["object"])), f"{r['mean']:.4g}", f"{r['se']:.3g}",
                   _interval(r["low"], r["high"], ".4g"), naive, f"{r['rank_low']}-{r['rank_high']}",
-                  f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", r["group"])
+                  f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", group)
+    captions = [why] if why else []
     if len(result.systems) > limit:
-        t.caption = f"the first {limit} of {len(result.systems)} by rank; all of them in --json and the report"
+        captions.append(f"the first {limit} of {len(result.systems)} by rank; all of them in --json and the report")
+    if captions:
+        t.caption = "; ".join(captions)
     console.print(t)
     p = Table(title=f"Pairs (difference a - b; simultaneous intervals hold for all {len(result.pairs)} pairs at "
                     f"once, critical value {result.critical_simultaneous:.4g}{_critical_error(result)})")
@@ -1741,6 +1759,167 @@ def _interval(low: float | None, high: float | None, fmt: str, comparable: bool 
     if low is None or high is None or low != low or high != high:
         return "not estimable"
     return f"[{format(low, fmt)}, {format(high, fmt)}]"
+
+
+@main.command(name="audit")
+@click.argument("table", metavar="[TABLE]", required=False, type=click.Path(dir_okay=False, path_type=str))
+@click.option("--preset", type=click.Choice(vocabulary.AUDIT_PRESETS),
+              help="The sizing paper's published components of an item set (0-5 scale).")
+@click.option("--components", "components_json", type=click.Path(dir_okay=False, path_type=str),
+              help="Components JSON (from `evalgauge components --json` or `analyze --json`).")
+@click.option("--component", "given", multiple=True, metavar="NAME=VARIANCE",
+              help="Components given as values, e.g. --component system=0.04 --component system:judge=0.03 "
+                   "(repeatable; with --object, --items and --judges).")
+@click.option("--object", "object_", default="system", show_default=True,
+              help="Object of measurement of --component values.")
+@click.option("--items", type=click.IntRange(min=1), help="Items behind rows that do not say (default: the "
+              "components' own, a preset's native count).")
+@click.option("--judges", type=click.IntRange(min=1), help="Judges behind rows that do not say (default: 1 for a "
+              "preset, the components' own otherwise).")
+@click.option("--replicates", type=click.IntRange(min=1), help="Runs behind rows that do not say (default 1).")
+@click.option("--scale", metavar="LO-HI", help="The table's score scale, e.g. 1-10 (MT-Bench), converted to the "
+              "components' by the ranges (or columns scale_min, scale_max per row).")
+@click.option("--components-scale", metavar="LO-HI", help="The components' score scale (a preset's: 0-5).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_out", metavar="PATH|-", help="Also write the audit as JSON ('-' for stdout only).")
+@user_errors
+@writes(("table", "components_json"), json_out="--json")
+def audit_cmd(table, preset, components_json, given, object_, items, judges, replicates, scale, components_scale,
+              level, seed, json_out) -> None:
+    """Audit a published leaderboard or reported improvements against the noise at their design.
+
+    TABLE is a CSV: a leaderboard (columns system, score) or claims (columns claim, delta); optional columns
+    items, judges, replicates, scale_min, scale_max per row. For each claim and each adjacent pair: the minimum
+    detectable difference (MDD) at that design, whether the difference exceeds it, and P(order inverted); for a
+    board, its separable groups and rank sets. Without TABLE, --preset prints the preset, where its numbers come
+    from and the published figures it reproduces.
+
+    \b
+    Examples:
+      evalgauge audit --preset mt-bench
+      evalgauge audit claims.csv --preset mt-bench --scale 1-10
+      evalgauge audit leaderboard.csv --components components.json
+    """
+    from .audit import audit
+    from .published import preset as get_preset
+
+    sources = sum(bool(x) for x in (preset, components_json, given))
+    if sources != 1:
+        raise click.UsageError("give exactly one source of components: --preset, --components or --component.")
+    chosen = get_preset(preset) if preset else None
+    if table is None:
+        if chosen is None:
+            raise click.UsageError("give a TABLE to audit (or --preset NAME alone to see a preset).")
+        payload = _preset_payload(chosen)
+        _emit(payload, json_out, lambda c: _print_preset(payload, c))
+        return
+    if chosen is not None:
+        vc = chosen.components(items=items, judges=judges or 1, replicates=replicates or 1)
+        components_scale = components_scale or "{:g}-{:g}".format(*chosen.scale)
+        label = f"preset {chosen.name} ({chosen.title}; {chosen.source})"
+    else:
+        vc = _plan_components(components_json, given, object_)
+        vc = _fill_levels(vc, {k: [v] for k, v in (("item", items), ("judge", judges)) if v})
+        label = components_json or "--component values"
+    frame = _read_small_table(Path(table))
+    result = audit(vc, frame, items=items, judges=judges, replicates=replicates,
+                   scale=_scale_range(scale, "--scale"), components_scale=_scale_range(components_scale,
+                                                                                        "--components-scale"),
+                   level=level, seed=seed, source=table, components=label)
+    payload = result.to_dict()
+    _emit(payload, json_out, lambda c: _print_audit(payload, c))
+
+
+def _scale_range(text: str | None, option: str) -> tuple[float, float] | None:
+    if not text:
+        return None
+    lo, sep, hi = text.strip().rpartition("-") if text.count("-") > 1 else text.partition("-")
+    try:
+        out = (float(lo), float(hi))
+    except ValueError:
+        out = None
+    if not sep or out is None or not out[1] > out[0]:
+        raise click.BadParameter(f"'{text}' should read LO-HI with LO < HI, e.g. 1-10.", param_hint=option)
+    return out
+
+
+def _read_small_table(path: Path):
+    """A leaderboard or list of claims: CSV, TSV or JSONL (read as text; numbers are checked by the audit)."""
+    from .io.files import read_table
+
+    if not path.exists():
+        raise EvalGaugeError(f"{path}: no such file.")
+    suffix = path.suffix.lower().lstrip(".")
+    kind = {"tsv": "tsv", "jsonl": "jsonl", "parquet": "parquet"}.get(suffix, "csv")
+    return read_table(path, kind)
+
+
+def _preset_payload(chosen) -> dict:
+    from .published import mdd95
+
+    payload = chosen.to_dict()
+    payload["floors"] = {"mdd_30_items": mdd95(chosen.values, 30),
+                         "mdd_native_items": mdd95(chosen.values, chosen.native_items),
+                         "ceiling": chosen.values["system"] / (chosen.values["system"] + chosen.values["system:judge"])}
+    for check, row in zip(chosen.checks, payload["checks"], strict=True):
+        row["range_from_rounding"] = list(chosen.check_range(check))
+    return payload
+
+
+def _print_preset(payload: dict, console: Console) -> None:
+    console.print(f"{payload['title']}: components on a {payload['scale'][0]:g}-{payload['scale'][1]:g} scale, "
+                  f"from {payload['source']}")
+    table = Table(title="Relative-error components (sizing eq. 2)")
+    table.add_column("component")
+    table.add_column("sigma2", justify="right")
+    for name, value in payload["components"].items():
+        table.add_row(name, f"{value:.4g}")
+    console.print(table)
+    console.print("Derived from: " + "; ".join(f"{v['value']:g} ({v['where']})" for v in payload["inputs"].values()))
+    if payload["assumption"]:
+        console.print(f"Assumed: {payload['assumption']}")
+    for c in payload["checks"]:
+        lo, hi = c["range_from_rounding"]
+        console.print(f"Reproduces {c['what']}: {c['reproduced']:.4g} (printed {c['printed']:g}, {c['where']}; "
+                      f"{lo:.4g}-{hi:.4g} over the rounding of the inputs).")
+    f = payload["floors"]
+    console.print(f"MDD (95%, one judge, one run): {f['mdd_30_items']:.3g} at 30 items, {f['mdd_native_items']:.3g} "
+                  f"at the native {payload['native_items']:,}; single-judge ceiling E rho^2 {f['ceiling']:.3g}.")
+
+
+def _print_audit(payload: dict, console: Console) -> None:
+    console.print(f"Audit against {payload['components']} ({100 * payload['level']:g}%)")
+    for sentence in payload["sentences"]:
+        console.print(sentence)
+    if "claims" in payload:
+        table = Table()
+        for col in ("claim", "delta", "MDD", "exceeds", "P(inverted)", "design"):
+            table.add_column(col, justify="left" if col in ("claim", "design") else "right")
+        for r in payload["claims"]:
+            table.add_row(escape(str(r["claim"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
+                          "yes" if r["exceeds_mdd"] else "no", f"{100 * r['p_inverted']:.0f}%", r["design"])
+        console.print(table)
+        return
+    board = Table(title="Board (rank sets: simultaneous; groups share a letter when the design cannot tell them "
+                        "apart)")
+    for col in ("rank", "system", "score", "rank set", "group"):
+        board.add_column(col, justify="left" if col == "system" else "right")
+    letters, why = _letter_column([r["group"] for r in payload["board"]])
+    for r, group in zip(payload["board"], letters, strict=True):
+        board.add_row(str(r["rank"]), escape(str(r["system"])), f"{r['published']:.4g}",
+                      f"{r['rank_low']}-{r['rank_high']}", group)
+    board.caption = why
+    console.print(board)
+    pairs = Table(title="Adjacent pairs")
+    for col in ("a", "b", "delta", "MDD", "exceeds", "P(inverted)", "separable"):
+        pairs.add_column(col, justify="left" if col in ("a", "b") else "right")
+    for r in payload["pairs"]:
+        pairs.add_row(escape(str(r["a"])), escape(str(r["b"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
+                      "yes" if r["exceeds_mdd"] else "no", f"{100 * r['p_inverted']:.0f}%",
+                      "yes" if r["separable"] else "no")
+    console.print(pairs)
 
 
 if __name__ == "__main__":  # pragma: no cover

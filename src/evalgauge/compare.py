@@ -48,6 +48,7 @@ POWER = 0.8
 #: A separating count more than this many times the present one is no plan ("2,248,702 more items"): the pair
 #: is reported as not separable by that facet alone at this panel
 PRACTICAL_FACTOR = 100
+DDF_METHODS = vocabulary.DDF_METHODS
 #: Below one Satterthwaite degree of freedom an interval is not a result: the t quantile grows without bound
 #: (t_0.975 is 12.7 at 1 df and 160 at 0.5), so its width reflects the df approximation, not the data.
 MIN_DF = 1.0
@@ -125,33 +126,100 @@ def mean_covariance(frame: pd.DataFrame, vc: VarianceComponents, obj: str) -> tu
     return mats, [str(x) for x in systems], means, n_s
 
 
-def adjusted_estimates(frame: pd.DataFrame, design, obj: str, systems: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """GLS estimates of the systems adjusted for who scored them and on what, with their covariance.
+@dataclass(frozen=True)
+class GlsEstimates:
+    """The systems' estimated marginal means from the fit with the system as a fixed effect (emmeans' for lme4):
+    ``estimates`` = L beta-hat, ``cov`` = L C L' with C = (X'V^-1X)^-1, and what Satterthwaite's df of any
+    contrast w'L beta need (the variance parameters' covariance ``varpar_cov``, C's Jacobian ``jacobian``)."""
+
+    estimates: np.ndarray
+    cov: np.ndarray
+    rows: np.ndarray  # L: systems x fixed-effect columns
+    beta_cov: np.ndarray
+    varpar_cov: np.ndarray | None = None
+    jacobian: np.ndarray | None = None
+    kenward_roger: Any = None  # evalgauge.kenward_roger.KenwardRoger when its df were asked for
+
+    def df(self, weights: np.ndarray) -> np.ndarray:
+        """Satterthwaite's df of the contrasts ``weights @ estimates`` (one per row of ``weights``), as lmerTest
+        computes them (Kuznetsova et al. 2017, eq. 7): 2 (l C l')^2 / (g' A g), g_j = l J_j l', l = w L; or
+        Kenward-Roger's when the estimates were made with them."""
+        lrows = np.atleast_2d(weights) @ self.rows
+        if self.kenward_roger is not None:
+            return self.kenward_roger.df(lrows)
+        var = np.einsum("kp,pq,kq->k", lrows, self.beta_cov, lrows)
+        grad = np.einsum("kp,jpq,kq->kj", lrows, self.jacobian, lrows)
+        denom = np.einsum("kj,jl,kl->k", grad, self.varpar_cov, grad)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(denom > 0, 2.0 * var**2 / denom, math.inf)
+
+
+def adjusted_estimates(frame: pd.DataFrame, design, obj: str, systems: list[str],
+                       ddf: str = "satterthwaite") -> GlsEstimates:
+    """GLS estimates of the systems adjusted for who scored them and on what, as lme4 + emmeans give them.
 
     The model is refitted by REML with the object of measurement as a fixed effect (every other facet as
-    in ``design``; its interactions with the random facets stay random): the system effects are then
-    estimated by generalised least squares, beta = (X'V^-1X)^-1 X'V^-1 y, so a system scored only by a
-    lenient judge is not favoured, and their covariance is (X'V^-1X)^-1 (lme4's ``vcov``). Returns the
-    effects (centred to mean zero) and their covariance, in the order of ``systems``.
+    in ``design``; its interactions with the random facets stay random): beta-hat = (X'V^-1X)^-1 X'V^-1 y,
+    so a system scored only by a lenient judge is not favoured. Each system's estimate is its estimated
+    marginal mean (the intercept plus its effect, averaged with equal weights over the levels of any other
+    fixed facet, emmeans' reference grid).
     """
     from .design import Design, Facet
-    from .estimate import estimate_components
+    from .estimate.model import model_from_design
+    from .estimate.reml import fit_reml
 
     facets = tuple(Facet(f.name, "fixed" if f.name == obj else f.role, f.parent) for f in design.facets)
     fixed_design = Design(facets, score="__y", replicate=design.replicate, terms=design.terms,
                           max_order=design.max_order)
-    fit = estimate_components(frame, fixed_design, method="reml")
+    fixed = tuple(f.name for f in facets if f.role == "fixed")
+    model = model_from_design(fixed_design)
+    # started at theta = 1, not at the fit with the system random: from there, with terms near the boundary, the
+    # line search can stall short of the optimum (the real SummEval file)
+    fit = fit_reml(frame, model, fixed_facets=fixed, derivatives=ddf == "satterthwaite")
+    if not fit.reml.converged:
+        raise DesignError(f"the fit with the {obj} as a fixed effect did not converge ({fit.reml.message})")
     names = list(fit.reml["beta"])
     beta = np.array(list(fit.reml["beta"].values()))
-    bcov = np.asarray(fit.reml["beta_cov"])
-    lmat = np.zeros((len(systems), len(names)))
+    rows = _reference_grid_rows(frame, obj, systems, [f for f in fixed if f != obj], names)
+    if ddf == "kenward-roger":
+        kr = _kenward_roger(frame, model, fit, names, fixed)
+        return GlsEstimates(rows @ beta, rows @ kr.phi_adjusted @ rows.T, rows, kr.phi_adjusted, kenward_roger=kr)
+    bcov = np.asarray(fit.reml.beta_cov)
+    return GlsEstimates(rows @ beta, rows @ bcov @ rows.T, rows, bcov, np.asarray(fit.reml.varpar_cov),
+                        np.asarray(fit.reml.beta_cov_jacobian))
+
+
+def _kenward_roger(frame: pd.DataFrame, model, fit: VarianceComponents, names: list[str], fixed: tuple[str, ...]):
+    """Kenward-Roger's quantities at the REML fit, from the judgments' rows (dense, as pbkrtest)."""
+    from .kenward_roger import kenward_roger
+
+    levels = {c: frame[c].astype(str) for c in fixed}
+    parts = []
+    for name in names:
+        col = np.ones(len(frame))
+        if name != "(Intercept)":
+            for part in name.split(":"):
+                facet = next(c for c in fixed if part.startswith(c) and part[len(c):] in set(levels[c]))
+                col = col * (levels[facet] == part[len(facet):]).to_numpy()
+        parts.append(col)
+    x = np.column_stack(parts)
+    term_levels = [_term_levels(frame, tuple(t.columns)) for t in model.random]
+    sigma2 = np.array([c.variance for c in fit.components if c.kind == "random"] + [fit.sigma2("residual")])
+    return kenward_roger(x, term_levels, np.clip(sigma2, 0.0, None))
+
+
+def _reference_grid_rows(frame: pd.DataFrame, obj: str, systems: list[str], others: list[str],
+                         names: list[str]) -> np.ndarray:
+    """L (systems x columns): each system's row of the treatment-coded X averaged over the grid of the other
+    fixed facets' levels (emmeans' equal weights). A column named ``col1lev1:col2lev2`` is 1 at a grid point
+    that has every one of those levels."""
+    grids = list(itertools.product(*[sorted(frame[c].astype(str).unique()) for c in others])) or [()]
+    out = np.zeros((len(systems), len(names)))
     for k, s in enumerate(systems):
-        name = f"{obj}{s}"
-        if name in names:
-            lmat[k, names.index(name)] = 1.0  # the reference level has no dummy: its effect is 0
-    centre = np.eye(len(systems)) - 1.0 / len(systems)
-    lmat = centre @ lmat
-    return lmat @ beta, lmat @ bcov @ lmat.T
+        for point in grids:
+            present = {f"{obj}{s}", *(f"{c}{v}" for c, v in zip(others, point, strict=True))}
+            out[k] += [1.0 if n == "(Intercept)" or set(n.split(":")) <= present else 0.0 for n in names]
+    return out / len(grids)
 
 
 # ---------------------------------------------------------------------------
@@ -397,16 +465,19 @@ def pair_gstudy(frame: pd.DataFrame, obj: str, a: str, b: str, facets: list[str]
 
 def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score", level: float = 0.95,
             n_boot: int = 2000, seed: int | None = 0, pair_gstudies: str = "adjacent",
-            facets: list[str] | None = None, design=None) -> Comparison:
+            facets: list[str] | None = None, design=None, ddf: str = "satterthwaite") -> Comparison:
     """Compare every pair of objects (systems) of a fitted design. See the module docstring.
 
     ``frame`` holds the judgments (the object, facet columns and ``score``) the components ``vc`` were
     fitted on. When the systems were not all scored on the same cells (an incomplete design) and the
     ``design`` is given, each system's estimate is adjusted for who scored it and on what (GLS with the
-    system as a fixed effect, :func:`adjusted_estimates`); otherwise it is the raw mean, which then
-    coincides with the GLS estimate. ``n_boot`` draws set the simultaneous critical values and rank sets
+    system as a fixed effect, :func:`adjusted_estimates`: estimates, SEs and df as lme4 + emmeans + lmerTest give
+    them); on a complete balanced design it is the raw mean, which then equals the GLS estimate. ``n_boot``
+    draws set the simultaneous critical values and rank sets
     (from the joint law of the estimates) and the naive item bootstrap; ``pair_gstudies``: "adjacent"
-    (neighbours in the ranking), "all" or "none".
+    (neighbours in the ranking), "all" or "none". ``ddf``: "satterthwaite" (lmerTest's, the default) or
+    "kenward-roger" (pbkrtest's adjusted covariance and df; always through the GLS fit, up to
+    :data:`evalgauge.kenward_roger.MAX_ROWS` judgments).
     """
     obj = vc.object
     if not obj:
@@ -415,6 +486,10 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
         raise DesignError(f"level must lie between 0 and 1, not {level}.")
     if n_boot < 100:
         raise DesignError("n_boot must be at least 100 (it sets the simultaneous critical values).")
+    if ddf not in DDF_METHODS:
+        raise DesignError(f"ddf must be one of {', '.join(DDF_METHODS)}, not '{ddf}'.")
+    if ddf == "kenward-roger" and design is None:
+        raise DesignError("Kenward-Roger's df need the design (the refit with the system as a fixed effect).")
     frame = frame.assign(__y=pd.to_numeric(frame[score], errors="coerce")).dropna(subset=["__y"])
     rng = np.random.default_rng(seed)
     notes: list[str] = []
@@ -426,25 +501,27 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     cov = np.tensordot(sigma2, mats, axes=1)
     raw_means = means.copy()
     method = "raw means with their exact covariance under the fitted random-effects model"
-    adjusted = None
-    if design is not None and not _same_cells(frame, obj, [f for f in design.names if f != obj]):
+    gls = None
+    if design is not None and (ddf == "kenward-roger" or not _balanced(frame, obj,
+                                                                       [f for f in design.names if f != obj])):
         try:
-            adjusted = adjusted_estimates(frame, design, obj, systems)
-        except DesignError as exc:  # the adjusted refit is an improvement, not a requirement
+            gls = adjusted_estimates(frame, design, obj, systems, ddf=ddf)
+        except DesignError as exc:
+            if ddf == "kenward-roger":  # asked for by name: say why it cannot be had
+                raise
+            # the adjusted refit is an improvement, not a requirement
             notes.append(f"the estimates could not be adjusted for who scored each system ({exc}); raw means "
                          "are reported.")
-    if adjusted is not None:
-        effects, cov_adj = adjusted
-        means = float(np.mean(raw_means)) + effects
-        method = ("GLS estimates adjusted for who scored each system and on what (REML refit with the "
-                  "system as a fixed effect); their covariance (X'V^-1X)^-1")
-        notes.append("the systems were not all scored on the same items, judges and runs: each system's "
-                     "estimate is adjusted for who scored it and on what (GLS, the system as a fixed effect), "
-                     "'raw_mean' is the plain mean; degrees of freedom are Satterthwaite's for the raw means.")
-        cov_raw = cov
-        cov = cov_adj
-    else:
-        cov_raw = cov
+    cov_raw = cov
+    if gls is not None:
+        means, cov = gls.estimates, gls.cov
+        method = ("GLS estimates with the system as a fixed effect (REML), each system's estimated marginal mean "
+                  "as emmeans gives it; " + ("Kenward-Roger's adjusted covariance and df as pbkrtest computes them"
+                                             if ddf == "kenward-roger" else
+                                             "covariance L(X'V^-1X)^-1L', Satterthwaite df as lmerTest computes them"))
+        notes.append("the systems were not all scored on the same items, judges and runs, equally often: each "
+                     "system's estimate is adjusted for who scored it and on what (GLS, the system as a fixed "
+                     "effect); 'raw_mean' is the plain mean.")
     order = np.argsort(-means, kind="stable")
     rank_of = np.empty(len(systems), dtype=int)
     rank_of[order] = np.arange(1, len(systems) + 1)
@@ -456,7 +533,12 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     coef = mats[:, pa, pa] + mats[:, pb, pb] - 2 * mats[:, pa, pb]  # terms x pairs
     var = cov[pa, pa] + cov[pb, pb] - 2 * cov[pa, pb]
     se = np.sqrt(np.clip(var, 0.0, None))
-    df = np.array([satterthwaite_df(vc, coef[:, k]) for k in range(coef.shape[1])])
+    if gls is not None:
+        contrasts = np.zeros((len(pa), len(systems)))
+        contrasts[np.arange(len(pa)), pa], contrasts[np.arange(len(pa)), pb] = 1.0, -1.0
+        df = gls.df(contrasts)
+    else:
+        df = np.array([satterthwaite_df(vc, coef[:, k]) for k in range(coef.shape[1])])
     diff = means[pa] - means[pb]
     tq = np.where(np.isfinite(df), stats.t.ppf(0.5 + level / 2, np.where(np.isfinite(df), df, 1.0)),
                   stats.norm.ppf(0.5 + level / 2))
@@ -500,9 +582,13 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
         notes.append("no item facet: the naive item-bootstrap interval is not available.")
 
     # -- the leaderboard
-    sys_df = np.array([satterthwaite_df(vc, mats[:, k, k]) for k in range(len(systems))])
-    # a system's own error counts the shared terms too (its absolute error), from the raw-mean covariance
-    sys_se = np.sqrt(np.clip(np.diag(cov_raw), 0.0, None))
+    if gls is not None:  # emmeans' SE and df of each estimated marginal mean
+        sys_df = gls.df(np.eye(len(systems)))
+        sys_se = np.sqrt(np.clip(np.diag(gls.cov), 0.0, None))
+    else:
+        sys_df = np.array([satterthwaite_df(vc, mats[:, k, k]) for k in range(len(systems))])
+        # a system's own error counts the shared terms too (its absolute error), from the raw-mean covariance
+        sys_se = np.sqrt(np.clip(np.diag(cov_raw), 0.0, None))
     sq = np.where(np.isfinite(sys_df), stats.t.ppf(0.5 + level / 2, np.where(np.isfinite(sys_df), sys_df, 1.0)),
                   stats.norm.ppf(0.5 + level / 2))
     bounds = score_bounds(frame["__y"].to_numpy())
@@ -623,10 +709,6 @@ def _not_estimable(vc: VarianceComponents, coef: np.ndarray, what: str, df: floa
             f"on {said}. The cheapest change that makes it estimable: {change}.")
 
 
-#: the share of a system's cells that may be missing before its estimate is adjusted (GLS refit)
-ADJUST_ABOVE = 0.01
-
-
 def unmeasured(vc: VarianceComponents, columns) -> list[str]:
     """What the intervals leave out because the data cannot measure it: with one judge (or one prompt
     variant) its interaction with the systems is part of every system's score and invisible."""
@@ -644,16 +726,16 @@ def unmeasured(vc: VarianceComponents, columns) -> list[str]:
     return out
 
 
-def _same_cells(frame: pd.DataFrame, obj: str, facets: list[str]) -> bool:
-    """Whether the systems were scored on (nearly) the same cells: at most 1% of the system x items x judges
-    x ... cells empty. Scattered missing scores leave the raw means comparable; systems scored by
-    different judges or on different items (the AlpacaEval leaderboard's 71% empty system x judge cells)
-    do not, and get the adjusted estimates (a second REML fit, so not for a handful of missing scores)."""
+def _balanced(frame: pd.DataFrame, obj: str, facets: list[str]) -> bool:
+    """Whether every system was scored on the same cells equally often: then the raw means are the GLS estimates
+    exactly (the system is orthogonal to every other effect) and no refit is needed. Any empty cell or unequal
+    count (one missing score among thousands, or a judge that never scored a system) gets the GLS estimates."""
     facets = [f for f in facets if f in frame.columns]
     if not facets:
-        return True
+        return frame.groupby(obj, observed=True).size().nunique() == 1
     counts = frame.groupby([obj, *facets], observed=True).size().unstack(obj)
-    return bool(counts.isna().to_numpy().mean() <= ADJUST_ABOVE)
+    values = counts.to_numpy()
+    return bool(not np.isnan(values).any() and np.all(values == values.flat[0]))
 
 
 def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], obj: str,

@@ -82,6 +82,10 @@ class FitSummary(Result, Mapping):
     marginal_mean_se: float = math.nan
     #: (X'V^-1 X)^-1 at the fit, for contrasts of the fixed effects (kept out of the JSON)
     beta_cov: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: with ``derivatives``: the covariance of (theta_1..theta_K, sigma2) and the Jacobian of ``beta_cov`` in them
+    #: (:func:`evalgauge.estimate.reml.fixed_effect_derivatives`), for Satterthwaite df of fixed-effect contrasts
+    varpar_cov: np.ndarray | None = field(default=None, repr=False, compare=False)
+    beta_cov_jacobian: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         name = "deviance" if self.kind == "reml" else "laplace_deviance"

@@ -30,3 +30,17 @@ def plot_label(text: object, limit: int = PLOT_LABEL_LIMIT) -> str:
     """A label for a figure: shown, and cut to ``limit`` characters with an ellipsis."""
     value = shown(text)
     return value if len(value) <= limit else value[: limit - 1] + "\u2026"
+
+
+#: a compact letter display is read by eye up to a few letters per system; beyond, the rank sets say the same
+LEGIBLE_LETTERS = 6
+
+
+def letters_note(groups: list[str]) -> str | None:
+    """None when the group letters can be shown; else why they are left out (too many overlapping groups to read
+    by eye on a large board), for the terminal and the report alike."""
+    if not groups or max(len(g) for g in groups) <= LEGIBLE_LETTERS:
+        return None
+    count = len(set("".join(groups)))
+    return (f"{count} overlapping groups are too many to letter (the JSON has them); the rank sets say which systems "
+            "the design separates")

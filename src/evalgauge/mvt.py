@@ -233,11 +233,17 @@ def error_draws(root: np.ndarray, df: float, n: int, rng: np.random.Generator) -
     return z
 
 
-def pair_correlation(cov: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The correlation of the differences x_a - x_b of ``pairs`` of means with covariance ``cov``, and their SEs."""
+def pair_se(cov: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """The SEs of the differences x_a - x_b of ``pairs`` of means with covariance ``cov``."""
     a, b = pairs[:, 0], pairs[:, 1]
-    var = cov[a, a] + cov[b, b] - 2 * cov[a, b]
-    se = np.sqrt(np.maximum(var, 1e-300))
+    return np.sqrt(np.maximum(cov[a, a] + cov[b, b] - 2 * cov[a, b], 1e-300))
+
+
+def pair_correlation(cov: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The correlation of the differences x_a - x_b of ``pairs`` of means with covariance ``cov``, and their SEs
+    (pairs x pairs: for the lattice rule's few pairs only)."""
+    a, b = pairs[:, 0], pairs[:, 1]
+    se = pair_se(cov, pairs)
     cross = cov[a][:, a] - cov[a][:, b] - cov[b][:, a] + cov[b][:, b]
     return cross / np.outer(se, se), se
 
@@ -273,7 +279,7 @@ def max_t_monte_carlo(cov: np.ndarray, pairs: np.ndarray, df: float, level: floa
     sorted maxima over +- sqrt(n level (1 - level)) ranks around the quantile's."""
     rng = np.random.default_rng(seed)
     root = covariance_root(cov).astype(np.float32)
-    _, se = pair_correlation(cov, pairs)
+    se = pair_se(cov, pairs)
     # the pairs grouped by their first member: each group is one contiguous slice op per draw block
     by_first = [(int(first), pairs[pairs[:, 0] == first, 1], (1.0 / se[pairs[:, 0] == first]).astype(np.float32))
                 for first in np.unique(pairs[:, 0])]

@@ -51,7 +51,8 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
              fixed_facets: tuple[str, ...] = (), method_reason: str = "REML (requested)",
              facet_order: tuple[str, ...] | None = None, n_boot: int = 0, level: float = 0.95,
              seed: int | None = None, progress=None, max_memory: int | None = None,
-             max_seconds: float | None = None, start: dict[frozenset, float] | None = None):
+             max_seconds: float | None = None, start: dict[frozenset, float] | None = None,
+             derivatives: bool = False):
     """REML variance components of ``model`` on ``data`` (a judgments table or data frame).
 
     ``progress(size, evaluations, seconds)``, when given, is called once before fitting (evaluations 0)
@@ -60,7 +61,9 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
     whose work arrays would need more than 70% of ``max_memory`` bytes (default: the memory available
     now) raises :class:`ModelTooLarge` before any work, as does one expected to take over ``max_seconds``.
     ``start`` (a term's facets -> its variance over the residual's) starts the optimiser there instead of at
-    theta = 1: the optimum is the same, the evaluations fewer when the start is close.
+    theta = 1: the optimum is the same, the evaluations fewer when the start is close. ``derivatives`` adds
+    what Satterthwaite's df of fixed-effect contrasts need to the fit summary (:func:`fixed_effect_derivatives`,
+    2 evaluations per free term).
     """
     from ..components import Component, FitSummary, VarianceComponents
 
@@ -121,6 +124,7 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
             if a is not None and b is not None:
                 cov[i, j] = cov_random[a, b]
     final = _at_estimate(problem, fit)
+    varpar_cov, jacobian = fixed_effect_derivatives(problem, fit.theta) if derivatives else (None, None)
     weights = marginal["weights"]
     mean_se = float(math.sqrt(max(weights @ final.extra["beta_cov"] @ weights, 0.0))) if weights.size else math.nan
     order = [c for c in (facet_order or ()) if c in cells.labels] + [c for c in model.columns
@@ -144,7 +148,8 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
                         seconds=fit.seconds, cells=cells.n_cells,
                         boundary=tuple(t.name for t, th in zip(terms, fit.theta, strict=True) if th == 0.0),
                         marginal_mean=float(weights @ fit.beta) if weights.size else math.nan,
-                        marginal_mean_se=mean_se, beta_cov=final.extra["beta_cov"]),
+                        marginal_mean_se=mean_se, beta_cov=final.extra["beta_cov"], varpar_cov=varpar_cov,
+                        beta_cov_jacobian=jacobian),
         covariance=cov,
     )
     if n_boot:
@@ -344,3 +349,69 @@ def _centred_effect(table: np.ndarray, axes: list[int]) -> np.ndarray:
         for sub in combinations(axes, r):
             out = out + (-1) ** (len(axes) - r) * marginal(set(sub))
     return out
+
+
+#: relative step of the central differences in theta (truncation error ~ step^2, rounding ~ eps / step)
+DERIVATIVE_STEP = 1e-4
+
+
+def fixed_effect_derivatives(problem: RemlProblem, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What Satterthwaite's df for a contrast of the fixed effects needs, as lmerTest computes it
+    (Kuznetsova, Brockhoff & Christensen 2017, eqs. 5-7): the asymptotic covariance ``A`` of the variance
+    parameters (theta_1..theta_K, sigma2) at the REML estimate, twice the inverse Hessian of the REML
+    deviance, and the Jacobian ``J`` (K + 1 x p x p) of Cov(beta-hat) = sigma2 (R_X'R_X)^-1 in them, so that a
+    contrast L gets df = 2 (L C L')^2 / (g'Ag), g_j = L J_j L'.
+
+    The deviance is profiled here (Bates et al. 2015, eq. 41), d_p(theta) = d(theta, sigma2-hat(theta)); the
+    Hessian of the full deviance d(theta, sigma2) = D(theta) + r2(theta)/sigma2 + (n - p) log(2 pi sigma2) at the
+    optimum follows from d_p's Hessian (central differences of its exact gradient) and r2's gradient:
+
+        d_tt = d_p'' + (n-p) r2' r2'^T / r2^2,   d_ts = -(n-p)^2 r2' / r2^2,   d_ss = (n-p)^3 / r2^2,
+
+    whose Schur complement in sigma2 is d_p'' again. A term at the boundary (theta = 0) is left out: the
+    deviance and Cov(beta-hat) are even in its theta, so its row of the Hessian and its column of the
+    Jacobian vanish there, as in lmerTest. Returns zero-filled rows and columns for those terms.
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    dfree = problem.n_obs - problem.p
+    free = np.flatnonzero(theta > 0)
+    base = problem.evaluate(theta)
+    r2, c0 = base.r2, base.extra["beta_cov"] / (base.r2 / dfree)
+    k = len(free)
+    hess = np.zeros((k, k))
+    dr2 = np.zeros(k)
+    dc0 = np.zeros((k, problem.p, problem.p))
+    for col, j in enumerate(free):
+        step = DERIVATIVE_STEP * theta[j]
+        ends = []
+        for sign in (1.0, -1.0):
+            t = theta.copy()
+            t[j] += sign * step
+            ends.append(problem.evaluate(t, gradient=True))
+        up, down = ends
+        hess[:, col] = (up.gradient[free] - down.gradient[free]) / (2 * step)
+        dr2[col] = (up.r2 - down.r2) / (2 * step)
+        dc0[col] = (up.extra["beta_cov"] / (up.r2 / dfree) - down.extra["beta_cov"] / (down.r2 / dfree)) / (2 * step)
+    hess = 0.5 * (hess + hess.T)
+    full = np.zeros((k + 1, k + 1))
+    full[:k, :k] = hess + dfree * np.outer(dr2, dr2) / r2**2
+    full[:k, k] = full[k, :k] = -(dfree**2) * dr2 / r2**2
+    full[k, k] = dfree**3 / r2**2
+    sigma2 = r2 / dfree
+    jac_free = np.concatenate([sigma2 * dc0, c0[None]], axis=0)
+    cov_free = 2.0 * _positive_inverse(full)
+    n = problem.n_terms + 1
+    index = np.append(free, problem.n_terms)
+    cov = np.zeros((n, n))
+    cov[np.ix_(index, index)] = cov_free
+    jac = np.zeros((n, problem.p, problem.p))
+    jac[index] = jac_free
+    return cov, jac
+
+
+def _positive_inverse(h: np.ndarray) -> np.ndarray:
+    """The inverse of a symmetric Hessian on its positive eigenvalues (lmerTest's treatment of a Hessian that is
+    not positive definite at a poorly determined optimum): directions of no curvature carry no information."""
+    vals, vecs = np.linalg.eigh(h)
+    keep = vals > 1e-8 * max(float(vals.max()), 1e-300)
+    return (vecs[:, keep] / vals[keep]) @ vecs[:, keep].T

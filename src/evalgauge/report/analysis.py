@@ -92,13 +92,14 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 def analyze(data, design: Design | None = None, *, run=None, method: str = "auto", formula: str | None = None,
             drop_missing: bool | None = None, target_erho2: float = 0.8, n_boot: int = 0, level: float = 0.95,
             seed: int | None = None, n_boot_compare: int = 2000, progress=None, assumed: dict | None = None,
-            **design_options) -> Analysis:
+            ddf: str = "satterthwaite", **design_options) -> Analysis:
     """Fit and derive everything the analysis reports.
 
     ``data`` is a path (a run database brings the collector's diagnostics with it), a judgments table or a
     frame; ``run`` is the :class:`evalgauge.io.runs.RunRecord` of a run database already read. ``assumed``
     states components the data cannot measure ({"system:judge": 0.01} with one judge); every interval
-    then counts them (:func:`evalgauge.compare.with_assumed`).
+    then counts them (:func:`evalgauge.compare.with_assumed`). ``ddf`` is the comparisons' df method
+    (:func:`evalgauge.compare.compare`).
     """
     judgments, record = read_input(data)
     record = run if run is not None else record
@@ -147,7 +148,7 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
 
             # which system is better: each system's own interval (its own cells) and every pair
             result.comparison = compare(judgments.frame, vc, score=score, n_boot=n_boot_compare,
-                                        facets=spec.facets, design=spec.design)
+                                        facets=spec.facets, design=spec.design, ddf=ddf)
             sysf = result.comparison.systems
             result.object_scores = pd.DataFrame({
                 vc.object: sysf["object"], "mean": sysf["mean"], "n": sysf["n"], "low": sysf["low"],

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from ..display import plot_label
+from ..display import letters_note, plot_label
 from .analysis import Analysis
 
 # labels are data: "$" starts no mathtext (a label "$\\frac{$" would fail to render), and each is cut short
@@ -134,6 +134,8 @@ def forest(a: Analysis) -> str:
                     xerr=[sysf["mean"] - sysf["naive_low"], sysf["naive_high"] - sysf["mean"]],
                     fmt="none", color="#9ab", capsize=2, label="naive (item bootstrap)")
 
+    if letters_note(list(a.comparison.systems["group"])):  # dozens of overlapping groups: names alone
+        return _per_system(a, draw, lambda sysf: list(sysf["object"]), "mean score", "Leaderboard")
     return _per_system(a, draw, lambda sysf: [f"{r} {g}" for r, g in zip(sysf["object"], sysf["group"], strict=True)],
                        "mean score", "Leaderboard (letters: groups the design cannot tell apart)")
 
@@ -187,10 +189,16 @@ def rank_sets(a: Analysis) -> str:
                        "Rank confidence sets (Mogstad, Romano, Shaikh & Wilhelm 2024)")
 
 
+#: systems beyond which the pair matrix's cells are too small to read (the report's pair table holds every pair)
+PAIR_MATRIX_UP_TO = 60
+
+
 def all_figures(a: Analysis) -> dict[str, str]:
     figs = {"shares": shares(a), "interventions": interventions(a)}
     if a.comparison is not None:
-        figs.update(forest=forest(a), pair_matrix=pair_matrix(a), rank_sets=rank_sets(a))
+        figs.update(forest=forest(a), rank_sets=rank_sets(a))
+        if len(a.comparison.systems) <= PAIR_MATRIX_UP_TO:
+            figs["pair_matrix"] = pair_matrix(a)
     if "ci_vs_n" in a.curves:
         figs["ci_vs_n"] = ci_vs_n(a)
     if "nomogram" in a.curves:

@@ -11,8 +11,9 @@ from html import escape as _html_escape
 from pathlib import Path
 
 from .. import __version__
+from ..display import letters_note
 from .analysis import Analysis
-from .figures import all_figures
+from .figures import PAIR_MATRIX_UP_TO, all_figures
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;
@@ -21,7 +22,7 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{padding:3px 10px;border-bottom:1px solid #eee;
 text-align:right}td:first-child,th:first-child{text-align:left}.met{color:#1a7f37}.missing{color:#b42318}
 .box{background:#f6f8fa;border-radius:6px;padding:.8em 1em}.warn{background:#fff4e5;border-radius:6px;padding:.5em 1em}
-img{max-width:100%}.muted{color:#666;font-size:.85em}
+img{max-width:100%}.muted{color:#666;font-size:.85em}.nw{white-space:nowrap}.scroll{overflow-x:auto}
 """
 
 
@@ -54,9 +55,15 @@ def _critical_said(c) -> str:
 
 
 def _table(headers: list[str], rows: list[list]) -> str:
+    """A table that scrolls sideways on a narrow page; an interval ("[low, high]") never breaks across lines."""
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
+    return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+
+
+def _cell(value) -> str:
+    text = str(value)
+    return f"<td class='nw'>{escape(text)}</td>" if text.startswith("[") else f"<td>{escape(text)}</td>"
 
 
 def _object_scores_html(a: Analysis) -> str:
@@ -79,10 +86,12 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
     c = a.comparison
     obj = escape(c.object)
     pct = f"{100 * c.level:g}%"
+    records = c.systems.to_dict(orient="records")
+    too_many = letters_note([r["group"] for r in records])
     rows = [[r["rank"], r["object"], _num(r["mean"]), r["n"], _interval(r["low"], r["high"]),
              f"[{_num(r['naive_low'])}, {_num(r['naive_high'])}]", f"{r['rank_low']}-{r['rank_high']}",
-             f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", r["group"]]
-            for r in c.systems.to_dict(orient="records")]
+             f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", "" if too_many else r["group"]]
+            for r in records]
     pairs = [[r["a"], r["b"], _num(r["diff"]), _num(r["se"], ".3g"),
               _interval(r["low"], r["high"], ".3g", r.get("comparable", True)),
               _interval(r["low_simultaneous"], r["high_simultaneous"], ".3g", r.get("comparable", True)),
@@ -94,7 +103,8 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
                     for t in c.extra.get("unmeasured", []))
     return (f"<h2>Which {obj} is better</h2>{warn}<p>Each {obj}'s mean with its own {pct} interval (its own cells), "
             "the naive one that resamples items only, and its rank confidence sets (marginal and simultaneous). "
-            f"{obj.capitalize()}s sharing a letter cannot be told apart at this design.</p>"
+            + (f"{obj.capitalize()}s sharing a letter cannot be told apart at this design.</p>" if not too_many
+               else f"{escape(too_many.capitalize())}.</p>")
             + _table(["rank", c.object, "mean", "n", f"{pct} CI", "naive CI", "rank set", "simultaneous", "group"],
                      rows)
             + f"<img alt='leaderboard' src='data:image/png;base64,{figs['forest']}'>"
@@ -103,7 +113,9 @@ def _comparison_html(a: Analysis, figs: dict) -> str:
             + f"<h3>Every pair</h3><p class='muted'>Simultaneous intervals hold for all {len(c.pairs):,} pairs at once "
             f"(critical value {_num(c.critical_simultaneous, '.4g')}{_critical_said(c)}); p-values Holm-adjusted.</p>"
             + _pair_table(pairs, pct, open_=len(c.pairs) <= OPEN_PAIRS)
-            + f"<img alt='pair matrix' src='data:image/png;base64,{figs['pair_matrix']}'>"
+            + (f"<img alt='pair matrix' src='data:image/png;base64,{figs['pair_matrix']}'>" if "pair_matrix" in figs
+               else f"<p class='muted'>No pair matrix above {PAIR_MATRIX_UP_TO} {obj}s (its cells would be too small "
+                    "to read); the pair table above holds every pair.</p>")
             + "".join(f"<p class='muted'>{escape(n)}</p>" for n in c.notes))
 
 

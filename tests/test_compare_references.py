@@ -1,0 +1,113 @@
+"""Comparisons against lme4 + lmerTest + emmeans (Satterthwaite) and pbkrtest (Kenward-Roger).
+
+References: tests/fixtures/lmertest/make_reference.R (R 4, lme4, lmerTest, emmeans, pbkrtest), on the seeded
+designs of tests/fixtures/lmertest/make_data.py and on two real files read from ../shared/data. Every system's
+estimated marginal mean (estimate, SE, df) and every pair's difference, SE, df and p must agree to 1e-4
+relative: the optimum of lme4's bobyqa agrees with ours to about 1e-6 in theta, which moves the df by less.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+import evalgauge as eg
+from conftest import FIXTURES, shared_file
+from evalgauge.cli import main
+
+REFS = FIXTURES / "lmertest"
+RTOL = 1e-4
+
+
+def _check(comparison, ref: dict, method: str) -> None:
+    systems = comparison.systems.set_index("object")
+    for row in ref[f"systems_{method}"]:
+        got = systems.loc[row["system"]]
+        for ours, theirs in (("mean", "estimate"), ("se", "se"), ("df", "df")):
+            assert got[ours] == pytest.approx(row[theirs], rel=RTOL), (row["system"], ours)
+    pairs = comparison.pairs.set_index(["a", "b"])
+    assert len(pairs) == len(ref[f"pairs_{method}"])
+    for row in ref[f"pairs_{method}"]:
+        # emmeans writes a level with a '-' in parentheses: "(gpt-4t) - (llama2-7b-base)"
+        a, b = (x.strip().removeprefix("(").removesuffix(")") for x in row["contrast"].split(" - "))
+        sign = 1.0
+        if (a, b) not in pairs.index:
+            a, b, sign = b, a, -1.0
+        got = pairs.loc[(a, b)]
+        assert sign * got["diff"] == pytest.approx(row["estimate"], rel=RTOL, abs=1e-9)
+        for ours, theirs in (("se", "se"), ("df", "df"), ("p", "p")):
+            assert got[ours] == pytest.approx(row[theirs], rel=RTOL), (row["contrast"], ours)
+        # the marginal interval is the t interval on those df
+        half = stats.t.ppf(0.975, row["df"]) * row["se"]
+        assert got["high"] - got["low"] == pytest.approx(2 * half, rel=RTOL)
+
+
+def _fit(name: str):
+    return eg.fit(pd.read_csv(REFS / f"{name}.csv"), object="system")
+
+
+@pytest.mark.parametrize("method", ["satterthwaite", "kenward_roger"])
+def test_incomplete_design_matches_lmertest_emmeans_and_pbkrtest(method):
+    # 6 systems x 30 items x 4 judges x 2 runs, 20% of the cells empty, judge j4 never scoring system s6
+    fit = _fit("incomplete")
+    comparison = fit.compare(ddf=method.replace("_", "-"), n_boot=200)
+    assert "GLS" in comparison.method
+    _check(comparison, json.loads((REFS / "incomplete_reference.json").read_text()), method)
+    pairs = comparison.pairs
+    # no simultaneous interval narrower than the marginal one
+    assert (pairs["high_simultaneous"] - pairs["low_simultaneous"] >= pairs["high"] - pairs["low"] - 1e-12).all()
+
+
+def test_complete_design_raw_means_are_the_emmeans():
+    # complete and balanced: the raw means are the GLS estimates, and the closed-form df are lmerTest's
+    fit = _fit("complete")
+    comparison = fit.compare(n_boot=200)
+    assert comparison.method.startswith("raw means")
+    _check(comparison, json.loads((REFS / "complete_reference.json").read_text()), "satterthwaite")
+    kr = fit.compare(ddf="kenward-roger", n_boot=200)  # through the GLS fit, by name
+    _check(kr, json.loads((REFS / "complete_reference.json").read_text()), "kenward_roger")
+
+
+def test_one_missing_score_is_enough_for_the_gls_estimates():
+    frame = pd.read_csv(REFS / "complete.csv")
+    comparison = eg.fit(frame.drop(index=[7]), object="system").compare(n_boot=200)
+    assert "GLS" in comparison.method
+
+
+def test_compare_command_takes_kenward_roger(tmp_path):
+    out = CliRunner().invoke(main, ["compare", str(REFS / "incomplete.csv"), "--df", "kenward-roger",
+                                    "--bootstrap", "200", "--pair-gstudies", "none", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.output)
+    ref = json.loads((REFS / "incomplete_reference.json").read_text())["systems_kenward_roger"]
+    got = {s["system"]: s for s in payload["systems"]}
+    assert got["s1"]["df"] == pytest.approx(next(r["df"] for r in ref if r["system"] == "s1"), rel=RTOL)
+    assert "Kenward-Roger" in payload["method"]
+
+
+def test_kenward_roger_beyond_its_size_is_refused_with_the_alternative():
+    from evalgauge.errors import DesignError
+    from evalgauge.kenward_roger import MAX_ROWS, kenward_roger
+
+    with pytest.raises(DesignError, match="Satterthwaite"):
+        kenward_roger(np.ones((MAX_ROWS + 1, 1)), [np.zeros(MAX_ROWS + 1, dtype=int)], np.array([1.0, 1.0]))
+
+
+def test_real_triviaqa_file_matches_lmertest():
+    # Thakur et al. 2024: 9 exam-taker models x 400 questions x 9 LLM judges, 175 judgments blank
+    wide = pd.read_csv(shared_file("judging_the_judges_triviaqa", "triviaqa_judgments_v1.csv"))
+    judges = ["Mistral-7B", "Llama-7B", "Llama-13B", "Llama3-8B", "Gemma-2B", "Llama-70B", "Llama3-70B", "GPT-4",
+              "JudgeLM"]
+    frame = wide.melt(id_vars=["exam_model", "question_id"], value_vars=judges, var_name="judge",
+                      value_name="score").rename(columns={"exam_model": "system", "question_id": "item"}).dropna()
+    comparison = eg.fit(frame, object="system").compare(n_boot=200, ddf="satterthwaite")
+    ref = json.loads((REFS / "triviaqa_reference.json").read_text())
+    _check(comparison, ref, "satterthwaite")
+    systems = comparison.systems
+    # the blanks sit in a few systems' judgments: the adjusted estimates move off the raw means
+    assert ((systems["mean"] - systems["raw_mean"]).abs() / systems["se"]).max() > 0.05
