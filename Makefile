@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-live demo-live lint bench clean
+.PHONY: demo test test-slow test-live demo-live lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ demo-live: $(STAMP) $(LIVE_STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/python -m pytest -q
+
+# the slow tier: real files of tens of thousands of rows against their R references, a 58-system report in a browser
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -o addopts="-ra --ignore=tests/live" -m slow
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[collect,test,bench]'

@@ -32,18 +32,12 @@ import numpy as np
 import pandas as pd
 
 from evalgauge import dstudy
-from evalgauge.collect.adaptive import (
-    Collected,
-    StageDesign,
-    Target,
-    default_pilot_items,
-    follow,
-    plan_stage,
-    pool_limited,
-)
+from evalgauge.collect.adaptive import Collected, default_pilot_items, follow
+from evalgauge.collect.adaptive import pools as planner_pools
 from evalgauge.compare import compare
 from evalgauge.components import VarianceComponents
 from evalgauge.estimate import estimate_components
+from evalgauge.planning import StageDesign, Target, plan_stage, pool_limited
 from evalgauge.simulate import SimulationSpec, simulate
 
 SYSTEMS, ITEMS, JUDGES, VARIANTS, REPS = 8, 300, 4, 2, 3
@@ -72,8 +66,8 @@ SCENARIOS = {
 }
 
 
-class Pools:
-    """The pools as `plan_stage` reads a configuration."""
+class PoolConfig:
+    """The pools as a run's configuration states them (what `follow` reads; `pools()` gives the planner's)."""
 
     def __init__(self):
         from evalgauge.collect.config import Item, Judge, Variant
@@ -112,7 +106,7 @@ def truth(components: dict, sigma2_s: float) -> VarianceComponents:
                                                       "variant": VARIANTS}})
 
 
-def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot_items: int) -> dict:
+def one_run(components, sigma2_s, target: Target, pools: PoolConfig, seed: int, pilot_items: int) -> dict:
     rng = np.random.default_rng(seed)
     full, effects = draw(components, sigma2_s, rng)
     judge_names = sorted(full["judge"].unique())
@@ -120,7 +114,7 @@ def one_run(components, sigma2_s, target: Target, pools: Pools, seed: int, pilot
     variant_names = sorted(full["variant"].unique())
     full["variant"] = full["variant"].map({v: f"v{k}" for k, v in enumerate(variant_names)})
     order = [pools.items[k].id for k in rng.permutation(ITEMS)]
-    pools_run = Pools()
+    pools_run = PoolConfig()
     pools_run.items = tuple(next(i for i in pools.items if i.id == x) for x in order)  # this run's item order
     collected = np.zeros(len(full), dtype=bool)
 
@@ -184,7 +178,7 @@ def _panel_from_pilot(vc: VarianceComponents, pilot: VarianceComponents) -> Vari
     return replace(vc, components=tuple(comps), covariance=cov)
 
 
-def yardstick(components, sigma2_s, target: Target, pools: Pools, runs: int, seed: int) -> dict:
+def yardstick(components, sigma2_s, target: Target, pool_cfg: PoolConfig, runs: int, seed: int) -> dict:
     """The best an honest rule could do with these pools: every component known except the panel
     interactions, which no number of items from a pool of 4 judges and 2 variants estimates better than
     their realized spread over the 8 systems, a chi-square with (S-1)(J-1) = 21 and (S-1)(V-1) = 7 df
@@ -200,8 +194,8 @@ def yardstick(components, sigma2_s, target: Target, pools: Pools, runs: int, see
     for _ in range(runs):
         comps = [replace(c, variance=c.variance * rng.chisquare(df[c.name]) / df[c.name])
                  if c.name in df and c.variance > 0 else c for c in true_vc.components]
-        drawn = pool_limited(replace(true_vc, components=tuple(comps)), pools)
-        plan = plan_stage(drawn, pools, target, PRICES, StageDesign((), (), (), 1), levels=(0.9,))
+        drawn = pool_limited(replace(true_vc, components=tuple(comps)), planner_pools(pool_cfg))
+        plan = plan_stage(drawn, planner_pools(pool_cfg), target, PRICES, StageDesign((), (), (), 1), levels=(0.9,))
         d = plan.design
         out += d is None
         met.append(d is not None and dstudy.project(true_vc, {"item": len(d.items), "judge": len(d.judges),
@@ -218,7 +212,7 @@ def yardstick_with(n_systems: int, components, sigma2_s, target: Target, runs: i
     global SYSTEMS
     saved, SYSTEMS = SYSTEMS, n_systems
     try:
-        pools = Pools()
+        pools = PoolConfig()
         cost, _ = oracle(components, sigma2_s, target, pools)
         lim = yardstick(components, sigma2_s, target, pools, runs, seed)
     finally:
@@ -228,8 +222,8 @@ def yardstick_with(n_systems: int, components, sigma2_s, target: Target, runs: i
             f"{100 * lim['met']:.1f}%, out of reach in {lim['out']} runs, median spend {lim['spend'] / cost:.2f}x")
 
 
-def oracle(components, sigma2_s, target: Target, pools: Pools) -> tuple[float, str]:
-    plan = plan_stage(truth(components, sigma2_s), pools, target, PRICES, StageDesign((), (), (), 1))
+def oracle(components, sigma2_s, target: Target, pool_cfg: PoolConfig) -> tuple[float, str]:
+    plan = plan_stage(truth(components, sigma2_s), planner_pools(pool_cfg), target, PRICES, StageDesign((), (), (), 1))
     d = plan.design
     what = "unreachable" if d is None else (f"{len(d.items)} items x {len(d.judges)} judge(s) x {len(d.variants)} "
                                             f"variant(s) x {d.replicates} rep(s)")
@@ -252,7 +246,7 @@ def main() -> None:
     for name in args.scenarios.split(","):
         components, sigma2_s, mdd, what, *pool = SCENARIOS[name]
         ITEMS = pool[0] if pool else 300  # the scenario's item pool (module-wide: the helpers read it)
-        pools = Pools()
+        pools = PoolConfig()
         target = Target("mdd95", mdd)
         t = time.perf_counter()
         runs = [one_run(components, sigma2_s, target, pools, 1000 * ord(name) + r, args.pilot_items)

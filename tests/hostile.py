@@ -162,7 +162,7 @@ def collect_against(tmp, mode: str, key: str, *, retries: int = 1, budget: float
     (config, summary, calls, failures, cost, server, the run database's bytes)."""
     from evalgauge.collect.config import load_config
     from evalgauge.collect.runner import run
-    from evalgauge.collect.store import RunStore
+    from evalgauge.store import RunStore
 
     server = HostileServer(mode, key, **server_kw)
     try:

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evalgauge.cli import main
-from evalgauge.collect.adaptive import StageDesign, Target, bound, plan_stage
+from evalgauge.collect.adaptive import pools
 from evalgauge.components import VarianceComponents
+from evalgauge.planning import StageDesign, Target, bound, plan_stage
 from test_collector import KEY, Server, free_port, write_config
 
 #: systems in the serve-sim pools: 6 give system x judge 10 df and system x variant 5 in the pilot (4 gave
@@ -136,7 +137,7 @@ def test_the_plan_is_the_cheapest_design_that_reaches_the_target():
     prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
     done = StageDesign(tuple(f"q{k}" for k in range(12)), ("j0", "j1", "j2"), ("v0", "v1"), 2)
     vc = _vc(0.02)
-    plan = plan_stage(vc, cfg, Target("mdd95", 0.45), prices, done)
+    plan = plan_stage(vc, pools(cfg), Target("mdd95", 0.45), prices, done)
     assert plan.reachable and plan.predicted <= 0.45
     reaching = [o for o in plan.options if o["reaches"]]
     assert plan.cost_usd == min(o["cost_usd"] for o in reaching)
@@ -160,7 +161,7 @@ def test_a_ceiling_makes_the_target_unreachable_and_says_what_would_help():
     vc = _vc(0.6)
     cfg = _Cfg(items=2000)
     limit = dstudy.project(vc, {"item": 1e9, "judge": 3, "variant": 2}, 3).mdd95
-    plan = plan_stage(vc, cfg, Target("mdd95", 0.9 * limit), {"j0": 1e-4, "j1": 1e-4, "j2": 1e-4},
+    plan = plan_stage(vc, pools(cfg), Target("mdd95", 0.9 * limit), {"j0": 1e-4, "j1": 1e-4, "j2": 1e-4},
                       StageDesign((), (), (), 1))
     assert not plan.reachable and plan.design is None
     assert "out of reach" in plan.message and ("judges would reach it" in plan.message or "ceiling" in plan.message)
@@ -225,8 +226,8 @@ def test_the_planning_bound_adds_the_estimates_own_uncertainty():
     from scipy.stats import chi2
 
     from evalgauge import dstudy, estimate_components
-    from evalgauge.collect.adaptive import combination_bound
     from evalgauge.inference import linear_coefficients
+    from evalgauge.planning import combination_bound
     from evalgauge.simulate import simulate, sizing_preset
 
     frame = simulate(sizing_preset(systems=6, items=15, judges=3, replicates=2), seed=3).sample(frac=0.95,
@@ -258,7 +259,7 @@ def test_the_combination_bound_covers_where_satterthwaite_on_the_sum_does_not():
     binomial SEs (it is exact for one component, conservative for several); Satterthwaite's bound on
     the sum with the plug-in variance under-covers the first (its df grow with the known part, so it
     tends to the normal bound, whose plug-in SE shrinks with the estimate)."""
-    from evalgauge.collect.adaptive import combination_bound, upper_bound
+    from evalgauge.planning import combination_bound, upper_bound
 
     rng = np.random.default_rng(5)
     draws = 2000
@@ -286,7 +287,7 @@ def test_the_upper_bound_covers_at_its_confidence():
     points); where the error mean square subtracted is not negligible and df are few (6 groups of 4),
     Satterthwaite's df are under-stated and the bound is conservative (it never under-covers). The
     normal bound (estimate + 1.28 SE) under-covers in both: why it is not used."""
-    from evalgauge.collect.adaptive import upper_bound
+    from evalgauge.planning import upper_bound
 
     rng = np.random.default_rng(11)
     draws = 2000
@@ -319,17 +320,17 @@ def test_the_plan_falls_back_to_a_lower_confidence_and_says_so():
     prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
     limits = {lv: bound(vc, "mdd95", {"item": 60, "judge": 3, "variant": 2}, 3, lv) for lv in (0.9, 0.75, 0.5)}
     target = Target("mdd95", (limits[0.9] + limits[0.75]) / 2)  # beyond the 90% bound's reach, within the 75%
-    plan = plan_stage(vc, cfg, target, prices, StageDesign((), (), (), 1))
+    plan = plan_stage(vc, pools(cfg), target, prices, StageDesign((), (), (), 1))
     assert plan.reachable and plan.confidence == 0.75
     assert "cannot rule out a miss" in plan.message and "upper 75% bound" in plan.message
     # beyond the 75% bound's reach but within the estimates': out of reach, and the estimates' answer beside
     between = Target("mdd95", (limits[0.75] + limits[0.5]) / 2)
-    plan = plan_stage(vc, cfg, between, prices, StageDesign((), (), (), 1))
+    plan = plan_stage(vc, pools(cfg), between, prices, StageDesign((), (), (), 1))
     assert not plan.reachable and plan.confidence == 0.75 and "out of reach" in plan.message
     assert "At the estimates alone" in plan.message and "cannot tell" in plan.message
     assert "No number of items from these pools can" in plan.message  # the pools' own 6 df set the bound
     far = Target("mdd95", 0.5 * limits[0.5])
-    plan = plan_stage(vc, cfg, far, prices, StageDesign((), (), (), 1))
+    plan = plan_stage(vc, pools(cfg), far, prices, StageDesign((), (), (), 1))
     assert not plan.reachable and "out of reach" in plan.message and "At the estimates alone" not in plan.message
 
 
@@ -366,7 +367,7 @@ def test_the_combination_bound_is_never_below_the_estimate_or_the_normal_bound(c
     """For any non-negative coefficients and estimates and any covariance (a random factor B: the
     correlation from (I + B)(I + B)' + 0.001 I, scaled by the SEs), the MLS bound is finite and at least
     the point estimate and the normal bound, at 0.9; raising the confidence never lowers it."""
-    from evalgauge.collect.adaptive import combination_bound
+    from evalgauge.planning import combination_bound
 
     c, values, b, se = (np.array(x) for x in case)
     k = c.size
@@ -383,11 +384,11 @@ def test_the_combination_bound_is_never_below_the_estimate_or_the_normal_bound(c
 def test_the_pool_limited_covariance_keeps_only_what_no_number_of_items_narrows():
     """pool_limited: components with items in them (and the residual) known; the others with the
     chi-square spread of their realized effects over the pools' levels, 2 sigma2^2 / prod(levels - 1)."""
-    from evalgauge.collect.adaptive import pool_limited
+    from evalgauge.planning import pool_limited
 
     vc = _noisy(_vc(0.02), 2.0)
     cfg = _Cfg(judges=3, variants=2)  # 4 systems
-    cov = pool_limited(vc, cfg).covariance
+    cov = pool_limited(vc, pools(cfg)).covariance
     var = dict(zip(vc.names, np.diagonal(cov), strict=True))
     assert var["system:judge"] == pytest.approx(2 * 0.02**2 / (3 * 2))
     assert var["system"] == pytest.approx(2 * 0.3**2 / 3)
@@ -401,14 +402,14 @@ def test_out_of_reach_says_whether_more_items_could_tell():
     estimates' reach: the message says whether more items could show it (the plan at the 90% bound the
     pools allow, (8 - 1)(3 - 1) = 14 df, pool_limited) or whether no number of items can; nothing is
     planned either way (a stage "to learn" cost the final intervals their coverage, see _could_items_tell)."""
-    from evalgauge.collect.adaptive import pool_limited
+    from evalgauge.planning import pool_limited
 
     vc, cfg = _noisy(_vc(0.05), 2.0), _Cfg(systems=8)
     prices = {"j0": 1e-4, "j1": 2e-4, "j2": 5e-4}
     full = {"item": 60, "judge": 3, "variant": 2}
-    pool_best = bound(pool_limited(vc, cfg), "mdd95", full, 3, 0.9)
+    pool_best = bound(pool_limited(vc, pools(cfg)), "mdd95", full, 3, 0.9)
     assert bound(vc, "mdd95", full, 3, 0.75) > 1.05 * pool_best  # the pilot's noise hides it
     for factor, says in ((1.02, "More items can tell"), (0.98, "No number of items from these pools can")):
-        plan = plan_stage(vc, cfg, Target("mdd95", factor * pool_best), prices, StageDesign((), (), (), 1))
+        plan = plan_stage(vc, pools(cfg), Target("mdd95", factor * pool_best), prices, StageDesign((), (), (), 1))
         assert not plan.reachable and plan.design is None and "out of reach" in plan.message
         assert "At the estimates alone" in plan.message and says in plan.message, plan.message

@@ -118,7 +118,7 @@ def test_a_run_database_is_read_once(tmp_path, monkeypatch, command):
     """A run database gives both the judgments and the collector's diagnostics from one reading."""
     import sqlite3
 
-    from evalgauge.collect.store import RunStore
+    from evalgauge.store import RunStore
 
     path = tmp_path / "run.sqlite"
     RunStore(path, writer=True).close()
@@ -136,7 +136,8 @@ def test_a_run_database_is_read_once(tmp_path, monkeypatch, command):
 
 
 CORE = ("data", "design", "components", "estimate", "dstudy", "inference", "compare", "pairwise", "simulate",
-        "montecarlo", "vocabulary", "errors", "mvt", "protocols", "display")
+        "montecarlo", "vocabulary", "errors", "mvt", "protocols", "display", "multiplicity", "audit", "published",
+        "kenward_roger", "planning", "scoring")
 EDGES = ("io", "collect", "report", "cli", "api", "outputs", "inputs")
 
 
@@ -222,3 +223,48 @@ def test_the_model_is_resolved_once(frame, monkeypatch):
         ModelSpec()
     with pytest.raises(eg.DesignError, match="not both"):
         resolve_model(eg.read(frame), spec.design, formula.formula)
+
+
+#: the package's floors, lowest first: a module may import its own floor and those below, never one above
+LAYERS = (
+    ("ground", ("version", "errors", "vocabulary", "results", "display", "store")),
+    ("core", CORE),
+    ("edges", ("io", "inputs", "outputs")),
+    ("collect", ("collect",)),
+    ("report", ("report",)),
+    ("api", ("api",)),
+    ("command line", ("cli", "__main__")),
+)
+
+
+def _floor(name: str) -> int:
+    return next(k for k, (_, names) in enumerate(LAYERS) if name in names)
+
+
+def test_no_module_imports_one_above_it_and_the_top_level_has_no_cycle():
+    top = {p.stem if p.is_file() else p.name for p in SRC.iterdir()
+           if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+    assert top == {n for _, names in LAYERS for n in names}, "every module has a floor (LAYERS)"
+    upward, edges = {}, {}
+    for name in top:
+        paths = [SRC / f"{name}.py"] if (SRC / f"{name}.py").exists() else sorted((SRC / name).glob("*.py"))
+        imported = set().union(*(_imports(p) for p in paths)) & top - {name}
+        edges[name] = imported
+        above = sorted(m for m in imported if _floor(m) > _floor(name))
+        if above:
+            upward[name] = above
+    assert upward == {}
+    # no cycle between top-level modules (within a floor too): depth-first search
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        state[node] = 1
+        for nxt in edges[node]:
+            assert state.get(nxt) != 1, f"import cycle: {' -> '.join((*path, node, nxt))}"
+            if nxt not in state:
+                visit(nxt, (*path, node))
+        state[node] = 2
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, ())

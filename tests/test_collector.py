@@ -21,11 +21,11 @@ from evalgauge.collect.config import load_config
 from evalgauge.collect.diagnostics import diagnose
 from evalgauge.collect.parsers import parse_score
 from evalgauge.collect.runner import run
-from evalgauge.collect.store import RunStore
 from evalgauge.collect.tasks import count_tasks
 from evalgauge.errors import DataError
 from evalgauge.estimate import estimate_components
 from evalgauge.io import read_judgments
+from evalgauge.store import RunStore
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 TRUTH = {"item": 0.4, "system": 0.3, "judge": 0.2, "variant": 0.05, "system:item": 0.25, "item:judge": 0.1,

@@ -24,9 +24,9 @@ from evalgauge.cli import main
 from evalgauge.collect.config import load_config
 from evalgauge.collect.providers import Completion
 from evalgauge.collect.runner import run, run_async, worst_case_input_tokens
-from evalgauge.collect.store import RunStore
 from evalgauge.collect.tasks import count_tasks
 from evalgauge.errors import DataError
+from evalgauge.store import RunStore
 from test_collector import KEY, Server, free_port, write_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,8 +12,9 @@ from scipy import stats
 
 from evalgauge import dstudy
 from evalgauge.cli import main
-from evalgauge.compare import compare, holm, letters, rank_sets
+from evalgauge.compare import compare
 from evalgauge.estimate import estimate_components
+from evalgauge.multiplicity import holm, letters, rank_sets
 from evalgauge.simulate import PRESETS, simulate
 
 
@@ -220,10 +221,10 @@ def test_the_report_says_first_what_one_judge_cannot_measure(tmp_path):
 def test_draws_with_almost_no_degrees_of_freedom_stay_finite():
     """A Satterthwaite df far below 1 (a fuzzed run database gave one) makes some chi-square draws exactly
     0; the multivariate-t draws must stay finite so the simultaneous critical value is huge, not NaN."""
-    from evalgauge.compare import _draws, _max_t_quantile
+    from evalgauge.multiplicity import draws, max_t_quantile
 
     rng = np.random.default_rng(1)
-    z = _draws(np.eye(3), 1e-3, 2000, rng)
+    z = draws(np.eye(3), 1e-3, 2000, rng)
     assert np.isfinite(z).all()
-    crit = _max_t_quantile(z, np.array([[0, 1], [0, 2], [1, 2]]), np.full(3, np.sqrt(2.0)), 0.95)
+    crit = max_t_quantile(z, np.array([[0, 1], [0, 2], [1, 2]]), np.full(3, np.sqrt(2.0)), 0.95)
     assert np.isfinite(crit) and crit > 1e6

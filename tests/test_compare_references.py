@@ -111,3 +111,17 @@ def test_real_triviaqa_file_matches_lmertest():
     systems = comparison.systems
     # the blanks sit in a few systems' judgments: the adjusted estimates move off the raw means
     assert ((systems["mean"] - systems["raw_mean"]).abs() / systems["se"]).max() > 0.05
+
+
+@pytest.mark.slow
+def test_real_summeval_coherence_matches_lmertest():
+    # Shen et al. 2023's SummEval LLM scores, coherence: 12 systems x 100 documents x 5 judges (gpt-3.5 under 5
+    # prompt types, the others under one), 10,799 scores; 15 random terms, several at the boundary
+    data = pd.read_csv(shared_file("summeval_llm_judges", "llm_judge_scores_long.csv"))
+    ref_path = REFS / "summeval_coherence_reference.json"
+    if not ref_path.exists():
+        pytest.skip("the SummEval reference has not been computed (tests/fixtures/lmertest/make_reference.R)")
+    coherence = data[data["aspect"] == "coherence"].drop(columns=["raw_response", "aspect"])
+    coherence = coherence.dropna(subset=["parsed_score"])
+    comparison = eg.fit(coherence, object="system", score="parsed_score").compare(n_boot=200, pair_gstudies="none")
+    _check(comparison, json.loads(ref_path.read_text()), "satterthwaite")

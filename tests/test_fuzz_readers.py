@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evalgauge.cli import main
-from evalgauge.collect.store import RunStore
+from evalgauge.store import RunStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "importers"
 #: EVALGAUGE_FUZZ_EXAMPLES=400 for a longer hunt (the suite runs 40 per test)

@@ -96,7 +96,7 @@ def test_inspect_grade_reads_what_inspect_recorded():
 def test_the_collector_reads_verdicts_by_the_configured_protocol_and_stores_the_rule(tmp_path, monkeypatch):
     from evalgauge.collect.config import load_config
     from evalgauge.collect.runner import run
-    from evalgauge.collect.store import RunStore
+    from evalgauge.store import RunStore
     from hostile import HostileServer
     from test_collector import KEY, write_config
 
@@ -125,7 +125,7 @@ def test_rescore_reads_stored_completions_again_and_keeps_the_earlier_parse(tmp_
     from click.testing import CliRunner
 
     from evalgauge.cli import main
-    from evalgauge.collect.store import RunStore
+    from evalgauge.store import RunStore
     from test_run_database_boundary import _record
 
     db = tmp_path / "run.sqlite"

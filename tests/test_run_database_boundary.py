@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from evalgauge.cli import main
-from evalgauge.collect.store import CallRecord, RunStore
 from evalgauge.errors import DataError
+from evalgauge.store import CallRecord, RunStore
 
 
 def _record(i: int, **kw) -> CallRecord:

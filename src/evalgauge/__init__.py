@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # (``compare`` is a verb of a fit, ``eg.fit(...).compare()``: a top-level function would be shadowed by the
 # submodule of the same name.)

@@ -23,6 +23,8 @@ from .components import VarianceComponents
 from .data import Judgments
 from .design import Design
 from .errors import DesignError
+from .estimate.model import model_from_design
+from .estimate.spec import ModelSpec
 from .io import read_judgments
 
 
@@ -37,18 +39,57 @@ def read(data: Any, *, encoding: str | None = None, sep: str | None = None,
 
 @dataclass(frozen=True)
 class Fit:
-    """A fitted G-study: the judgments, the design and the variance components, with the verbs."""
+    """A fitted G-study that remembers itself: the judgments, the model it fitted (``spec``: a design or an
+    lme4-style formula), the method asked for, the variance components and how the fit went (``summary``), with
+    the verbs. A verb that needs an optimum raises :class:`evalgauge.errors.ConvergenceError` on a fit that did
+    not converge; :meth:`refit` and :meth:`update` fit again with the same model and options."""
 
     judgments: Judgments
     design: Design | None
     components: VarianceComponents
     drop_missing: bool = False
+    spec: ModelSpec | None = None
+    method: str = "auto"
+
+    @property
+    def formula(self) -> str:
+        """The model as lme4 writes it (the formula given, or the one the design implies)."""
+        if self.components.reml is not None:
+            return self.components.reml["formula"]
+        return (self.spec.mixed if self.spec is not None else model_from_design(self.design)).formula()
+
+    @property
+    def summary(self):
+        """How the likelihood fit went (:class:`evalgauge.components.FitSummary`), or None for closed-form ANOVA."""
+        return self.components.reml
+
+    @property
+    def converged(self) -> bool:
+        return self.components.converged
+
+    def refit(self, data: Any) -> Fit:
+        """The same model, method and options fitted to other judgments (new data of the same columns)."""
+        spec = self.spec or ModelSpec(design=self.design)
+        return fit(data, design=spec.design, formula=spec.formula, method=self.method,
+                   drop_missing=self.drop_missing)
+
+    def update(self, *, formula: str | None = None, design: Design | None = None, method: str | None = None) -> Fit:
+        """These judgments fitted again with another model (``formula`` or ``design``) or ``method``, as lme4's
+        ``update()``; what is not given is kept."""
+        if formula is not None and design is not None:
+            raise DesignError("update: give a formula or a design, not both.")
+        spec = self.spec or ModelSpec(design=self.design)
+        if formula is None and design is None:
+            formula, design = spec.formula, spec.design
+        return fit(self.judgments, design=design, formula=formula, method=method or self.method,
+                   drop_missing=self.drop_missing)
 
     def plan(self, replicates: float | None = None, **counts: float):
         """The D-study at other counts of the facets (TEE eq. 3; sizing eqs. 2-3): a ``Projection`` with
         ``se``, ``var_abs``, ``sigma2_delta``, ``erho2``, ``phi`` and ``mdd95``."""
         from . import dstudy
 
+        self.components.require_converged("its projections")
         unknown = set(counts) - set(self.components.levels)
         if unknown:
             raise DesignError(f"plan: unknown facet(s) {', '.join(sorted(unknown))}; the facets are "
@@ -59,31 +100,37 @@ class Fit:
         """E rho^2 and the MDD floor with one level of ``facet`` and infinitely many items (sizing eq. 4)."""
         from . import dstudy
 
+        self.components.require_converged("its ceiling")
         return dstudy.ceiling(self.components, facet, 1)
 
     def interval(self, level: float = 0.95):
         """theta-hat's full interval (Satterthwaite df) beside the naive item-only one."""
         from .inference import theta_interval
 
+        self.components.require_converged("its interval")
         return theta_interval(self.components, level=level)
 
     def compare(self, *, level: float = 0.95, n_boot: int = 2000, seed: int | None = 0,
-                assume: dict[str, float] | None = None, ddf: str = "satterthwaite"):
+                assume: dict[str, float] | None = None, ddf: str = "satterthwaite", pair_gstudies: str = "adjacent"):
         """Which system is better: a :class:`evalgauge.compare.Comparison` (``systems``, ``pairs``); ``ddf`` =
-        "satterthwaite" (lmerTest's) or "kenward-roger" (pbkrtest's)."""
+        "satterthwaite" (lmerTest's) or "kenward-roger" (pbkrtest's); ``pair_gstudies`` = "adjacent", "all" or
+        "none" (each pair's own G-study of its paired differences)."""
         from .compare import compare, with_assumed
 
         vc = with_assumed(self.components, assume) if assume else self.components
         score = self.design.score if self.design is not None else "score"
         return compare(self.judgments.frame, vc, score=score, level=level, n_boot=n_boot, seed=seed,
-                       facets=list(self.design.names) if self.design else None, design=self.design, ddf=ddf)
+                       facets=list(self.design.names) if self.design else None, design=self.design, ddf=ddf,
+                       pair_gstudies=pair_gstudies)
 
     def report(self, path: str | Path, *, target_erho2: float = 0.8) -> Path:
         """The self-contained HTML report (written atomically)."""
         from .report import analyze
         from .report.html import write_report
 
-        analysis = analyze(self.judgments, self.design, target_erho2=target_erho2, drop_missing=self.drop_missing)
+        spec = self.spec or ModelSpec(design=self.design)
+        analysis = analyze(self.judgments, spec.design, formula=spec.formula, method=self.method,
+                           target_erho2=target_erho2, drop_missing=self.drop_missing, components=self.components)
         return write_report(analysis, path)
 
     def to_dict(self) -> dict:
@@ -107,4 +154,4 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
     judgments = read_judgments(judgments)
     spec = resolve_model(judgments, design, formula, object=object, facets=facets, **design_options)
     vc = estimate_components(judgments, spec, method=method, drop_missing=drop_missing, n_boot=n_boot, seed=seed)
-    return Fit(judgments, spec.design, vc, drop_missing)
+    return Fit(judgments, spec.design, vc, drop_missing, spec, method)

@@ -225,7 +225,7 @@ def _audit_claims(labels, published, values, delta2, design, z, level, component
 
 
 def _audit_board(systems, published, scores, delta2, design, z, level, seed, components) -> Audit:
-    from .compare import letters, rank_sets
+    from .multiplicity import letters, rank_sets
     from .mvt import covariance_root, error_draws, simultaneous_critical
 
     order = np.argsort(-scores, kind="stable")

@@ -22,10 +22,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, vocabulary
+from . import vocabulary
 from .errors import EvalGaugeError
 from .outputs import atomic_write_text, atomic_write_with, check_new, check_outputs, dumps
 from .protocols import PROTOCOLS as PROTOCOL_NAMES
+from .version import __version__
 from .vocabulary import DDF_METHODS, METHODS
 
 if TYPE_CHECKING:
@@ -1015,15 +1016,14 @@ def _show_single_run(data, design, formula, level: float, assumed: dict | None, 
 
 
 def _refuse_unusable(vc) -> None:
-    """A fit that did not converge is never shown as a result."""
-    bad = [n for n in vc.notes if "stopped before converging" in n]
-    if bad:
-        raise EvalGaugeError(f"the fit did not converge ({bad[0]}) Its intervals would not mean anything: simplify "
-                             "the model (--max-order 2, or --terms), or check the scores.")
+    """A fit that did not converge is never shown as a result (ConvergenceError, exit 2)."""
+    vc.require_converged("its intervals")
 
 
 #: boards larger than this show their adjacent pairs in the terminal (every pair is in --json and the report)
 ADJACENT_ONLY_ABOVE = 10
+
+
 def _letter_column(groups: list[str]) -> tuple[list[str], str | None]:
     """The group letters, or blanks and the reason when some system carries more letters than a reader can use."""
     from .display import letters_note
@@ -1258,9 +1258,10 @@ def _next_command(frame: pd.DataFrame, out: str) -> str:
 
 def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json_out) -> None:
     """`run --target-...`: the adaptive loop, with the plan printed before anything beyond the pilot is spent."""
-    from .collect.adaptive import Target, adaptive_run, pilot_design, pilot_df, stage_config
+    from .collect.adaptive import adaptive_run, pilot_design, pilot_df, stage_config
     from .collect.runner import dry_run as plan_run
     from .collect.runner import run
+    from .planning import Target
 
     goal = Target(*target)
     pilot = pilot_design(cfg, pilot_items)
@@ -1339,8 +1340,8 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
     from .collect.config import load_config
     from .collect.diagnostics import diagnose
     from .collect.runner import run
-    from .collect.store import RunStore
     from .collect.tasks import count_tasks
+    from .store import RunStore
 
     cfg = load_config(config, base_url=base_url, database=database)
     check_outputs([config, cfg.database, *cfg.sources], {"--json": json_out})
@@ -1449,9 +1450,9 @@ def rescore_cmd(database, protocol, pattern, scale_min, scale_max) -> None:
     Example:
       evalgauge rescore demo-output/sim.sqlite --protocol score-line --scale-min 1 --scale-max 5
     """
-    from .collect.store import RunStore
     from .inputs import check_input_file
     from .protocols import parse
+    from .store import RunStore
 
     path = check_input_file(database, what="run database")
     if protocol == "pattern" and not pattern:
@@ -1499,8 +1500,8 @@ def export_cmd(database, fmt, out, judgments, force) -> None:
       evalgauge export demo-output/sim.sqlite --format parquet
       evalgauge export demo-output/sim.sqlite --judgments -o demo-output/judgments.csv
     """
-    from .collect.store import RunStore
     from .io.runs import read_run
+    from .store import RunStore
 
     path = Path(database)
     if not path.exists():

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .errors import DesignError
+from .errors import ConvergenceError, DesignError
 from .results import Result, json_safe
 
 COLUMNS = ("component", "variance", "variance_truncated", "df", "mean_square", "share")
@@ -153,6 +153,25 @@ class VarianceComponents(Result):
     def values(self) -> np.ndarray:
         """The raw estimates as a vector, components order."""
         return np.array([c.variance for c in self.components])
+
+    @property
+    def converged(self) -> bool:
+        """Whether the fit reached its optimum (closed-form ANOVA always does; a likelihood fit says so in
+        ``reml.converged``)."""
+        summary = self.reml
+        if summary is None:
+            return True
+        return bool(summary["converged"] if isinstance(summary, dict) else summary.converged)
+
+    def require_converged(self, what: str = "this") -> None:
+        """Raise :class:`ConvergenceError` when the fit did not converge: ``what`` would not mean anything."""
+        if self.converged:
+            return
+        summary = self.reml
+        message = (summary.get("message", "") if isinstance(summary, dict) else summary.message) or "no optimum"
+        raise ConvergenceError(f"the fit did not converge ({message}), so {what} would not mean anything. Fit a "
+                               "smaller model (max_order=2, or terms naming the terms you need), or check the scores "
+                               "for a few extreme values.")
 
     # -- access ----------------------------------------------------------------
     @property

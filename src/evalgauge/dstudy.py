@@ -659,6 +659,8 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
                                                        replicates=plan_reps).count}
     budgeted = None
     if budget is not None:
+        if not (isinstance(budget, int | float) and math.isfinite(budget) and budget > 0):
+            raise DesignError(f"budget: {budget!r} is not a positive number of USD.")
         if cost is None:
             raise DesignError("a budget needs prices: `cost` (JUDGE=USD per call, or USD for every judge).")
         best = optimize_budget(vc, budget, cost, objective="sigma2_delta" if obj else "var_abs")
@@ -671,6 +673,12 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
 def _cost_model(vc: VarianceComponents, prices: Mapping[str, float] | None, judge_facet: str) -> CostModel | None:
     if not prices:
         return None
+    for judge, price in prices.items():  # the same checks the command line makes, for Python callers too
+        value = float(price) if isinstance(price, int | float) else math.nan
+        if not math.isfinite(value) or value < 0:
+            who = "every judge" if judge == "*" else f"judge '{judge}'"
+            raise DesignError(f"prices: the price of {who} is {price!r}; a price is a non-negative number of USD "
+                              "per call.")
     if "*" in prices:
         return CostModel((float(prices["*"]),), judge_facet)
     ordered = tuple(float(v) for v in prices.values())

@@ -17,3 +17,8 @@ class DataError(EvalGaugeError):
 
 class DesignError(EvalGaugeError):
     """A problem with the design: facets, roles, nesting, balance, identifiability."""
+
+
+class ConvergenceError(DesignError):
+    """A question asked of a fit whose optimiser stopped before an optimum: its estimates, and every interval
+    or comparison made from them, would not mean anything."""

@@ -495,7 +495,8 @@ def compare_bt(fit: BTFit, tee: BTBootstrap, naive: BTBootstrap, level: float = 
     import pandas as pd
     from scipy import stats
 
-    from .compare import Comparison, _max_t_quantile, holm, letters, rank_sets
+    from .compare import Comparison
+    from .multiplicity import holm, letters, max_t_quantile, rank_sets
 
     theta = fit.theta
     p = len(fit.systems)
@@ -507,7 +508,7 @@ def compare_bt(fit: BTFit, tee: BTBootstrap, naive: BTBootstrap, level: float = 
     diff = theta[pa] - theta[pb]
     se = np.sqrt(np.maximum(cov[pa, pa] + cov[pb, pb] - 2 * cov[pa, pb], 1e-300))
     zq = stats.norm.ppf(0.5 + level / 2)
-    crit = _max_t_quantile(z, np.column_stack([pa, pb]), se, level)
+    crit = max_t_quantile(z, np.column_stack([pa, pb]), se, level)
     pval = 2 * stats.norm.sf(np.abs(diff / se))
     nd = naive.draws[:, pa] - naive.draws[:, pb]
     n_lo, n_hi = np.quantile(nd, [(1 - level) / 2, (1 + level) / 2], axis=0)

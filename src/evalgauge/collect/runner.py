@@ -12,11 +12,11 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import DataError
 from ..protocols import Verdict
+from ..store import CallRecord, RunStore
 from .config import Judge, RunConfig
 from .parsers import parse_score
 from .providers import Output, ProviderError, make_provider
 from .reply import Vetted, redact, text_limit, vet
-from .store import CallRecord, RunStore
 from .tasks import Task, build_tasks, check_templates, count_tasks, generation_prompt, prompt_hash
 
 

@@ -90,6 +90,9 @@ def _optimise(problem: RemlProblem, theta0: np.ndarray | None, progress=None, to
             break
         gain = _remaining_gain(theta, cur, problem, boundary_checked)
         if gain <= STATIONARY_GAIN:
+            if not info["converged"]:  # e.g. L-BFGS-B's line search finding nothing lower: at an optimum
+                info["converged"] = True
+                message = f"{message}; at an optimum (a Newton step would lower the criterion by {gain:.2g})"
             break
         info["converged"] = False
         message = (f"{message}; not at an optimum: a Newton step would still lower the criterion by "

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..collect.store import FACETS, RunStore
 from ..errors import DataError
+from ..store import FACETS, RunStore
 
 
 @dataclass(frozen=True)

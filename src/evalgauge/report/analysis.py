@@ -92,14 +92,15 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 def analyze(data, design: Design | None = None, *, run=None, method: str = "auto", formula: str | None = None,
             drop_missing: bool | None = None, target_erho2: float = 0.8, n_boot: int = 0, level: float = 0.95,
             seed: int | None = None, n_boot_compare: int = 2000, progress=None, assumed: dict | None = None,
-            ddf: str = "satterthwaite", **design_options) -> Analysis:
+            ddf: str = "satterthwaite", components=None, **design_options) -> Analysis:
     """Fit and derive everything the analysis reports.
 
     ``data`` is a path (a run database brings the collector's diagnostics with it), a judgments table or a
     frame; ``run`` is the :class:`evalgauge.io.runs.RunRecord` of a run database already read. ``assumed``
     states components the data cannot measure ({"system:judge": 0.01} with one judge); every interval
     then counts them (:func:`evalgauge.compare.with_assumed`). ``ddf`` is the comparisons' df method
-    (:func:`evalgauge.compare.compare`).
+    (:func:`evalgauge.compare.compare`). ``components`` (a fit of these judgments under this model, as
+    :class:`evalgauge.api.Fit` holds it) is used as it is instead of fitting again.
     """
     judgments, record = read_input(data)
     record = run if run is not None else record
@@ -111,13 +112,13 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
         drop_missing = True if drop_missing is None else drop_missing  # failed parses are in the diagnostics
         _refuse_unscored(judgments.source, record.calls, diagnostics["missing_answers"])
     spec = resolve_model(judgments, design, formula, **design_options)
-    vc = estimate_components(judgments, spec, method=method, drop_missing=bool(drop_missing),
-                             n_boot=n_boot, level=level, seed=seed, progress=progress)
-    stopped = [n for n in vc.notes if "stopped before converging" in n]
-    if stopped:  # never shown as a result
-        raise DesignError(f"{judgments.source}: the fit did not converge ({stopped[0]}) Its intervals would mean "
-                          "nothing. Fit a smaller model (--max-order 2, or --terms naming the terms you need), "
-                          "or check the scores for a few extreme values.")
+    vc = components if components is not None else estimate_components(
+        judgments, spec, method=method, drop_missing=bool(drop_missing), n_boot=n_boot, level=level, seed=seed,
+        progress=progress)
+    try:  # never shown as a result
+        vc.require_converged("its intervals")
+    except DesignError as exc:
+        raise type(exc)(f"{judgments.source}: {exc}") from None
     if not any(c.kind != "residual" for c in vc.components):
         raise DesignError(f"{judgments.source}: nothing to estimate besides the residual.")
     if assumed:

@@ -10,8 +10,8 @@ import datetime as dt
 from html import escape as _html_escape
 from pathlib import Path
 
-from .. import __version__
 from ..display import letters_note
+from ..version import __version__
 from .analysis import Analysis
 from .figures import PAIR_MATRIX_UP_TO, all_figures
 
@@ -214,6 +214,8 @@ def render(a: Analysis) -> str:
     parts.append("<h2>Variance components</h2>" + _table(
         ["component", "kind", "variance", "SE", "share per observation", "share of Var(theta-hat)"], rows))
     parts.append(f"<p class='muted'>{escape(vc.method_reason)}</p>")
+    if vc.reml is not None:  # the model the likelihood fit was of, as lme4 writes it
+        parts.append(f"<p class='muted'>Model: <code>{escape(vc.reml['formula'])}</code></p>")
     parts.append(f"<img alt='variance shares' src='data:image/png;base64,{figs['shares']}'>")
     parts.append("<h2>What to change</h2>" + _table(
         ["intervention", "% change Var(theta-hat)", "% change sigma2_delta"],

@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from ..errors import DataError
+from .errors import DataError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (key TEXT PRIMARY KEY, value TEXT);

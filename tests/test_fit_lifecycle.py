@@ -1,0 +1,88 @@
+"""The fitted object remembers its model: its formula and method reach every verb, a fit that did not converge
+answers no question, and the D-study's domain checks hold for Python callers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+import evalgauge as eg
+from conftest import FIXTURES
+from evalgauge.errors import ConvergenceError, DesignError
+
+DATA = FIXTURES / "lmertest" / "incomplete.csv"
+FORMULA = "score ~ 1 + (1 | system) + (1 | item) + (1 | judge)"
+
+
+def test_a_formula_fit_reports_its_formula(tmp_path):
+    fit = eg.fit(pd.read_csv(DATA), formula=FORMULA)
+    assert fit.formula == FORMULA and fit.spec.formula == FORMULA
+    html = fit.report(tmp_path / "r.html").read_text()
+    assert FORMULA.replace(" ", "") in html.replace(" ", "")
+    assert "system:judge" not in html.split("Variance components")[1].split("</table>")[0]  # not the default model
+
+
+def test_a_reml_fit_is_reported_as_reml(tmp_path):
+    frame = pd.read_csv(FIXTURES / "lmertest" / "complete.csv")  # balanced: auto would pick ANOVA
+    fit = eg.fit(frame, object="system", method="reml")
+    assert fit.method == "reml" and fit.components.method == "reml"
+    html = fit.report(tmp_path / "r.html").read_text()
+    assert " · reml · " in html
+    assert eg.fit(frame, object="system").components.method == "anova"
+
+
+def test_verbs_refuse_a_fit_that_did_not_converge():
+    fit = eg.fit(pd.read_csv(DATA), object="system")
+    stalled = replace(fit.components, reml=replace(fit.components.reml, converged=False,
+                                                   message="L-BFGS-B: ABNORMAL"))
+    broken = replace(fit, components=stalled)
+    assert fit.converged and not broken.converged
+    for verb in (broken.compare, broken.interval, broken.ceiling, lambda: broken.plan(item=10)):
+        with pytest.raises(ConvergenceError, match=r"did not converge \(L-BFGS-B: ABNORMAL\)"):
+            verb()
+    assert isinstance(ConvergenceError("x"), DesignError)  # the command line maps it to exit 2
+
+
+def test_refit_and_update_keep_what_was_not_changed():
+    frame = pd.read_csv(DATA)
+    fit = eg.fit(frame, formula=FORMULA)
+    half = fit.refit(frame[frame["replicate"] == 1])
+    assert half.formula == FORMULA and half.components.n_obs == (frame["replicate"] == 1).sum()
+    richer = fit.update(formula=FORMULA + " + (1 | system:judge)")
+    assert "system:judge" in richer.components.names and richer.components.n_obs == fit.components.n_obs
+    assert fit.update(method="reml").formula == FORMULA
+    with pytest.raises(DesignError, match="not both"):
+        fit.update(formula=FORMULA, design=eg.fit(frame, object="system").design)
+
+
+def test_plan_refuses_a_negative_price_or_budget_in_python():
+    vc = eg.fit(pd.read_csv(DATA), object="system").components
+    with pytest.raises(DesignError, match="non-negative number of USD"):
+        eg.plan(vc, prices={"*": -0.01}, budget=5)
+    with pytest.raises(DesignError, match="not a positive number"):
+        eg.plan(vc, prices={"*": 0.01}, budget=-5)
+
+
+def test_a_stationary_fit_is_converged_whatever_the_line_search_said(monkeypatch):
+    """L-BFGS-B's line search can end 'ABNORMAL' at the optimum (nothing lower to find in floating point): the
+    fit is at an optimum when a Newton step would gain less than STATIONARY_GAIN, and is reported converged."""
+    from types import SimpleNamespace
+
+    from evalgauge.estimate import optimise as opt
+
+    frame = pd.read_csv(DATA)
+    reference = eg.fit(frame, object="system", method="reml").summary
+    real_newton = opt._ai_newton
+
+    def newton_that_gives_up(*args, **kwargs):  # reaches the optimum, then says it did not
+        theta, cur, info = real_newton(*args, **kwargs)
+        return theta, cur, {**info, "converged": False}
+
+    monkeypatch.setattr(opt, "_ai_newton", newton_that_gives_up)
+    monkeypatch.setattr(opt, "_lbfgsb", lambda theta, cur, ev: (theta, cur, SimpleNamespace(
+        nit=0, message="ABNORMAL: ", success=False)))
+    summary = eg.fit(frame, object="system", method="reml").summary
+    assert summary.converged and "at an optimum" in summary.message and "ABNORMAL" in summary.message
+    assert summary.criterion == pytest.approx(reference.criterion, abs=1e-6)
