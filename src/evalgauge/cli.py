@@ -966,10 +966,9 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
       evalgauge compare examples/alpacaeval/alpacaeval_5x805x2.csv --drop-missing --json -
       evalgauge compare one_judge.csv --assume system:judge=0.01
     """
-    from .compare import compare as run_compare
-    from .compare import with_assumed
-
     judgments, _ = _load(data, keep=keep, **read)
+    from .compare import compare as run_compare  # after the read: a bad file is refused before the fit loads
+    from .compare import with_assumed
     design = _design(judgments, score, facets, nest, replicate, fixed, object_, terms, max_order)
     stated = _name_values(assumed, "--assume", "VARIANCE") if assumed else None
     if _show_single_run(judgments, design, None, level, stated, json_out):
@@ -1139,10 +1138,9 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
       evalgauge pairwise arena.csv --reference gpt-4-0314 --bootstrap 1000
       evalgauge pairwise battles.csv --model-a left --model-b right --winner verdict --json -
     """
-    from .report.pairwise import analyze_pairwise
-
     roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
     judgments = read_judgments(data, encoding=encoding, sep=sep, columns={k: v for k, v in roles.items() if v} or None)
+    from .report.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit loads
     result = analyze_pairwise(judgments, reference=reference, baseline=baseline, position=position, n_boot=n_boot,
                               seed=seed, human=human)
     if components_json and result.components is not None:

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
 
 from .data import as_judgments, format_rows, require_columns
 from .errors import DataError, DesignError
@@ -215,6 +214,8 @@ def fit_bt(battles: Battles, *, reference: str | None = None, ties: bool | None 
             x0[-1] = start.log_h
     x, value = _newton(negll, lambda z: _information(z, unpack, a, b, total, structure, has_ties, ridge), x0)
     if x is None:  # Newton could not make progress (a degenerate resample): quasi-Newton from the start
+        from scipy.optimize import minimize  # the fallback only: Newton fits every well-posed case without it
+
         res = minimize(lambda z: negll(z, grad=True), x0, jac=True, method="BFGS",
                        options={"gtol": 1e-9, "maxiter": 10_000})
         x, value = res.x, float(res.fun)

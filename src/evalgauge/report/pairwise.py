@@ -13,12 +13,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import dstudy
 from ..components import VarianceComponents
 from ..data import Judgments
 from ..design import Design, Facet
 from ..errors import DataError, EvalGaugeError
-from ..estimate import estimate_components
 from ..pairwise import (
     Battles,
     BTFit,
@@ -161,6 +159,9 @@ def _bootstraps(battles, fit, table, payload, n_boot, seed, weights, ridge):
 
 def _win_components(battles, baseline, method, notes, payload) -> VarianceComponents | None:
     """The variance components of the win indicators (position a fixed facet), their MDD and ceiling."""
+    from .. import dstudy  # only for logs with items: an arena's battles without them never load the G-study
+    from ..estimate import estimate_components
+
     rows = system_win_rows(battles, baseline)
     facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
     if not ("item" in facets and "system" in facets):
