@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-live demo-live lint bench clean
+.PHONY: demo test test-slow test-live demo-live docs lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ demo-live: $(STAMP) $(LIVE_STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/python -m pytest -q
+
+# the documentation site: guides and the generated CLI and Python references, built with --strict (a broken
+# link, a missing page or an unresolved reference fails the build)
+docs: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	$(BIN)/python -m mkdocs build --strict --quiet
 
 # the slow tier: real files of tens of thousands of rows against their R references, a 58-system report in a browser
 test-slow: $(STAMP)
