@@ -91,7 +91,8 @@ def test_readme_shell_examples_run(tmp_path):
         proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                               env={**os.environ, "COLUMNS": "120"})
         # `balance` exits 3 on an incomplete block by design; nothing here is incomplete
-        assert proc.returncode == 0, f"documented command failed: {command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        assert proc.returncode == 0, \
+            f"documented command failed: {command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         ran += 1
     assert ran >= 10
     assert (tmp_path / "demo-output" / "report.html").exists()

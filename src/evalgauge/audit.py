@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import dstudy, vocabulary
+from . import dstudy
 from .components import VarianceComponents
 from .errors import DesignError
 from .results import Result, json_safe
@@ -130,13 +130,9 @@ def _numbers(frame: pd.DataFrame, column: str, source: str) -> np.ndarray:
     return out
 
 
-def _facet(vc: VarianceComponents, names: tuple[str, ...]) -> str | None:
-    return next((f for f in vc.levels if f in names and f != vc.object), None)
-
-
 def _designs(frame: pd.DataFrame, vc: VarianceComponents, source: str, items, judges, replicates) -> list[tuple]:
     """(items, judges, replicates) for every row: its own columns, else the defaults, else the components'."""
-    item, judge = _facet(vc, vocabulary.ITEM_NAMES), _facet(vc, vocabulary.JUDGE_NAMES)
+    item, judge = vc.role("item"), vc.role("judge")
     defaults = {"items": items if items is not None else (vc.levels.get(item) if item else None),
                 "judges": judges if judges is not None else (vc.levels.get(judge) if judge else None),
                 "replicates": replicates if replicates is not None else vc.replicates}

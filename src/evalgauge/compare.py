@@ -110,9 +110,9 @@ def mean_covariance(frame: pd.DataFrame, vc: VarianceComponents, obj: str) -> tu
     s = len(systems)
     mats = np.zeros((len(vc.components), s, s))
     for k, comp in enumerate(vc.components):
-        if comp.kind == "fixed" or (comp.kind != "residual" and set(comp.facets) == {obj}):
+        if comp.kind == "fixed" or (comp.kind != vocabulary.RESIDUAL and set(comp.facets) == {obj}):
             continue
-        if comp.kind == "residual":
+        if comp.kind == vocabulary.RESIDUAL:
             mats[k][np.diag_indices(s)] = 1.0 / n_s
             continue
         facets = tuple(f for f in comp.facets if f != obj and f in frame.columns)  # assumed facets: one level
@@ -205,7 +205,7 @@ def _kenward_roger(frame: pd.DataFrame, model, fit: VarianceComponents, names: l
         parts.append(col)
     x = np.column_stack(parts)
     term_levels = [_term_levels(frame, tuple(t.columns)) for t in model.random]
-    sigma2 = np.array([c.variance for c in fit.components if c.kind == "random"] + [fit.sigma2("residual")])
+    sigma2 = np.array([c.variance for c in fit.components if c.kind == "random"] + [fit.sigma2(vocabulary.RESIDUAL)])
     return kenward_roger(x, term_levels, np.clip(sigma2, 0.0, None))
 
 
@@ -314,8 +314,7 @@ def pair_gstudy(frame: pd.DataFrame, obj: str, a: str, b: str, facets: list[str]
         d = d.drop(columns=[rep])
     d = d.assign(**{f: d[f].astype(str) for f in varying})
     vc = estimate_components(d, design)
-    ti = theta_interval(vc, level=level, sampling_facet=next((f for f in varying
-                                                               if f in vocabulary.ITEM_NAMES), varying[0]))
+    ti = theta_interval(vc, level=level, sampling_facet=vocabulary.facet_with_role("item", varying) or varying[0])
     return {"pair_se": ti.se, "pair_df": ti.df, "pair_low": ti.low, "pair_high": ti.high, "pair_n": len(d)}
 
 
@@ -430,7 +429,7 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     })
 
     # -- the naive interval: resample items only
-    item = next((f for f in vc.levels if f in vocabulary.ITEM_NAMES and f != obj), None)
+    item = vc.role("item")
     if item is not None:
         boot = _item_bootstrap(frame, obj, item, systems, n_boot, rng) + (means - raw_means)
         bd = boot[:, pa] - boot[:, pb]
@@ -523,7 +522,7 @@ def confounded_pairs(frame: pd.DataFrame, obj: str, systems: list[str],
         if col == obj or col in exclude or col in vocabulary.REPLICATE_COLUMNS:
             continue
         k = frame[col].nunique(dropna=True)
-        if k < 2 or (k > len(frame) // 2 and col not in vocabulary.ITEM_NAMES):
+        if k < 2 or (k > len(frame) // 2 and vocabulary.role_of(col) != "item"):
             continue
         sets = frame[col].astype(str).groupby(owner, sort=False).agg(lambda v: frozenset(v.unique()))
         levels_of[col] = sets
@@ -554,7 +553,8 @@ def _not_estimable(vc: VarianceComponents, coef: np.ndarray, what: str, df: floa
     part = coef * sigma2
     total = float(part.sum())
     order = np.argsort(-part)
-    top = [k for k in order[:3] if total > 0 and part[k] > 0.05 * total and vc.components[k].kind != "residual"]
+    top = [k for k in order[:3]
+           if total > 0 and part[k] > 0.05 * total and vc.components[k].kind != vocabulary.RESIDUAL]
     carriers = [vc.components[k] for k in top]
     if not carriers:
         return (f"{what}: not estimable at this design ({df:.2g} Satterthwaite df): its error is too poorly "
@@ -574,11 +574,11 @@ def unmeasured(vc: VarianceComponents, columns) -> list[str]:
     """What the intervals leave out because the data cannot measure it: with one judge (or one prompt
     variant) its interaction with the systems is part of every system's score and invisible."""
     out = []
-    for names, what in ((vocabulary.JUDGE_NAMES, "judge"), (vocabulary.VARIANT_NAMES, "prompt variant")):
-        col = next((c for c in columns if c in names), None)
+    for role, what in (("judge", "judge"), ("variant", "prompt variant")):
+        col = vocabulary.facet_with_role(role, columns, exclude=(vc.object,))
         if col is not None and col in vc.levels:
             continue
-        term = f"{vc.object}:{col or names[0]}"
+        term = f"{vc.object}:{col or role}"
         if term in vc.names:  # a value was assumed for it
             continue
         out.append(f"one {what} only{f' ({col})' if col else ''}: its variance ({term}) cannot be measured, "
@@ -602,8 +602,7 @@ def _balanced(frame: pd.DataFrame, obj: str, facets: list[str]) -> bool:
 def _adjacent(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[str], obj: str,
               level: float) -> tuple[list[str], pd.DataFrame]:
     """For neighbours in the ranking: P(rank inversion), and the items or judges separating them at 80% power."""
-    judge = next((f for f in vc.levels if f in vocabulary.JUDGE_NAMES and f != obj), None)
-    item = next((f for f in vc.levels if f in vocabulary.ITEM_NAMES and f != obj), None)
+    judge, item = vc.role("judge"), vc.role("item")
     z = stats.norm.ppf(0.5 + level / 2) + stats.norm.ppf(POWER)
     rows, sentences = [], []
     key = pairs.set_index(["a", "b"])

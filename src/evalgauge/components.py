@@ -18,6 +18,7 @@ import pandas as pd
 
 from .errors import ConvergenceError, DesignError
 from .results import Result, json_safe
+from .vocabulary import RESIDUAL
 
 COLUMNS = ("component", "variance", "variance_truncated", "df", "mean_square", "share")
 
@@ -173,6 +174,15 @@ class VarianceComponents(Result):
                                "smaller model (max_order=2, or terms naming the terms you need), or check the scores "
                                "for a few extreme values.")
 
+    def role(self, role: str) -> str | None:
+        """The facet that plays ``role``: the object as fitted, the item, judge and variant by their names
+        (:func:`evalgauge.vocabulary.facet_with_role`; the replicate is not a facet of the components)."""
+        from . import vocabulary
+
+        if role == "object":
+            return self.object
+        return vocabulary.facet_with_role(role, self.levels, exclude=(self.object,))
+
     # -- access ----------------------------------------------------------------
     @property
     def names(self) -> tuple[str, ...]:
@@ -266,7 +276,7 @@ class VarianceComponents(Result):
         if "levels" not in payload and isinstance(payload.get("components"), list):
             payload = {**payload, "levels": {f: 0 for c in payload["components"] if isinstance(c, dict)
                                              for f in str(c.get("component", "")).split(":")
-                                             if f and f != "residual"}}
+                                             if f and f != RESIDUAL}}
         try:
             comps = tuple(
                 Component(
@@ -276,7 +286,7 @@ class VarianceComponents(Result):
                     variance=float(c["variance"]),
                     df=_num(c.get("df")),
                     mean_square=_num(c.get("mean_square")),
-                    kind=c.get("kind", "residual" if c["component"] == "residual" else "random"),
+                    kind=c.get("kind", RESIDUAL if c["component"] == RESIDUAL else "random"),
                     confounded_with=c.get("confounded_with"),
                     pooled=tuple(c.get("pooled") or ()),
                     se=_num(c.get("se")),
@@ -313,9 +323,9 @@ class VarianceComponents(Result):
                or not math.isfinite(v)]
         if bad:
             raise DesignError(f"{source}: component '{bad[0]}' must be a number (its variance).")
-        if "residual" not in values:
+        if RESIDUAL not in values:
             raise DesignError(f"{source}: the components need a 'residual' (the error variance of one judgment).")
-        facets = list(dict.fromkeys(f for k in values if k != "residual" for f in k.split(":")))
+        facets = list(dict.fromkeys(f for k in values if k != RESIDUAL for f in k.split(":")))
         levels = payload.get("levels") or dict.fromkeys(facets, 0)
         if not isinstance(levels, dict) or any(not isinstance(v, int) or isinstance(v, bool) for v in levels.values()):
             raise DesignError(f"{source}: 'levels' must map each facet to its count, e.g. {{\"item\": 500}}.")
@@ -338,8 +348,8 @@ class VarianceComponents(Result):
         """Components given as numbers (for planning from published estimates): name -> sigma2."""
         comps = []
         for name, value in values.items():
-            facets = tuple(levels) if name == "residual" else tuple(name.split(":"))
-            kind = "residual" if name == "residual" else ("fixed" if set(facets) <= set(fixed) else "random")
+            facets = tuple(levels) if name == RESIDUAL else tuple(name.split(":"))
+            kind = RESIDUAL if name == RESIDUAL else ("fixed" if set(facets) <= set(fixed) else "random")
             comps.append(Component(name, facets, float(value), math.nan, math.nan, kind))
         return cls("given", 0, math.nan, tuple(comps), dict(levels), replicates, object, tuple(fixed),
                    dict(nesting or {}), method_reason="given as numbers")
@@ -350,5 +360,5 @@ def _num(value: Any) -> float:
 
 
 def _facets_of(name: str, payload: dict[str, Any]) -> list[str]:
-    return list(payload["levels"]) if name == "residual" else name.split(":")
+    return list(payload["levels"]) if name == RESIDUAL else name.split(":")
 

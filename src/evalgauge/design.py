@@ -36,13 +36,12 @@ ROLES = ("object", "random", "fixed")
 
 #: Column names recognised when the design is not given explicitly.
 SCORE_NAMES = vocabulary.SCORE_NAMES
-REPLICATE_NAMES = vocabulary.REPLICATE_COLUMNS
 FACET_NAMES = vocabulary.FACET_NAMES
 OBJECT_NAMES = vocabulary.OBJECT_NAMES
 FIXED_NAMES = vocabulary.FIXED_NAMES
 DEFAULT_NESTS = vocabulary.DEFAULT_NESTS
 
-RESIDUAL = "residual"
+RESIDUAL = vocabulary.RESIDUAL
 
 
 @dataclass(frozen=True)
@@ -129,6 +128,20 @@ class Design:
     @property
     def fixed(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.facets if f.is_fixed)
+
+    def role(self, role: str) -> str | None:
+        """The facet that plays ``role``: the object and the replicate column as the design says, the item,
+        judge and variant by their names (:func:`evalgauge.vocabulary.facet_with_role`)."""
+        if role == "object":
+            return self.object
+        if role == "replicate":
+            return self.replicate
+        return vocabulary.facet_with_role(role, self.names, exclude=(self.object,))
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Role -> facet for every role the design has (object, item, judge, variant, replicate)."""
+        return {r: f for r in vocabulary.ROLE_NAMES if (f := self.role(r)) is not None}
 
     def facet(self, name: str) -> Facet:
         try:
@@ -278,7 +291,7 @@ def infer_design(
             f"The columns are: {', '.join(columns)}. Name it with `score`."
         )
     if replicate is None:
-        replicate = next((c for c in REPLICATE_NAMES if c in columns), None)
+        replicate = next((c for c in vocabulary.REPLICATE_COLUMNS if c in columns), None)
 
     facet_names = _split(facets)
     if facet_names is None:

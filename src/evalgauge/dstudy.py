@@ -34,7 +34,7 @@ from .components import Component, VarianceComponents
 from .errors import DesignError
 from .results import Result, json_safe
 
-RESIDUAL = "residual"
+RESIDUAL = vocabulary.RESIDUAL
 Z95 = stats.norm.ppf(0.975)
 
 
@@ -342,15 +342,16 @@ def default_interventions(vc: VarianceComponents) -> list[tuple[str, dict[str, f
     for f in n:
         if (f == vc.object and f != "item") or (f.lower() in vocabulary.CONSTRUCT_NAMES and f in vc.fixed):
             continue  # more measures of other constructs is not a change of the design: no intervention
-        if f in vocabulary.ITEM_NAMES:
+        role = vocabulary.role_of(f)
+        if role == "item":
             label = "items" if f == "item" else f
             out.append((f"{label} x2", {f: n[f] * 2}, None))
             out.append((f"{label} x0.5", {f: max(1.0, round(n[f] / 2))}, None))
-        elif f in vocabulary.JUDGE_NAMES:
+        elif role == "judge":
             out.append((f"+1 {f}", {f: n[f] + 1}, None))
             if n[f] > 1:
                 out.append((f"a single {f}", {f: 1.0}, None))
-        elif f in vocabulary.VARIANT_NAMES:
+        elif role == "variant":
             out.append((f"+2 {f}s", {f: n[f] + 2}, None))
             if n[f] > 1:
                 out.append((f"a single {f}", {f: 1.0}, None))
@@ -541,8 +542,6 @@ def rank_inversion(separation: float, projection: Projection) -> float:
 # The plan: everything the D-study calculator reports, JSON-ready
 # ---------------------------------------------------------------------------
 
-REPLICATE_NAMES = vocabulary.REPLICATE_ALIASES
-
 
 @dataclass(frozen=True)
 class Budgeted:
@@ -613,7 +612,7 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
     vc = replace(vc, object=obj) if obj != vc.object else vc
     grid = {k: [float(x) for x in v] for k, v in (grid or {}).items()}
     # a facet the user names is that facet, even when its name is a replicate alias (Brennan's r in p x (r:t))
-    named = next((grid.pop(k) for k in list(grid) if k in REPLICATE_NAMES and k not in vc.levels), None)
+    named = next((grid.pop(k) for k in list(grid) if k in vocabulary.REPLICATE_ALIASES and k not in vc.levels), None)
     reps = [float(x) for x in named] if named is not None else [float(vc.replicates)]
     # requirements and the item-judge exchange answer at the replicates the plan names (the first value),
     # as the counts of facets the components did not carry come from the first value of --n
@@ -651,11 +650,12 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
         requirements += [needed(vc, facet, target, quantity, replicates=plan_reps) for facet in vc.levels
                          if facet != obj and facet not in vc.fixed]
     exchange = None
-    if target_erho2 is not None and obj and {"judge", "item"} <= set(vc.levels):
-        single = needed(vc, "item", target_erho2, "erho2", counts={"judge": 1}, replicates=plan_reps)
+    judge, item = vc.role("judge"), vc.role("item")  # by their names, whatever the columns are called
+    if target_erho2 is not None and obj and judge and item:
+        single = needed(vc, item, target_erho2, "erho2", counts={judge: 1}, replicates=plan_reps)
         exchange = {"target": target_erho2, "items_at_one_judge": single.count,
                     "reachable_at_one_judge": single.reachable,
-                    "judges_at_observed_items": needed(vc, "judge", target_erho2, "erho2",
+                    "judges_at_observed_items": needed(vc, judge, target_erho2, "erho2",
                                                        replicates=plan_reps).count}
     budgeted = None
     if budget is not None:

@@ -113,12 +113,9 @@ def theta_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: 
                          level, facet)
 
 
-ITEM_NAMES = vocabulary.ITEM_NAMES
-
-
 def default_sampling_facet(vc: VarianceComponents) -> str | None:
     """The facet a naive interval resamples: the items (by their usual column names), else the object."""
-    return next((f for f in ITEM_NAMES if f in vc.levels), vc.object)
+    return vc.role("item") or vc.object
 
 
 @dataclass(frozen=True)
@@ -307,11 +304,10 @@ def bounded_interval(est: np.ndarray, se: np.ndarray, quantile: np.ndarray,
 
 #: what one level of a facet hides, and the terms a user may state for it (--assume)
 _HIDDEN = (
-    (vocabulary.JUDGE_NAMES, "judge", "the judge's own leniency and its item-by-item disagreement are",
-     ("judge", "item:judge")),
-    (vocabulary.VARIANT_NAMES, "prompt variant", "the prompt wording's effect and its item-by-item interaction are",
+    ("judge", "judge", "the judge's own leniency and its item-by-item disagreement are", ("judge", "item:judge")),
+    ("variant", "prompt variant", "the prompt wording's effect and its item-by-item interaction are",
      ("variant", "item:variant")),
-    (vocabulary.REPLICATE_COLUMNS, "run", "the run-to-run noise of repeated calls is", ("replicate",)),
+    ("replicate", "run", "the run-to-run noise of repeated calls is", ("replicate",)),
 )
 
 
@@ -366,8 +362,8 @@ def single_run_interval(y: np.ndarray, item: str, *, level: float = 0.95, assume
     mean = float(y.mean())
     low, high, how = bounded_interval(np.array([mean]), np.array([se]), np.array([q]), score_bounds(y))
     unmeasured = []
-    for names, what, hides, terms in _HIDDEN:
-        col = next((c for c in (one_level or {}) if c in names), None)
+    for role, what, hides, terms in _HIDDEN:
+        col = vocabulary.facet_with_role(role, one_level or {})
         if col is not None and not any(t in assumed for t in terms):
             unmeasured.append(f"one {what} ({col} = {one_level[col]!r}): {hides} part of this score and not in "
                               f"the interval; state it with " + " ".join(f"--assume {t}=VARIANCE" for t in terms)

@@ -37,12 +37,13 @@ from .errors import DesignError
 from .estimate.anova import anova_from_coded
 from .inference import theta_interval
 from .simulate import SimulationSpec, simulate
+from .vocabulary import RESIDUAL
 
 #: TEE Table 8 (E.4): variance components of the coverage simulation
 TABLE8 = {
     "category": 0.015, "category:item": 0.025, "variant": 0.015, "temperature": 0.015, "judge": 0.015,
     "category:item:variant": 0.008, "category:item:temperature": 0.008, "category:item:judge": 0.02,
-    "variant:temperature": 0.003, "variant:judge": 0.003, "residual": 0.03,
+    "variant:temperature": 0.003, "variant:judge": 0.003, RESIDUAL: 0.03,
 }
 MU = 0.5
 CATEGORIES = 5
@@ -202,7 +203,7 @@ def _projection_once(task) -> float:
     frame = _perturbed_pilot(coverage_spec(pilot_items), scenario, rng)
     design = Design((Facet("category"), Facet("item", "object", "category"), Facet("variant"),
                      Facet("temperature"), Facet("judge")), replicate="replicate",
-                    terms=tuple(k for k in TABLE8 if k != "residual"))
+                    terms=tuple(k for k in TABLE8 if k != RESIDUAL))
     vc = anova_from_coded(code_data(frame, design))
     return project(vc, dict(target), object="").var_abs
 
@@ -210,7 +211,7 @@ def _projection_once(task) -> float:
 def _perturbed_pilot(spec: SimulationSpec, scenario: str, rng: np.random.Generator) -> pd.DataFrame:
     """Draw a pilot from Table 8, with one component replaced by the scenario's perturbed version."""
     comps = dict(spec.components)
-    perturbed = {"heavy-tails": "residual", "non-exchangeable": "variant", "correlated": "category:item:variant",
+    perturbed = {"heavy-tails": RESIDUAL, "non-exchangeable": "variant", "correlated": "category:item:variant",
                  "heterogeneous": "category:item:variant"}.get(scenario)
     value = comps.pop(perturbed) if perturbed else None
     base = SimulationSpec(spec.counts, comps, spec.nest, spec.fixed, spec.replicates, spec.mu, spec.object)

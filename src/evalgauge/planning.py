@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .vocabulary import RESIDUAL
+
 QUANTITIES = {"mdd95": "MDD", "erho2": "E rho^2", "se": "SE"}
 
 @dataclass(frozen=True)
@@ -242,7 +244,7 @@ def pool_limited(vc, pools: Pools):
     cov = np.zeros((k, k))
     for j, comp in enumerate(vc.components):
         facets = comp.name.split(":")
-        if comp.name == "residual" or "item" in facets:
+        if comp.name == RESIDUAL or "item" in facets:
             continue
         if all(f in pool for f in facets):
             df = math.prod(max(pool[f] - 1, 1) for f in facets)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from .components import VarianceComponents
 from .errors import DesignError
+from .vocabulary import RESIDUAL
 
 Z95 = 1.959963984540054
 
@@ -106,7 +107,7 @@ class Preset:
 def _delta(v: dict[str, float], items: float, judges: float = 1, reps: float = 1) -> float:
     """sigma2_delta, sizing eq. 2."""
     return (v["system:item"] / items + v["system:judge"] / judges + v["system:item:judge"] / (items * judges)
-            + v["residual"] / (items * judges * reps))
+            + v[RESIDUAL] / (items * judges * reps))
 
 
 def mdd95(v: dict[str, float], items: float, judges: float = 1, reps: float = 1) -> float:
@@ -143,7 +144,7 @@ def _mt_bench(x: dict[str, float]) -> dict[str, float]:
     sj = s * (1.0 / x["ceiling"] - 1.0)
     r = 30.0 * (d30 - sj)
     return {"system": s, "system:item": x["si"], "system:judge": sj, "system:item:judge": x["sij"],
-            "residual": r - x["si"] - x["sij"]}
+            RESIDUAL: r - x["si"] - x["sij"]}
 
 
 def _screened(x: dict[str, float]) -> dict[str, float]:
@@ -151,7 +152,7 @@ def _screened(x: dict[str, float]) -> dict[str, float]:
     sj = s * (1.0 / x["ceiling"] - 1.0)
     r = 30.0 * (_from_mdd(x["mdd30"]) - sj)
     return {"system": s, "system:item": x["si"], "system:judge": sj, "system:item:judge": x["sij"],
-            "residual": r - x["si"] - x["sij"]}
+            RESIDUAL: r - x["si"] - x["sij"]}
 
 
 def _alpacaeval2(x: dict[str, float]) -> dict[str, float]:
@@ -163,17 +164,17 @@ def _alpacaeval2(x: dict[str, float]) -> dict[str, float]:
     # the same E rho^2 at 2 judges and 30 items: q s = si/30 + (sj + (r - si)/30) / 2
     si = 60.0 * (q * s - sj / 2.0) - r
     sij, e = _split(r, si)
-    return {"system": s, "system:item": si, "system:judge": sj, "system:item:judge": sij, "residual": e}
+    return {"system": s, "system:item": si, "system:judge": sj, "system:item:judge": sij, RESIDUAL: e}
 
 
 def _arena_hard(x: dict[str, float]) -> dict[str, float]:
     mt = MT_BENCH.values
-    r = mt["system:item"] + mt["system:item:judge"] + mt["residual"]
+    r = mt["system:item"] + mt["system:item:judge"] + mt[RESIDUAL]
     sj = _from_mdd(x["mdd500"]) - r / 500.0
     s = sj / (1.0 / x["ceiling"] - 1.0)
     si = mt["system:item"]
     sij, e = _split(r, si)
-    return {"system": s, "system:item": si, "system:judge": sj, "system:item:judge": sij, "residual": e}
+    return {"system": s, "system:item": si, "system:judge": sj, "system:item:judge": sij, RESIDUAL: e}
 
 
 MT_BENCH = Preset(
@@ -192,7 +193,7 @@ MT_BENCH = Preset(
 
 #: sigma2_sij / (sigma2_sij + sigma2_e) where the text prints only their sum: MT-Bench's (sec. 8 and Table 2)
 _MT_SIJ_SHARE = MT_BENCH.values["system:item:judge"] / (MT_BENCH.values["system:item:judge"]
-                                                        + MT_BENCH.values["residual"])
+                                                        + MT_BENCH.values[RESIDUAL])
 
 SCREENED = Preset(
     "screened", "The paper's discrimination-screened item set", 30,
@@ -241,7 +242,7 @@ def _pairwise(x: dict[str, float]) -> dict[str, float]:
     d30, d500 = _from_mdd(x["mdd30"]), _from_mdd(x["mdd500"])
     r = (d30 - d500) / (1.0 / 30.0 - 1.0 / 500.0)
     return {"system": x["s"], "system:item": r, "system:judge": d30 - r / 30.0, "system:item:judge": 0.0,
-            "residual": 0.0}
+            RESIDUAL: 0.0}
 
 
 PAIRWISE = Preset(

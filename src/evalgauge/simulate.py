@@ -167,7 +167,7 @@ def tee_table8(categories: int = 5, items_per_category: int = 10, variants: int 
         "category:item:variant": 0.008, "category:item:temperature": 0.008,
         "category:item:judge": 0.02,
         "variant:temperature": 0.003, "variant:judge": 0.003,
-        "residual": 0.03,
+        RESIDUAL: 0.03,
     }
     return SimulationSpec(
         counts={"category": categories, "item": items_per_category, "variant": variants,
@@ -179,7 +179,7 @@ def tee_table8(categories: int = 5, items_per_category: int = 10, variants: int 
         mu=0.5,
         object="item",
         # TEE's model: main effects, the two-way interactions of eq. 1 and the cell term
-        terms=tuple(k for k in components if k != "residual"),
+        terms=tuple(k for k in components if k != RESIDUAL),
     )
 
 
@@ -196,7 +196,7 @@ def sizing_preset(systems: int = 42, items: int = 30, judges: int = 9, replicate
         components={
             "system": 0.08, "item": 0.45, "judge": 0.10,
             "system:item": 0.35, "system:judge": 0.08 * (1 / 0.6 - 1), "item:judge": 0.15,
-            "system:item:judge": 0.40, "residual": 0.20,
+            "system:item:judge": 0.40, RESIDUAL: 0.20,
         },
         replicates=replicates,
         mu=3.0,

@@ -43,6 +43,25 @@ PARAMETER_OPTIONS = {
     "assume": "--assume", "reference": "--reference", "baseline": "--baseline", "human": "--human",
 }
 
+#: role -> the column names that play it (compared case-insensitively): the one table every default that reads
+#: a facet's role from its name uses (design inference, the analysis, the D-study's interventions, compare)
+ROLE_NAMES = {"object": OBJECT_NAMES, "item": ITEM_NAMES, "judge": JUDGE_NAMES, "variant": VARIANT_NAMES,
+              "replicate": REPLICATE_COLUMNS}
+
+
+def role_of(name: str) -> str | None:
+    """The role a facet plays by its name (object, item, judge, variant, replicate), or None."""
+    lowered = str(name).lower()
+    return next((role for role, names in ROLE_NAMES.items() if lowered in names), None)
+
+
+def facet_with_role(role: str, names, exclude=()) -> str | None:
+    """The first of ``names`` (in their own order) that plays ``role`` by its name, other than ``exclude``."""
+    return next((n for n in names if n not in exclude and role_of(n) == role), None)
+
+
+#: The residual component's name (within-cell variation, or what is confounded with the top interaction)
+RESIDUAL = "residual"
 #: Estimation methods (`--method`).
 METHODS = ("auto", "anova", "reml")
 #: denominator degrees of freedom of the comparisons: lmerTest's Satterthwaite (default) or pbkrtest's Kenward-Roger

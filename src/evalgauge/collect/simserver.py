@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..vocabulary import RESIDUAL
 from .config import RunConfig
 from .tasks import render
 
@@ -116,13 +117,13 @@ class SimPanel:
                   "position": position}
         value = self.mu
         for term, var in self.components.items():
-            if term == "residual" or var <= 0:
+            if term == RESIDUAL or var <= 0:
                 continue
             facets = term.split(":")
             if any(levels.get(f) is None for f in facets):
                 continue
             value += self._effect(term, tuple(levels[f] for f in facets))
-        value += self._call_rng.normal(0.0, math.sqrt(self.components.get("residual", 0.0)))
+        value += self._call_rng.normal(0.0, math.sqrt(self.components.get(RESIDUAL, 0.0)))
         return value
 
     def text(self, latent: float, position: str | None) -> str:

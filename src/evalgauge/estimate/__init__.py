@@ -124,7 +124,7 @@ def _moment_start(coded) -> dict[frozenset, float] | None:
     """REML's start on nearly complete data (:func:`anova.anova_start`, sizing eqs. 5-11's EMS solution on
     the cell means): each random term's variance over the residual's, keyed by its facets."""
     vc = anova_start(coded)
-    residual = None if vc is None else next(c.variance for c in vc.components if c.kind == "residual")
+    residual = None if vc is None else next(c.variance for c in vc.components if c.kind == vocabulary.RESIDUAL)
     if residual is None or not residual > 0:
         return None
     return {frozenset(c.facets): c.variance / residual for c in vc.components if c.kind == "random"}

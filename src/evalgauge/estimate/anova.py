@@ -117,7 +117,7 @@ def anova_from_cell_means(design: Design, cell_mean: np.ndarray, replicates: int
     components = []
     notes = []
     for term, est in zip(terms, sigma2, strict=True):
-        kind = "residual" if term.name == RESIDUAL else "random"
+        kind = RESIDUAL if term.name == RESIDUAL else "random"
         value = float(est)
         if term.facets and term.facets <= fixed and term.name != RESIDUAL:
             # Sensitivity index over the L chosen levels (TEE eq. C.4): the

@@ -27,6 +27,7 @@ from ..components import Component, FitSummary, VarianceComponents
 from ..data import as_judgments, numeric_scores
 from ..errors import DesignError
 from ..results import Result, json_safe
+from ..vocabulary import RESIDUAL
 from .cells import cell_data, fixed_matrix, grouping_candidates, random_structure
 from .criterion import RemlProblem
 from .model import MixedModel
@@ -110,7 +111,7 @@ def fit_glmm_logit(data, model: MixedModel) -> VarianceComponents:
         notes.append(f"the GLMM optimiser stopped early ({res.message}); read the logit-scale ranking with care.")
     components = [Component(t.name, t.columns, float(th**2), math.nan, math.nan, "random")
                   for t, th in zip(terms, theta, strict=True)]
-    components.append(Component("residual", (), LEVEL1, math.nan, math.nan, "residual"))
+    components.append(Component(RESIDUAL, (), LEVEL1, math.nan, math.nan, RESIDUAL))
     notes.append("logit scale: the residual is the logistic level-1 variance pi^2/3, fixed, not estimated.")
     return VarianceComponents(
         method="glmm-logit",

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..data import as_judgments
 from ..errors import DesignError
+from ..vocabulary import RESIDUAL
 from .cells import CellData, cell_data, fixed_matrix, grouping_candidates, random_structure, term_levels, total_levels
 from .criterion import Evaluation, ModelSize, ModelTooLarge, RemlProblem, available_memory
 from .model import MixedModel
@@ -111,8 +112,8 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
     components = [replace(c, se=float(v)) for c, v in zip(components, se[:-1], strict=True)]
     fixed_components, marginal = _fixed_sensitivity(cells, model, x, x_names, fit.beta, fixed_facets)
     components += fixed_components
-    components.append(Component("residual", tuple(dict.fromkeys(c for t in model.random for c in t.columns)),
-                                float(fit.sigma2), float(cells.n_obs - x.shape[1]), math.nan, "residual",
+    components.append(Component(RESIDUAL, tuple(dict.fromkeys(c for t in model.random for c in t.columns)),
+                                float(fit.sigma2), float(cells.n_obs - x.shape[1]), math.nan, RESIDUAL,
                                 confounded, se=float(se[-1])))
     # the covariance in components order: random terms, fixed sensitivities (unknown), residual
     k = len(terms)
@@ -285,7 +286,7 @@ def _reml_bootstrap(result, problem: RemlProblem, fit: RemlFit, x: np.ndarray, n
             continue
         theta_b, sigma2_b = refit
         row = dict(zip(random_names, list(theta_b**2 * sigma2_b), strict=True))
-        row["residual"] = sigma2_b
+        row[RESIDUAL] = sigma2_b
         draws[b] = [row.get(c.name, math.nan) for c in result.components]
     info = {"method": "parametric bootstrap (simulate cell statistics from the REML fit, refit)",
             "level": level, "resamples": n_boot, "seed": seed, "failed": failed, "workers": workers,

@@ -23,6 +23,7 @@ from ..data import Judgments, as_judgments, require_columns
 from ..design import Design, Facet
 from ..errors import DesignError
 from ..results import Result
+from ..vocabulary import RESIDUAL
 from .model import MixedModel, Term
 
 
@@ -53,7 +54,7 @@ class StratifiedComponents(Result):
             "notes": list(self.notes),
         }
 
-    def spread(self, component: str = "residual") -> float:
+    def spread(self, component: str = RESIDUAL) -> float:
         """Largest over smallest per-stratum estimate of a component (1 = homoscedastic)."""
         values = [fit[component].variance for fit in self.fits.values() if component in fit]
         low = min(values)

@@ -24,11 +24,9 @@ from ..components import VarianceComponents
 from ..design import Design
 from ..errors import DesignError
 from ..estimate import estimate_components, resolve_model
-from ..inference import ITEM_NAMES, ObjectInterval, ThetaInterval, object_interval, theta_interval
+from ..inference import ObjectInterval, ThetaInterval, object_interval, theta_interval
 from ..io import read_input
 from ..results import Result, json_safe
-
-JUDGE_NAMES = vocabulary.JUDGE_NAMES
 
 
 @dataclass
@@ -119,15 +117,15 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
         vc.require_converged("its intervals")
     except DesignError as exc:
         raise type(exc)(f"{judgments.source}: {exc}") from None
-    if not any(c.kind != "residual" for c in vc.components):
+    if not any(c.kind != vocabulary.RESIDUAL for c in vc.components):
         raise DesignError(f"{judgments.source}: nothing to estimate besides the residual.")
     if assumed:
         from ..compare import with_assumed
 
         vc = with_assumed(vc, assumed)
-    levels = vc.levels
-    judge = next((f for f in levels if f in JUDGE_NAMES), None)
-    item = next((f for f in levels if f in ITEM_NAMES), None)
+    judge = vc.role("judge")
+    # the items: a facet, or the object itself when items are what is measured (TEE): theta-hat's curve over N
+    item = vc.role("item") or (vc.object if vocabulary.role_of(vc.object or "") == "item" else None)
     projection = dstudy.project(vc)
     try:
         theta = theta_interval(vc)
@@ -185,7 +183,7 @@ def single_run(data, design: Design | None = None, *, level: float = 0.95, assum
     if formula is not None:
         return None
     spec = resolve_model(judgments, design, None, **design_options)
-    if spec.design is None or len(spec.design.names) != 1 or spec.design.names[0] not in vocabulary.ITEM_NAMES:
+    if spec.design is None or len(spec.design.names) != 1 or vocabulary.role_of(spec.design.names[0]) != "item":
         return None
     item, frame = spec.design.names[0], judgments.frame
     if frame[item].duplicated().any():  # several calls per item: item and call noise separate, the fit applies
@@ -219,7 +217,7 @@ def components_summary(result: VarianceComponents) -> dict:
     shares = dstudy.project(result, object="").shares()
     for comp in payload["components"]:
         comp["share_var_theta"] = shares.get(comp["component"])
-    judge = next((f for f in vocabulary.JUDGE_NAMES if f in result.levels and f != result.object), None)
+    judge = result.role("judge")
     if result.draws is not None and result.object and judge:  # the derived rows include the one-judge ceiling
         table = bootstrap_derived(result, facet=judge)
         payload["derived"] = table.to_dict(orient="records")
@@ -309,8 +307,7 @@ def _run_info(record) -> tuple[dict, dict]:
 def checklist(vc: VarianceComponents, meta: dict, diagnostics: dict | None) -> list[dict]:
     """TEE Table 15's three tiers, each item met or missing from what the data and run record show."""
     levels = vc.levels
-    variants = next((f for f in levels if f in ("variant", "prompt_variant", "prompt")), None)
-    judge = next((f for f in levels if f in JUDGE_NAMES), None)
+    variants, judge = vc.role("variant"), vc.role("judge")
     n_var = levels.get(variants, 1) if variants else 1
     items = []
 
