@@ -7,6 +7,7 @@ judge output is untrusted text.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import asdict
 from html import escape as _html_escape
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from ..display import letters_note
 from ..version import __version__
 from .analysis import Analysis
 from .figures import PAIR_MATRIX_UP_TO, all_figures
+from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;
@@ -165,27 +167,15 @@ def render(a: Analysis) -> str:
                      "logprobs; the judge's own uncertainty, not counted in the components): " + ", ".join(
                          f"{escape(str(r['judge']))} {r['mean_spread']:.3g} (mean of {r['calls']} calls)"
                          for r in spread) + ".</p>")
-    if a.theta:
-        t = a.theta
-        parts.append(
-            "<div class='box'><b>theta-hat = {est}</b>: 95% CI <b>[{lo}, {hi}]</b> counting every source of error "
-            "(SE {se}, Satterthwaite df {df}), against the naive [{nlo}, {nhi}] that counts only {facet} sampling "
-            "(SE {nse}). The honest SE is <b>{ratio}x</b> the naive one.</div>".format(
-                est=_num(t.estimate), lo=_num(t.low), hi=_num(t.high), se=_num(t.se), df=_num(t.df, ".1f"),
-                nlo=_num(t.naive_low), nhi=_num(t.naive_high), facet=escape(t.sampling_facet),
-                nse=_num(t.naive_se), ratio=_num(t.se_ratio, ".2f")))
+    if a.theta:  # the same sentences as the terminal's (evalgauge.report.text)
+        parts.append(f"<div class='box'>{escape(theta_sentence(a.theta.to_dict()))}</div>")
         if a.object_interval is not None:
-            parts.append(f"<p class='muted'>theta-hat is the mean over {escape(vc.object)}s drawn at random, so the "
-                         f"spread between {escape(vc.object)}s counts as its error; one {escape(vc.object)}'s score "
-                         "and its interval are in the table below.</p>")
+            parts.append(f"<p class='muted'>{escape(theta_of_objects_sentence(vc.object))}</p>")
     if a.ceiling:
-        c = a.ceiling
         req = a.judges_needed
-        parts.append(
-            f"<p>Comparing <b>{escape(vc.object)}</b>s: E rho^2 = {_num(a.projection.erho2, '.3f')} and the minimum "
-            f"detectable difference MDD95 = {_num(a.projection.mdd95)} at this design. With one {escape(c.facet)} no "
-            f"item count gets past E rho^2 = <b>{_num(c.erho2, '.3f')}</b> (the single-{escape(c.facet)} ceiling; "
-            f"MDD floor {_num(c.mdd95)}). For E rho^2 = {req.target:g}: {escape(str(req))}.</p>")
+        said = ceiling_sentence(vc.object, a.projection.erho2, a.projection.mdd95, asdict(a.ceiling), str(req),
+                                req.target)
+        parts.append(f"<p>{escape(said)}</p>")
     if a.comparison is None and a.object_interval is not None:
         parts.append(_object_scores_html(a))
     if a.pairwise:

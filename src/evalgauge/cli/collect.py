@@ -1,0 +1,392 @@
+"""Collecting judgments: run (to a target precision too), rescore, export, serve-sim."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import EvalGaugeError
+from ..outputs import atomic_write_with, check_new, check_outputs
+from ..protocols import PROTOCOLS as PROTOCOL_NAMES
+from .base import _console, _emit, _need_collector, json_option, main, user_errors, writes
+
+
+def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json_out) -> None:
+    """`run --target-...`: the adaptive loop, with the plan printed before anything beyond the pilot is spent."""
+    from ..collect.adaptive import adaptive_run, pilot_design, pilot_df, stage_config
+    from ..collect.runner import dry_run as plan_run
+    from ..collect.runner import run
+    from ..planning import Target
+
+    goal = Target(*target)
+    pilot = pilot_design(cfg, pilot_items)
+    if dry_run:
+        plan = plan_run(stage_config(cfg, pilot))
+        payload = {"target": str(goal), "pilot": {"items": len(pilot.items), "judges": list(pilot.judges),
+                                                  "variants": list(pilot.variants), "replicates": pilot.replicates,
+                                                  "df": pilot_df(cfg, pilot)},
+                   **plan}
+
+        def show(c):
+            c.print(f"{cfg.path}: adaptive run to {goal}. Pilot: {len(pilot.items)} of {len(cfg.items)} items x "
+                    f"{len(pilot.judges)} judge(s) x {len(pilot.variants)} variant(s) x {pilot.replicates} "
+                    f"replicate(s) = {plan['planned']} calls ({plan['already_done']} stored), worst-case "
+                    f"${plan['worst_case_usd']:.4f}; {pilot_df(cfg, pilot)}. Then a fit, and the plan with its "
+                    "cost before more is spent.")
+        _emit(payload, json_out, show)
+        return
+    console = _console(stderr=True)
+    result = adaptive_run(cfg, goal, pilot_items=pilot_items, max_stages=max_stages, proceed=yes,
+                          run_stage=lambda stage: run(stage),
+                          say=lambda text: console.print(Text(text, style="dim")) if progress else None)
+    payload = {"database": str(cfg.database), **result.to_dict()}
+
+    def show_result(c):
+        for st in result.stages:
+            got = "" if st.achieved is None else f"; {st.achieved:.4g} after it"
+            c.print(f"{st.name}: {len(st.design.items)} items x {len(st.design.judges)} judge(s) x "
+                    f"{len(st.design.variants)} variant(s) x {st.design.replicates} replicate(s); {st.calls_sent} "
+                    f"calls sent; ${st.spent_usd:.4f} spent in all{got}")
+        c.print(f"{result.outcome}: {result.message}")
+    _emit(payload, json_out, show_result)
+    if result.outcome not in ("met", "awaiting --yes"):
+        sys.exit(3)
+
+
+@main.command(name="run")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--base-url", help="Send every judge's calls to this OpenAI-compatible endpoint (e.g. serve-sim).")
+@click.option("--database", type=click.Path(dir_okay=False, path_type=str), help="Run database (default: config's).")
+@click.option("--limit", type=click.IntRange(min=1), help="Stop after this many calls (a pilot of the pilot).")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+@json_option(help_text="Also write the summary and diagnostics as JSON.")
+@click.option("--dry-run", is_flag=True, help="Check the configuration and print the calls and their worst-case "
+              "cost against the budget; send nothing.")
+@click.option("--target-mdd", type=click.FloatRange(0, min_open=True),
+              help="Adaptive: pilot, plan and collect only what a minimum detectable difference this small needs.")
+@click.option("--target-erho2", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Adaptive: collect to this E rho^2 (between 0 and 1).")
+@click.option("--target-se", type=click.FloatRange(0, min_open=True), help="Adaptive: collect to this SE.")
+@click.option("--budget-usd", type=click.FloatRange(0, min_open=True), help="Spending cap (overrides budget_usd).")
+@click.option("--pilot-items", type=click.IntRange(min=2),
+              help="Adaptive: items in the pilot (default: system x item gets 50 df, at least 10).")
+@click.option("--max-stages", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Adaptive: stages after the pilot at most.")
+@click.option("--yes", is_flag=True, help="Adaptive: go on and collect the planned design (without it the run "
+              "stops after the pilot and shows the plan and its cost).")
+@user_errors
+@writes(("config", "database"), json_out="--json")
+def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, target_mdd, target_erho2, target_se,
+            budget_usd, pilot_items, max_stages, yes) -> None:
+    """Run (or resume) the factorial of judge calls a CONFIG.toml describes, into a SQLite run database.
+
+    With a target (--target-mdd, --target-erho2 or --target-se) the run is adaptive: a pilot on a random
+    subset of the item pool, a fit, the cheapest design that reaches the target (or why none can, before
+    spending more), then only the missing calls, refitting until the target is met.
+
+    \b
+    Examples:
+      evalgauge run examples/sim/run.toml --base-url http://127.0.0.1:8765/v1 --dry-run
+      evalgauge run examples/sim/run.toml --target-mdd 0.3 --budget-usd 2 --yes
+    """
+    _need_collector()
+    from dataclasses import replace
+
+    from ..collect.config import load_config
+    from ..collect.diagnostics import diagnose
+    from ..collect.runner import run
+    from ..collect.tasks import count_tasks
+    from ..store import RunStore
+
+    cfg = load_config(config, base_url=base_url, database=database)
+    check_outputs([config, cfg.database, *cfg.sources], {"--json": json_out})
+    if budget_usd is not None:
+        cfg = replace(cfg, budget_usd=budget_usd)
+    targets = [(q, v) for q, v in (("mdd95", target_mdd), ("erho2", target_erho2), ("se", target_se)) if v]
+    if len(targets) > 1:
+        raise click.UsageError("give one target: --target-mdd, --target-erho2 or --target-se.")
+    if targets:
+        _adaptive(cfg, targets[0], pilot_items, max_stages, yes, dry_run, progress, json_out)
+        return
+    if dry_run:
+        from ..collect.runner import dry_run as plan_run
+
+        plan = plan_run(cfg)
+
+        def show_plan(c):
+            budget = "no budget_usd cap" if plan["budget_usd"] is None else f"budget ${plan['budget_usd']:g}"
+            c.print(f"{cfg.path}: {plan['planned']} judge calls planned, {plan['already_done']} stored, "
+                    f"{plan['to_send']} to send (+{plan['generations_to_send']} generations); worst-case cost "
+                    f"${plan['worst_case_usd']:.4f} on top of ${plan['spent_usd']:.4f} spent; {budget}"
+                    + ("" if plan["fits_budget"] else ": the run will stop at the cap before finishing") + ".")
+            for note in plan["notes"] + list(cfg.notes):
+                c.print(Text("note: ", style="yellow") + Text(note))
+        _emit(plan, json_out, show_plan)
+        return
+    total = count_tasks(cfg)
+    state: dict = {}
+
+    def update(summary):
+        # the bar starts at the first report, after the keys are checked, at the stored count
+        if "bar" not in state:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=Console(stderr=True),
+                           transient=False)
+            bar.start()
+            state["bar"], state["tid"] = bar, bar.add_task("calls", total=total, status="")
+        state["bar"].update(state["tid"], completed=summary.already_done + summary.completed + summary.failed,
+                            status=f"errors {summary.failed}, retries {summary.retries}, ${summary.cost_usd:.4f}")
+
+    try:
+        summary = run(cfg, progress=update if progress else None, limit=limit)
+    finally:
+        if "bar" in state:
+            state["bar"].stop()
+    store = RunStore(cfg.database)
+    try:
+        diag = diagnose(store.calls())
+    finally:
+        store.close()
+    payload = {"summary": summary.to_dict(), "database": str(cfg.database), "diagnostics": diag.to_dict()}
+
+    def show(c):
+        c.print(f"{cfg.database}: {summary.completed} calls made now, {summary.already_done} already there, "
+                f"{summary.failed} failed after retries ({summary.retries} retries), of {summary.planned} planned; "
+                f"cost ${summary.cost_usd:.4f}; {summary.seconds:.1f} s.")
+        for note in summary.notes + list(cfg.notes):
+            c.print(Text("note: ", style="yellow") + Text(note))
+        if not diag.per_judge.empty:
+            table = Table(title="Integrity by judge")
+            for col in diag.per_judge.columns:
+                table.add_column(col)
+            for row in diag.per_judge.itertuples(index=False):
+                table.add_row(*[str(v) for v in row])
+            c.print(table)
+        for warning in diag.warnings:
+            c.print(Text("warning: ", style="bold yellow") + Text(warning))
+    _emit(payload, json_out, show)
+    if summary.paused and not summary.fatal:
+        err = _console(stderr=True)
+        for name, reason in summary.paused.items():
+            err.print(Text("paused: ", style="bold yellow") + Text(f"'{name}': {reason}"))
+        err.print("The run stopped resumably: run the same command again later (completed calls are kept).")
+        sys.exit(3)
+    if not summary.ok:
+        err = _console(stderr=True)
+        for name, reason in summary.fatal.items():
+            err.print(Text("error: ", style="bold red") + Text(f"stopped '{name}': {reason}"))
+        if summary.skipped:
+            err.print(f"{summary.skipped} call(s) of the stopped judge(s) were not sent; fix the cause and run "
+                      "again: the completed calls are kept and not repeated.")
+        if not summary.fatal:
+            err.print(Text("error: ", style="bold red") + Text(
+                "no call completed; see the failures above (the first error is kept in the run database's "
+                "failures table)."))
+        sys.exit(2)
+
+
+@main.command(name="rescore")
+@click.argument("database", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--protocol", required=True, type=click.Choice(PROTOCOL_NAMES),
+              help="The verdict protocol to read every stored completion with (see `evalgauge.parse`).")
+@click.option("--pattern", help="With --protocol pattern: a regular expression with one group (the number).")
+@click.option("--scale-min", type=float, help="Numeric verdicts below this are no verdict.")
+@click.option("--scale-max", type=float, help="Numeric verdicts above this are no verdict.")
+@user_errors
+def rescore_cmd(database, protocol, pattern, scale_min, scale_max) -> None:
+    """Read a run database's stored completions again with a verdict protocol, sending no call.
+
+    The scores, parse errors and matched rules are replaced in the same database; each changed call's
+    earlier parse is kept in its `rescores` table.
+
+    \b
+    Example:
+      evalgauge rescore demo-output/sim.sqlite --protocol score-line --scale-min 1 --scale-max 5
+    """
+    from ..inputs import check_input_file
+    from ..protocols import parse
+    from ..store import RunStore
+
+    path = check_input_file(database, what="run database")
+    if protocol == "pattern" and not pattern:
+        raise EvalGaugeError("--protocol pattern needs --pattern, a regular expression with one group.")
+    store = RunStore(path, writer=True)
+    try:
+        pairwise = store.get_meta("mode") == "pairwise"
+        weighted = store.calls()
+        if "distribution" in weighted and weighted["distribution"].notna().any():
+            raise EvalGaugeError(f"{path}: this run's scores are probability-weighted means of the judges' "
+                                 "distributions over the scale (output = \"logprobs\"); a protocol reads a verdict "
+                                 "from text and would replace them with the sampled verdicts. Nothing was changed.")
+
+        def read(text, position):
+            try:
+                v = parse(text, protocol, scale_min=scale_min, scale_max=scale_max, pattern=pattern)
+            except ValueError as exc:
+                raise EvalGaugeError(f"--pattern: {exc}") from None
+            value = v.value
+            if value is not None and pairwise and position == "BA":
+                value = 1.0 - value  # the system was shown second
+            return value, None if value is not None else v.reason, f"{protocol}: {v.rule}" if v.rule else None
+
+        changed, total = store.rescore(read, protocol)
+        calls = store.calls()
+    finally:
+        store.close()
+    read_ok = int(calls["score"].notna().sum())
+    _console().print(f"{path}: {total} stored completions read with {protocol}: {read_ok} verdicts, "
+                     f"{total - read_ok} without one; {changed} changed (the earlier parse kept in rescores).")
+
+
+@main.command(name="export")
+@click.argument("database", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
+@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=str), help="Output file (default: beside).")
+@click.option("--judgments", is_flag=True, help="Only the judgments table (facets and score), as components reads.")
+@click.option("--force", is_flag=True, help="Replace an existing file at the default output path.")
+@user_errors
+def export_cmd(database, fmt, out, judgments, force) -> None:
+    """Export a run database: every call with its completion, parse, model, tokens and cost.
+
+    \b
+    Examples:
+      evalgauge export demo-output/sim.sqlite --format parquet
+      evalgauge export demo-output/sim.sqlite --judgments -o demo-output/judgments.csv
+    """
+    from ..io.runs import read_run
+    from ..store import RunStore
+
+    path = Path(database)
+    if not path.exists():
+        raise EvalGaugeError(f"{path}: no such run database.")
+    target = Path(out) if out else path.with_suffix(f".{fmt}")
+    check_outputs([path], {"--out": target})
+    if not out:
+        check_new("--out", target, force)
+    if judgments:
+        frame = read_run(Path(path))
+    else:
+        store = RunStore(path)
+        try:
+            frame = store.calls()
+        finally:
+            store.close()
+    if str(target) == "-":
+        if fmt == "parquet":
+            sys.stdout.buffer.write(frame.to_parquet(index=False))
+        else:
+            click.echo(frame.to_csv(index=False), nl=False)
+        _console(stderr=True).print(f"{len(frame)} rows written to stdout")
+        return
+    atomic_write_with(target, lambda tmp: frame.to_parquet(tmp, index=False) if fmt == "parquet"
+                      else frame.to_csv(tmp, index=False))
+    _console().print(f"{len(frame)} rows written to {target}")
+
+
+def _sim_components(path: Path) -> dict[str, float]:
+    """``{term: variance}`` from a JSON file of that shape or an `evalgauge components --json` result."""
+    import math
+
+    from ..inputs import check_input_file
+
+    check_input_file(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise EvalGaugeError(f"{path}: cannot read components JSON ({str(exc)[:120]}).") from None
+    shape = ("; give {\"term\": variance, ...} or the output of `evalgauge components --json`, e.g. "
+             "{\"item\": 0.4, \"judge\": 0.1, \"residual\": 0.2}.")
+    if isinstance(raw, dict) and isinstance(raw.get("components"), list):
+        pairs = [(c.get("component"), c.get("variance")) if isinstance(c, dict) else (None, None)
+                 for c in raw["components"]]
+    elif isinstance(raw, dict):
+        pairs = list(raw.items())
+    else:
+        raise EvalGaugeError(f"{path}: a JSON {type(raw).__name__}, not an object" + shape)
+    comps = {}
+    for term, value in pairs:
+        if not isinstance(term, str) or isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
+            raise EvalGaugeError(f"{path}: component {term!r} has variance {value!r}, not a finite number" + shape)
+        comps[term] = max(float(value), 0.0)
+    if not comps:
+        raise EvalGaugeError(f"{path}: no components" + shape)
+    return comps
+
+
+@main.command(name="serve-sim")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--components", "components_path", type=click.Path(dir_okay=False, path_type=str),
+              help="JSON: {term: variance} or an `evalgauge components --json` result (default: a demo panel).")
+@click.option("--mu", type=float, default=3.0, show_default=True, help="The grand mean on the score scale.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8765, show_default=True)
+@click.option("--fault", "faults", multiple=True, metavar="NAME=VALUE",
+              help="Inject faults: rate_limit, server_error, timeout, empty, garbage (rates), cache=1, "
+                   "drift_after=N, latency_ms, timeout_s, retry_after, bad_request, forbidden (repeatable).")
+@click.option("--require-key-env", metavar="NAME",
+              help="Answer 401 unless a request carries the key held in this environment variable.")
+@user_errors
+def serve_sim_cmd(config, components_path, mu, seed, host, port, faults, require_key_env) -> None:
+    """Serve an OpenAI-compatible judge panel simulated from variance components (for dry runs and tests).
+
+    \b
+    Example:
+      evalgauge serve-sim examples/sim/run.toml --port 8765 --fault rate_limit=0.05 &
+      evalgauge run examples/sim/run.toml --base-url http://127.0.0.1:8765/v1
+    """
+    _need_collector()
+    from ..collect.config import load_config
+    from ..collect.simserver import FAULTS, SimPanel, serve
+
+    cfg = load_config(config)
+    comps = DEFAULT_SIM_COMPONENTS
+    if components_path:
+        comps = _sim_components(Path(components_path))
+    fault_map = {}
+    for item in faults:
+        key, _, value = item.partition("=")
+        if key not in FAULTS:
+            raise click.BadParameter(f"unknown fault '{key}'; known: {', '.join(FAULTS)}", param_hint="--fault")
+        try:
+            fault_map[key] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"'{item}' should read NAME=NUMBER", param_hint="--fault") from None
+    api_key = None
+    if require_key_env:
+        api_key = os.environ.get(require_key_env)
+        if not api_key:
+            raise EvalGaugeError(f"--require-key-env: the environment variable {require_key_env} is not set.")
+    _check_port_free(host, port)
+    panel = SimPanel(cfg, comps, mu=mu, seed=seed, faults=fault_map, api_key=api_key)
+    serve(panel, host, port, ready=lambda msg: click.echo(f"serve-sim listening on http://{host}:{port}/v1 "
+                                                           f"({len(cfg.judges)} judges); {msg}", err=True))
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A clear message, not a traceback, when the port is taken or not ours to bind."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise EvalGaugeError(f"serve-sim cannot listen on {host}:{port} ({exc.strerror or exc}); another "
+                                 "server may be using the port: pick another with --port.") from None
+
+
+#: a judge panel shaped like the sizing paper's (system share small, sizable system x judge)
+DEFAULT_SIM_COMPONENTS = {"item": 0.45, "judge": 0.10, "variant": 0.02, "system": 0.08, "system:item": 0.35,
+                          "system:judge": 0.05, "item:judge": 0.15, "item:variant": 0.03, "residual": 0.2}
+

@@ -1,0 +1,232 @@
+"""Commands about other data: import from other tools, item screening, pairwise judgments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import EvalGaugeError
+from ..outputs import atomic_write_text
+from ..report.terminal import number, print_comparison, print_components
+from .base import (
+    _console,
+    _drop_empty,
+    _emit,
+    _write_frame,
+    estimate_components,
+    json_option,
+    main,
+    pd,
+    read_judgments,
+    text_options,
+    user_errors,
+    writes,
+)
+
+
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--system", default="system", show_default=True)
+@click.option("--item", default="item", show_default=True)
+@click.option("--score", default="score", show_default=True)
+@click.option("--threshold", type=float, help="Keep items whose between-system variance is at least this.")
+@click.option("--keep", type=click.FloatRange(0, 1, min_open=True), help="Or keep this top fraction of items.")
+@click.option("--splits", type=click.IntRange(min=10), default=200, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@json_option("the result")
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")
+@text_options
+@user_errors
+@writes(("data",), json_out="--json")
+def screen(data, system, item, score, threshold, keep, splits, seed, json_out, drop_missing, encoding, sep) -> None:
+    """Item discrimination screening from a pilot (sizing sec. 4, App. F): which items separate systems.
+
+    \b
+    Example:
+      evalgauge screen pilot.csv --keep 0.5 --json screen.json
+    """
+    from ..data import numeric_scores
+    from ..scoring import screen_items
+
+    judgments = read_judgments(data, encoding=encoding, sep=sep)
+    if drop_missing:
+        judgments = _drop_empty(judgments, score)
+    frame = judgments.frame.assign(**{score: numeric_scores(judgments, score)})
+    result = screen_items(frame, system=system, item=item, score=score, threshold=threshold, keep=keep,
+                          splits=splits, seed=seed)
+    payload = {"threshold": result.threshold, "selected": result.selected,
+               "split_half_rho": result.split_half_rho, "split_half_range": list(result.split_half_range),
+               "per_item": result.per_item.to_dict(orient="records")}
+    selected_rows = frame[frame[item].astype(str).isin(result.selected)]
+    for label, rows in (("all", frame), ("selected", selected_rows)):
+        try:
+            vc = estimate_components(rows, drop_missing=True)
+            payload[f"components_{label}"] = {c.name: c.variance for c in vc.components}
+            payload[f"share_{label}"] = {c.name: vc.share(c.name) for c in vc.components}
+        except EvalGaugeError as exc:
+            payload[f"components_{label}"] = {"unavailable": str(exc)}
+
+    def show(c):
+        c.print(f"{len(result.selected)} of {len(result.per_item)} items kept (between-system variance >= "
+                f"{result.threshold:.4g}); split-half stability of the item ranking: Spearman rho "
+                f"{result.split_half_rho:.3f} (95% range from {result.split_half_range[0]:.3f} to "
+                f"{result.split_half_range[1]:.3f}, {splits} splits).")
+        if "share_all" in payload and "share_selected" in payload:
+            for comp in (system, f"{system}:{item}", f"{item}:{system}"):
+                if comp in payload["share_all"]:
+                    c.print(f"{comp}: {100 * payload['share_all'][comp]:.1f}% of the variance on all items, "
+                            f"{100 * payload['share_selected'].get(comp, float('nan')):.1f}% on the kept ones.")
+
+    _emit(payload, json_out, show)
+
+
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--reference", help="The system at log strength 0 (default: the first in sorted order).")
+@click.option("--baseline", help="A fixed baseline every system is compared against (left out of the components).")
+@click.option("--position/--no-position", default=True, show_default=True,
+              help="Fit a first-slot (position) advantage in Bradley-Terry when both slots occur.")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(min=0), default=200, show_default=True,
+              help="Resamples for the naive and the TEE-aware bootstrap intervals (0: none).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--human", metavar="COLUMN", help="A column with the human vote (model_a, model_b or tie): report "
+              "per-judgment agreement, overall and decisive-only (TEE Table 17).")
+@click.option("--components-json", type=click.Path(dir_okay=False, path_type=str),
+              help="Write the win-indicator components here, for `evalgauge plan` (MDD at any items and judges).")
+@json_option("everything")
+@click.option("--model-a", "col_a", metavar="COL", help="The column holding the first-shown system (default model_a).")
+@click.option("--model-b", "col_b", metavar="COL", help="The column holding the second-shown system (default model_b).")
+@click.option("--winner", "col_winner", metavar="COL", help="The column holding the verdict (default winner).")
+@click.option("--item", "col_item", metavar="COL", help="The column holding the item (default item).")
+@click.option("--judge", "col_judge", metavar="COL", help="The column holding the judge (default judge).")
+@text_options
+@user_errors
+@writes(("data",), components_json="--components-json", json_out="--json")
+def pairwise(data, reference, baseline, position, n_boot, seed, human, components_json, json_out, col_a, col_b,
+             col_winner, col_item, col_judge, encoding, sep) -> None:
+    """Pairwise judgments (model_a, model_b, winner; optional item, judge, variant, order): Bradley-Terry,
+    Elo, position bias, and the variance components of the win indicators.
+
+    \b
+    Examples:
+      evalgauge pairwise arena.csv --reference gpt-4-0314 --bootstrap 1000
+      evalgauge pairwise battles.csv --model-a left --model-b right --winner verdict --json -
+    """
+    roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
+    judgments = read_judgments(data, encoding=encoding, sep=sep, columns={k: v for k, v in roles.items() if v} or None)
+    from ..report.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit loads
+    result = analyze_pairwise(judgments, reference=reference, baseline=baseline, position=position, n_boot=n_boot,
+                              seed=seed, human=human)
+    if components_json and result.components is not None:
+        atomic_write_text(components_json, result.components.to_json() + "\n")
+    battles, fit, table, notes, payload = result.battles, result.fit, result.table, result.notes, result.payload
+    comparison, comps = result.comparison, result.components
+
+    def show(c):
+        t = Table(title=f"Bradley-Terry ({battles.n} judgments, {len(battles.systems)} systems; reference "
+                        f"{fit.reference} at 0)")
+        cols = ["system", "log_strength", "se", "elo", "elo_arena", "win_rate_vs_reference"] + \
+            [k for k in ("naive_low", "naive_high", "tee_low", "tee_high") if k in table]
+        for col in cols:
+            t.add_column(col, justify="left" if col == "system" else "right")
+        for r in table.to_dict(orient="records"):
+            t.add_row(*[str(r[k]) if k == "system" else number(r[k], ".4g") for k in cols])
+        c.print(t)
+        for note in notes:
+            c.print(Text("note: ", style="yellow") + Text(note))
+        if "weighted_win_share" in payload:
+            shares = ", ".join(f"{r['system']} {100 * r['win_share']:.2f}% ({r['battles']:g} battles)"
+                               for r in payload["weighted_win_share"])
+            c.print(f"Weighted win share against the opponents (ties half; arena-hard's own score): {shares}.")
+        if fit.log_h is not None:
+            c.print(f"First-slot advantage (position term): log odds {fit.log_h:+.3f}.")
+        if comparison is not None:
+            print_comparison(comparison, c)
+        if "position_bias" in payload:
+            pb = payload["position_bias"]
+            c.print(f"Slot-A advantage in win rate: {100 * pb['slot_a_advantage']:+.1f} points on average, sd "
+                    f"{100 * pb['spread_sd']:.1f} across systems, max {100 * pb['max']:+.1f} (sizing sec. 5.4).")
+        if comps is not None:
+            print_components(comps, c)
+            if "human_agreement" in payload:
+                h = payload["human_agreement"]
+                c.print(f"Agreement with the human votes: {100 * h['overall']:.1f}% of {h['n']} judgments; "
+                        f"{100 * h['ab_only']:.1f}% of the {h['n_ab']} where both were decisive.")
+            c.print(f"MDD95 {payload['mdd95_win_rate_points']:.1f} win-rate points at this design"
+                    + (f"; single-judge ceiling {payload['ceiling']:.3f}, MDD floor "
+                       f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
+
+    _emit(payload, json_out, show)
+
+
+@main.command(name="import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["inspect", "lm-eval", "arena-hard", "alpaca-eval",
+                                                            "mt-bench", "wide"]))
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=str))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="The judgments table to write (.csv, .parquet or .jsonl).")
+@click.option("--metric", help="lm-eval: the per-sample metric to use as the score (default acc).")
+@click.option("--system", help="lm-eval: the evaluated model's name (default: from the results json or folder).")
+@click.option("--baseline", help="arena-hard: the baseline model, when the records do not name it (v0.1: "
+              "gpt-4-0314).")
+@click.option("--unweighted", is_flag=True, help="arena-hard: count a >> verdict once (default: 3 battles, as "
+              "arena-hard's own score).")
+@click.option("--id", "ids", multiple=True, metavar="FACET=COLUMN",
+              help="wide: a facet and the column holding it, e.g. --id system=exam_model --id item=question_id.")
+@click.option("--columns", metavar="FACET=COL1,COL2|GLOB",
+              help="wide: the score columns, each a level of FACET, e.g. --columns judge=gpt4,llama3 or judge='j_*'.")
+@user_errors
+@writes(("files",), out="--out")
+def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, columns) -> None:
+    """Convert judgment files of other tools (Inspect, lm-eval, arena-hard, AlpacaEval, MT-bench, wide tables).
+
+    \b
+    Examples:
+      evalgauge import alpaca-eval results/*/alpaca_eval_gpt4/annotations.json -o ae.csv
+      evalgauge import arena-hard model_judgment/gpt-4-1106-preview/*.jsonl --baseline gpt-4-0314 -o arena.csv
+      evalgauge import wide triviaqa.csv --id system=exam_model --id item=question_id --columns 'judge=*_judge' -o t.csv
+    """
+    from ..io import import_files
+
+    id_map = {}
+    for item in ids:
+        name, _, col = item.partition("=")
+        if not col:
+            raise click.BadParameter(f"'{item}' should read FACET=COLUMN", param_hint="--id")
+        id_map[name.strip()] = col.strip()
+    cols = None
+    if columns:
+        name, _, spec = columns.partition("=")
+        if not spec:
+            raise click.BadParameter(f"'{columns}' should read FACET=COL1,COL2", param_hint="--columns")
+        cols = (name.strip(), [c.strip() for c in spec.split(",") if c.strip()])
+    frame = import_files(fmt, list(files), metric=metric, system=system, baseline=baseline, unweighted=unweighted,
+                         ids=id_map, columns=cols)
+    notes = frame.attrs.get("notes", [])
+    _write_frame(frame, Path(out))
+    c = _console(stderr=out == "-")  # the table itself may be on stdout
+    kind = "pairwise rows" if "winner" in frame else "judgments"
+    c.print(f"{len(frame)} {kind} written to {'stdout' if out == '-' else out}.")
+    for note in notes:
+        c.print(Text("note: ", style="yellow") + Text(note))
+    c.print(f"next: {_next_command(frame, 'FILE' if out == '-' else out)}")
+
+
+def _next_command(frame: pd.DataFrame, out: str) -> str:
+    """A command that works on what was imported, or what the file can and cannot tell."""
+    if "winner" in frame:
+        return f"evalgauge pairwise {out}"
+    facets = [c for c in ("system", "task", "item", "judge", "variant") if c in frame]
+    varying = [c for c in facets if frame[c].nunique() > 1]
+    reps = "replicate" in frame and frame["replicate"].nunique() > 1
+    if len(varying) >= 2 or (varying and reps):
+        one = [c for c in facets if c not in varying]
+        return f"evalgauge analyze {out}" + (f"  (one level of {', '.join(one)}: left out, with a note)"
+                                              if one else "")
+    return (f"evalgauge analyze {out}  (one run: only {', '.join(varying) or 'nothing'} varies, so it gives the "
+            "item-sampling interval and names what one system, judge and run cannot measure; add --assume "
+            "TERM=VARIANCE for components you know, or import more judges or runs to measure them)")
+

@@ -1,0 +1,545 @@
+"""Commands that fit and answer: components, balance, analyze, compare, plan, audit."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from .. import vocabulary
+from ..errors import EvalGaugeError
+from ..report.terminal import (
+    number,
+    print_audit,
+    print_ceiling,
+    print_comparison,
+    print_components,
+    print_glmm,
+    print_missing_answers,
+    print_object_scores,
+    print_plan,
+    print_preset,
+    print_strata,
+)
+from ..vocabulary import DDF_METHODS, METHODS
+from .base import (
+    _check_supported,
+    _console,
+    _design,
+    _drop_empty,
+    _emit,
+    _fit_progress,
+    _int_list,
+    _load,
+    _model,
+    _name_values,
+    _refuse_unusable,
+    code_data,
+    design_options,
+    estimate_by_stratum,
+    estimate_components,
+    glmm_check,
+    json_option,
+    main,
+    np,
+    read_options,
+    user_errors,
+    writes,
+)
+
+
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@design_options
+@click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
+              help="anova: closed form, complete balanced blocks only; reml: any design; "
+                   "auto: ANOVA when the data form a complete balanced block, REML otherwise.")
+@click.option("--formula", help="An lme4-style model, e.g. 'score ~ judge + (1|item) + (1|item:judge)' (REML).")
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty (and say how many).")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Parametric-bootstrap resamples for percentile intervals of every component (0: none).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Interval level.")
+@click.option("--seed", type=int, default=None, help="Seed for the bootstrap.")
+@click.option("--by", "by", metavar="FACET", help="Also fit within each level of FACET (TEE C.7 heteroscedastic "
+              "extension: residual and cell variance per stratum of a fixed facet).")
+@click.option("--glmm", is_flag=True, help="Binary scores: also fit a logit-link GLMM and compare the component "
+              "ranking with the linear-probability fit (TEE section G).")
+@click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2",
+              help="Fit only these levels of a facet, e.g. a judge universe --keep judge=gpt,claude (repeatable).")
+@json_option("the result")
+@read_options
+@user_errors
+@writes(("data",), json_out="--json")
+def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula,
+               drop_missing, n_boot, level, seed, by, glmm, keep, json_out, **read) -> None:
+    """Estimate the variance components of DATA (CSV, TSV, Parquet, JSONL or a run database).
+
+    \b
+    Examples:
+      evalgauge components judgments.csv --terms system,item,judge,system:item
+      evalgauge components triviaqa.csv --system exam_model --item question_id --judge judge_model
+    """
+    boot = {"n_boot": n_boot, "level": level, "seed": seed}
+    data, _ = _load(data, keep=keep, **read)
+    model = _model(data, formula, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    if glmm:
+        check = glmm_check(data, model, method=method)
+        _emit(check.to_dict(), json_out, lambda c: print_glmm(check, c))
+        return
+    if by:
+        strata = estimate_by_stratum(data, by, model, method=method, drop_missing=drop_missing, **boot)
+        _emit(strata.to_dict(), json_out, lambda c: print_strata(strata, c))
+        return
+    result = estimate_components(data, model, method=method, drop_missing=drop_missing, progress=_fit_progress(),
+                                 **boot)
+    from ..report.analysis import components_summary
+
+    payload = components_summary(result)
+    _emit(payload, json_out, lambda c: print_components(result, c))
+
+
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@design_options
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")
+@read_options
+@user_errors
+def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_order, drop_missing, **read) -> None:
+    """Report whether DATA is a complete balanced block, and which cells are missing.
+
+    \b
+    Example:
+      evalgauge balance judgments.csv --drop-missing     # exit 0: balanced; 3: not
+    """
+    source = data
+    data, _ = _load(data, **read)
+    design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    if drop_missing:
+        data = _drop_empty(data, design.score)
+    report = code_data(data, design).balance()
+    console = _console()
+    console.print(f"{source}: {report.n_obs} observations; facets "
+                  + ", ".join(f"{f.name} ({f.role}{', in ' + f.parent if f.parent else ''})" for f in design.facets))
+    console.print(report.summary())
+    sys.exit(0 if report.balanced else 3)
+
+
+@main.command()
+@click.argument("components_json", metavar="[COMPONENTS.json]", required=False,
+                type=click.Path(dir_okay=False, path_type=str))
+@click.option("--component", "given", multiple=True, metavar="NAME=VARIANCE",
+              help="Plan from published values instead of a file, e.g. --component system:item=0.3 "
+                   "--component residual=0.2 (repeatable; with --object and --n for every facet).")
+@click.option("--object", "object_", help="Object of measurement (default: the one in the file).")
+@click.option("--n", "grid", multiple=True, metavar="FACET=LIST",
+              help="Counts to try, e.g. --n item=30,500 --n judge=1,2 --n rep=1 (repeatable). A facet of the "
+                   "design always means that facet; rep/replicates means the replicates.")
+@click.option("--target-erho2", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Target E rho^2 (between 0 and 1): facets needed, the item/judge exchange.")
+@click.option("--target-mdd", type=click.FloatRange(0, min_open=True), help="Target minimum detectable difference.")
+@click.option("--target-se", type=click.FloatRange(0, min_open=True), help="Target SE of theta-hat.")
+@click.option("--budget", type=click.FloatRange(0, min_open=True), help="Budget (USD) for the integer design "
+              "optimiser (needs --price).")
+@click.option("--price", "prices", multiple=True, metavar="JUDGE=USD",
+              help="Price per call of each judge (in panel order), or one USD for every judge.")
+@click.option("--best-of", type=click.IntRange(min=1), help="Best-of-K gaming surface at the observed design.")
+@click.option("--base-rate", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Win rate for the gaming surface in Elo points (between 0 and 1).")
+@click.option("--ceiling-facet", default="judge", show_default=True, help="The facet held at one for the ceiling.")
+@click.option("--separation", type=click.FloatRange(0, min_open=True),
+              help="True difference between two objects: P(rank inversion) per design.")
+@json_option("the plan")
+@user_errors
+@writes(("components_json",), json_out="--json")
+def plan(components_json, given, object_, grid, target_erho2, target_mdd, target_se, budget, prices, best_of,
+         base_rate, ceiling_facet, separation, json_out) -> None:
+    """The D-study calculator: SE, E rho^2, Phi, MDD, ceiling, requirements and budget for proposed designs.
+
+    COMPONENTS.json is the output of `evalgauge components --json` or `evalgauge analyze --json`, or a minimal
+    {"object": "system", "components": {"system": 0.08, "residual": 0.2, ...}, "levels": {...}}.
+
+    \b
+    Examples:
+      evalgauge plan components.json --n item=30,500 --n judge=1,2,4 --target-erho2 0.8
+      evalgauge plan --component system=0.0801 --component system:judge=0.0011 --component system:item=0.3 \\
+          --component residual=0.2 --object system --n item=500 --n judge=1,3 --n system=2
+    """
+    from ..dstudy import plan as make_plan
+
+    vc = _plan_components(components_json, given, object_)
+    counts = {}
+    for item in grid:
+        key, _, values = item.partition("=")
+        if not values:
+            raise click.BadParameter(f"'{item}' should read FACET=n1,n2,...", param_hint="--n")
+        counts[key.strip()] = _int_list(values, "--n")
+    vc = _fill_levels(vc, counts)
+    obj = object_ or vc.object
+    if ceiling_facet not in vc.levels or ceiling_facet == obj:
+        choices = ", ".join(f for f in vc.levels if f != obj)
+        if ceiling_facet != "judge" or "judge" in vc.levels:
+            raise click.BadParameter(f"'{ceiling_facet}' is not a facet of these components other than the object "
+                                     f"(facets: {choices}).", param_hint="--ceiling-facet")
+    price_map = {}
+    for item in prices:
+        key, sep, value = item.partition("=")
+        try:
+            price = float(value if sep else key)
+        except ValueError:
+            raise click.BadParameter(f"'{item}' should read JUDGE=USD or USD", param_hint="--price") from None
+        if not np.isfinite(price) or price < 0:
+            raise click.BadParameter(f"'{item}': a price is a non-negative number of USD per call.",
+                                     param_hint="--price")
+        price_map[key.strip() if sep else "*"] = price
+    if budget is not None and not price_map:
+        raise click.BadParameter("a budget needs prices: add --price USD (per call) or --price JUDGE=USD.",
+                                 param_hint="--budget")
+    out = make_plan(vc, counts, object=object_, target_erho2=target_erho2, target_mdd=target_mdd,
+                    target_se=target_se, budget=budget, prices=price_map or None, best_of=best_of,
+                    base_rate=base_rate, ceiling_facet=ceiling_facet, separation=separation)
+    payload = out.to_dict()
+    _emit(payload, json_out, lambda c: print_plan(payload, c))
+
+
+def _plan_components(components_json, given, object_):
+    """The components to plan from: a JSON file, or values on the command line (--component)."""
+    from ..components import VarianceComponents
+
+    if components_json and given:
+        raise click.UsageError("give COMPONENTS.json or --component values, not both.")
+    if given:
+        values = _name_values(given, "--component", "VARIANCE")
+        return VarianceComponents.from_dict({"object": object_, "components": values}, "--component")
+    if not components_json:
+        raise click.UsageError("give COMPONENTS.json (from `evalgauge components --json`) or --component values.")
+    path = Path(components_json)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EvalGaugeError(f"{path}: no such file; write one with `evalgauge components DATA --json {path}`.") \
+            from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise EvalGaugeError(f"{path}: not JSON ({exc}).") from None
+    return VarianceComponents.from_dict(payload, str(path))
+
+
+def _fill_levels(vc, counts: dict):
+    """Components given without their design's counts take them from --n (the first value of each)."""
+    from dataclasses import replace
+
+    unknown = [f for f, n in vc.levels.items() if n == 0]
+    if not unknown:
+        return vc
+    levels = dict(vc.levels)
+    for f in unknown:
+        if f in counts:
+            levels[f] = int(counts[f][0])
+        elif f == vc.object:
+            levels[f] = 2  # two objects: what a pairwise comparison needs; only Var(theta-hat) depends on it
+        else:
+            raise click.BadParameter(f"the components give no count for '{f}': add --n {f}=N.", param_hint="--n")
+    return replace(vc, levels=levels)
+
+
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@design_options
+@click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
+@click.option("--formula", help="An lme4-style model (REML).")
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty (run databases: always).")
+@click.option("--target-erho2", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.8,
+              show_default=True, help="Target E rho^2 for the judges-needed line (between 0 and 1).")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Parametric-bootstrap resamples for intervals of every component (0: none).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Interval level of the bootstrap.")
+@click.option("--seed", type=int, default=None, help="Seed for the bootstrap.")
+@click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2",
+              help="Analyse only these levels of a facet, e.g. --keep judge=gpt,claude (repeatable).")
+@click.option("--by", "by", metavar="FACET", help="Also fit within each level of FACET (TEE C.7).")
+@click.option("--glmm", is_flag=True, help="Binary scores: also fit the logit GLMM and compare (TEE section G).")
+@click.option("--assume", "assumed", multiple=True, metavar="TERM=VARIANCE",
+              help="A stated value for a component the data cannot measure, e.g. --assume item:judge=0.01 for one "
+                   "judge's run, or --assume system:judge=0.01 (every interval then counts it).")
+@click.option("--df", "ddf", type=click.Choice(DDF_METHODS), default="satterthwaite", show_default=True,
+              help="Degrees of freedom of the comparisons: Satterthwaite's (as lmerTest) or Kenward-Roger's (as "
+                   "pbkrtest; its adjusted covariance too; up to 4,000 judgments).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=str),
+              help="Write one self-contained HTML report here.")
+@json_option("everything")
+@read_options
+@user_errors
+@writes(("data",), report_path="--report", json_out="--json")
+def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
+            target_erho2, n_boot, level, seed, keep, by, glmm, assumed, ddf, report_path, json_out, **read) -> None:
+    """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change.
+
+    \b
+    Examples:
+      evalgauge analyze judgments.csv --report report.html
+      evalgauge analyze run.sqlite --json analysis.json
+      evalgauge analyze wide_made_long.csv --system exam_model --item question_id --drop-missing
+    """
+    from ..report import analyze as run_analysis
+    from ..report.html import write_report
+
+    _check_supported(data)
+    data, record = _load(data, keep=keep, **read)
+    pairwise_rows = {"model_a", "model_b", "winner"} <= set(data.frame.columns)
+    model = None if pairwise_rows else _model(data, formula, score, facets, nest, replicate, fixed, object_, terms,
+                                              max_order)
+    stated = _name_values(assumed, "--assume", "VARIANCE") if assumed else None
+    if not pairwise_rows and _show_single_run(data, model, formula, level, stated, json_out):
+        return
+    result = run_analysis(data, model, run=record, method=method, drop_missing=drop_missing or None,
+                          target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed, progress=_fit_progress(),
+                          assumed=stated, ddf=ddf)
+    payload = result.to_dict()
+    extra = []
+    if by is None and model is not None and model.design is not None:  # different measures: each on its own too
+        by = next((f.name for f in model.design.facets
+                   if f.role == "fixed" and f.name.lower() in vocabulary.CONSTRUCT_NAMES), None)
+    if by and not pairwise_rows:
+        strata = estimate_by_stratum(data, by, model, method=method, drop_missing=drop_missing)
+        payload["by_stratum"] = strata.to_dict()
+        extra.append(lambda c: print_strata(strata, c))
+    if glmm and not pairwise_rows:
+        check = glmm_check(data, model, method=method)
+        payload["glmm"] = check.to_dict()
+        extra.append(lambda c: print_glmm(check, c))
+
+    def show(c):
+        missing = (result.diagnostics or {}).get("missing_answers")
+        if missing and missing.get("headline"):  # before any mean: the means rest on different subsets
+            c.print(Text("caution: ", style="bold red") + Text(missing["headline"]))
+        if result.comparison is not None:  # the question systems are compared for comes first
+            print_comparison(result.comparison, c)
+        if missing:
+            print_missing_answers(missing, c)
+        spread = (result.diagnostics or {}).get("within_call_spread")
+        if spread:
+            c.print("Judges' within-call spread (the SD of each call's distribution over the scale, output = "
+                    "\"logprobs\"; the judge's own uncertainty, not counted in the components): " + ", ".join(
+                        f"{r['judge']} {r['mean_spread']:.3g} (mean of {r['calls']} calls)" for r in spread) + ".")
+        print_components(result.components, c)
+        if result.ceiling:
+            print_ceiling(result, c)
+        # with a comparison, the leaderboard above already gives each system its own interval
+        if result.object_interval is not None and result.comparison is None:
+            print_object_scores(result.object_interval, result.object_scores, c)
+        inter = Table(title="Single-factor interventions (% change)")
+        for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
+            inter.add_column(col, justify="left" if col == "intervention" else "right")
+        for r in result.interventions.to_dict(orient="records"):
+            inter.add_row(r["intervention"], number(r["pct_change_var_abs"], "+.1f"),
+                          number(r["pct_change_sigma2_delta"], "+.1f"))
+        c.print(inter)
+        for w in (result.diagnostics or {}).get("warnings", []):
+            c.print(Text("warning: ", style="bold yellow") + Text(w))
+        missing = [i for i in result.checklist if not i["met"]]
+        c.print(f"Reporting checklist (TEE Table 15): {len(result.checklist) - len(missing)} of "
+                f"{len(result.checklist)} met" + (f"; missing: {', '.join(i['item'] for i in missing)}."
+                                                   if missing else "."))
+        for section in extra:
+            section(c)
+        if report_path:
+            c.print(f"Report written to {Path(report_path).resolve()}")
+
+    if report_path:
+        write_report(result, report_path)
+    _emit(payload, json_out, show)
+
+
+@main.command()
+@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@design_options
+@click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
+@click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Confidence level of every interval and rank set.")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(min=100), default=2000, show_default=True,
+              help="Draws for the simultaneous critical value, the rank sets and the naive item bootstrap.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--pair-gstudies", type=click.Choice(["adjacent", "all", "none"]), default="adjacent",
+              show_default=True, help="Fit each pair's own G-study of its paired differences.")
+@click.option("--assume", "assumed", multiple=True, metavar="TERM=VARIANCE",
+              help="A stated value for a component the data cannot measure, e.g. --assume system:judge=0.01 "
+                   "with one judge (from a pilot or the papers).")
+@click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2", help="Compare only these levels.")
+@click.option("--df", "ddf", type=click.Choice(DDF_METHODS), default="satterthwaite", show_default=True,
+              help="Degrees of freedom of the comparisons: Satterthwaite's (as lmerTest) or Kenward-Roger's (as "
+                   "pbkrtest; its adjusted covariance too; up to 4,000 judgments).")
+@json_option("the comparison")
+@read_options
+@user_errors
+@writes(("data",), json_out="--json")
+def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, drop_missing, level,
+            n_boot, seed, pair_gstudies, assumed, keep, ddf, json_out, **read) -> None:
+    """Which system is better: a leaderboard with rank sets, every pair's difference with marginal and
+    simultaneous intervals, Holm p-values, separable groups, and what would separate neighbours.
+
+    \b
+    Examples:
+      evalgauge compare judgments.csv
+      evalgauge compare examples/alpacaeval/alpacaeval_5x805x2.csv --drop-missing --json -
+      evalgauge compare one_judge.csv --assume system:judge=0.01
+    """
+    judgments, _ = _load(data, keep=keep, **read)
+    from ..compare import compare as run_compare  # after the read: a bad file is refused before the fit loads
+    from ..compare import with_assumed
+    design = _design(judgments, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    stated = _name_values(assumed, "--assume", "VARIANCE") if assumed else None
+    if _show_single_run(judgments, design, None, level, stated, json_out):
+        return
+    if not design.object:
+        raise EvalGaugeError(f"{data}: no object of measurement to compare; name it with --object (e.g. system).")
+    vc = estimate_components(judgments, design, method=method, drop_missing=drop_missing, progress=_fit_progress())
+    _refuse_unusable(vc)
+    if stated:
+        vc = with_assumed(vc, stated)
+    result = run_compare(judgments.frame, vc, score=design.score, level=level, n_boot=n_boot, seed=seed,
+                         pair_gstudies=pair_gstudies, facets=list(design.names), design=design, ddf=ddf)
+    payload = result.to_dict()
+
+    def show(c):
+        print_comparison(result, c)
+
+    _emit(payload, json_out, show)
+
+
+def _show_single_run(data, design, formula, level: float, assumed: dict | None, json_out) -> bool:
+    """One model's run (only the items vary, one call each): its honest interval and what it cannot measure;
+    False when the data hold more than one run."""
+    from ..report.analysis import single_run
+
+    result = single_run(data, design, level=level, assumed=assumed, formula=formula)
+    if result is None:
+        return False
+
+    def show(c):
+        pct = f"{100 * result.level:g}%"
+        what = "item sampling and the stated components" if result.assumed else "item sampling only"
+        c.print(f"One run: mean {result.mean:.4g} over {result.n} {result.item}s, one call each; {pct} interval "
+                f"[{result.low:.4g}, {result.high:.4g}] (SE {result.se:.4g}: {what}; df {result.df:.1f}).")
+        for text in result.unmeasured:
+            c.print(Text("not measured: ", style="bold yellow") + Text(text))
+        c.print("With one model there is nothing to compare it with: `evalgauge compare` needs two or more systems "
+                "scored on the same items.")
+        for note in result.notes:
+            c.print(Text("note: ", style="yellow") + Text(note))
+
+    _emit(result.to_dict(), json_out, show)
+    return True
+
+
+@main.command(name="audit")
+@click.argument("table", metavar="[TABLE]", required=False, type=click.Path(dir_okay=False, path_type=str))
+@click.option("--preset", type=click.Choice(vocabulary.AUDIT_PRESETS),
+              help="The sizing paper's published components of an item set (0-5 scale).")
+@click.option("--components", "components_json", type=click.Path(dir_okay=False, path_type=str),
+              help="Components JSON (from `evalgauge components --json` or `analyze --json`).")
+@click.option("--component", "given", multiple=True, metavar="NAME=VARIANCE",
+              help="Components given as values, e.g. --component system=0.04 --component system:judge=0.03 "
+                   "(repeatable; with --object, --items and --judges).")
+@click.option("--object", "object_", default="system", show_default=True,
+              help="Object of measurement of --component values.")
+@click.option("--items", type=click.IntRange(min=1), help="Items behind rows that do not say (default: the "
+              "components' own, a preset's native count).")
+@click.option("--judges", type=click.IntRange(min=1), help="Judges behind rows that do not say (default: 1 for a "
+              "preset, the components' own otherwise).")
+@click.option("--replicates", type=click.IntRange(min=1), help="Runs behind rows that do not say (default 1).")
+@click.option("--scale", metavar="LO-HI", help="The table's score scale, e.g. 1-10 (MT-Bench), converted to the "
+              "components' by the ranges (or columns scale_min, scale_max per row).")
+@click.option("--components-scale", metavar="LO-HI", help="The components' score scale (a preset's: 0-5).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@json_option("the audit")
+@user_errors
+@writes(("table", "components_json"), json_out="--json")
+def audit_cmd(table, preset, components_json, given, object_, items, judges, replicates, scale, components_scale,
+              level, seed, json_out) -> None:
+    """Audit a published leaderboard or reported improvements against the noise at their design.
+
+    TABLE is a CSV: a leaderboard (columns system, score) or claims (columns claim, delta); optional columns
+    items, judges, replicates, scale_min, scale_max per row. For each claim and each adjacent pair: the minimum
+    detectable difference (MDD) at that design, whether the difference exceeds it, and P(order inverted); for a
+    board, its separable groups and rank sets. Without TABLE, --preset prints the preset, where its numbers come
+    from and the published figures it reproduces.
+
+    \b
+    Examples:
+      evalgauge audit --preset mt-bench
+      evalgauge audit claims.csv --preset mt-bench --scale 1-10
+      evalgauge audit leaderboard.csv --components components.json
+    """
+    from ..audit import audit
+    from ..published import preset as get_preset
+
+    sources = sum(bool(x) for x in (preset, components_json, given))
+    if sources != 1:
+        raise click.UsageError("give exactly one source of components: --preset, --components or --component.")
+    chosen = get_preset(preset) if preset else None
+    if table is None:
+        if chosen is None:
+            raise click.UsageError("give a TABLE to audit (or --preset NAME alone to see a preset).")
+        payload = _preset_payload(chosen)
+        _emit(payload, json_out, lambda c: print_preset(payload, c))
+        return
+    if chosen is not None:
+        vc = chosen.components(items=items, judges=judges or 1, replicates=replicates or 1)
+        components_scale = components_scale or "{:g}-{:g}".format(*chosen.scale)
+        label = f"preset {chosen.name} ({chosen.title}; {chosen.source})"
+    else:
+        vc = _plan_components(components_json, given, object_)
+        vc = _fill_levels(vc, {k: [v] for k, v in (("item", items), ("judge", judges)) if v})
+        label = components_json or "--component values"
+    frame = _read_small_table(Path(table))
+    result = audit(vc, frame, items=items, judges=judges, replicates=replicates,
+                   scale=_scale_range(scale, "--scale"), components_scale=_scale_range(components_scale,
+                                                                                        "--components-scale"),
+                   level=level, seed=seed, source=table, components=label)
+    payload = result.to_dict()
+    _emit(payload, json_out, lambda c: print_audit(payload, c))
+
+
+def _scale_range(text: str | None, option: str) -> tuple[float, float] | None:
+    if not text:
+        return None
+    lo, sep, hi = text.strip().rpartition("-") if text.count("-") > 1 else text.partition("-")
+    try:
+        out = (float(lo), float(hi))
+    except ValueError:
+        out = None
+    if not sep or out is None or not out[1] > out[0]:
+        raise click.BadParameter(f"'{text}' should read LO-HI with LO < HI, e.g. 1-10.", param_hint=option)
+    return out
+
+
+def _read_small_table(path: Path):
+    """A leaderboard or list of claims: CSV, TSV or JSONL (read as text; numbers are checked by the audit)."""
+    from ..io.files import read_table
+
+    if not path.exists():
+        raise EvalGaugeError(f"{path}: no such file.")
+    suffix = path.suffix.lower().lstrip(".")
+    kind = {"tsv": "tsv", "jsonl": "jsonl", "parquet": "parquet"}.get(suffix, "csv")
+    return read_table(path, kind)
+
+
+def _preset_payload(chosen) -> dict:
+    from ..published import mdd95
+
+    payload = chosen.to_dict()
+    payload["floors"] = {"mdd_30_items": mdd95(chosen.values, 30),
+                         "mdd_native_items": mdd95(chosen.values, chosen.native_items),
+                         "ceiling": chosen.values["system"] / (chosen.values["system"] + chosen.values["system:judge"])}
+    for check, row in zip(chosen.checks, payload["checks"], strict=True):
+        row["range_from_rounding"] = list(chosen.check_range(check))
+    return payload
+

@@ -1,0 +1,359 @@
+"""Terminal renderers: every result as rich tables and sentences (the command line only parses and calls these)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence
+
+if TYPE_CHECKING:
+    from ..components import VarianceComponents
+
+
+def print_coverage(result, console: Console) -> None:
+    table = Table(title="95% CI coverage by scenario and N (TEE E.4; truth: the population grand mean)")
+    for col in ("scenario", "N", "coverage", "MC s.e.", "mean SE", "replicates"):
+        table.add_column(col, justify="right")
+    for r in result.results.itertuples():
+        table.add_row(r.scenario, str(r.n), f"{100 * r.coverage:.1f}%", f"{100 * r.mc_se:.1f}",
+                      f"{r.mean_se:.4g}", str(r.reps))
+    console.print(table)
+    console.print("A: one configuration, s/sqrt(N); B: + variants; C: + judges; D: + temperatures; "
+                  "E: + variant x judge and variant x temperature.")
+
+
+def print_plan(out: dict, console: Console) -> None:
+    rows = out["designs"]
+    table = Table(title=f"D-study (object of measurement: {out['object'] or 'none'})")
+    keys = [k for k in rows[0] if k.startswith("n_")] + ["replicates"]
+    metrics = ["se", "var_abs", "sigma2_delta", "erho2", "phi", "mdd95"]
+    metrics += [k for k in ("p_inversion", "cost", "pareto") if k in rows[0]]
+    for k in keys + metrics:
+        table.add_column(k, justify="right")
+    for r in rows:
+        table.add_row(*[f"{r[k]:g}" for k in keys],
+                      *[str(r[k]) if isinstance(r.get(k), bool) else number(r.get(k), ".4g") for k in metrics])
+    console.print(table)
+    if "ceiling" in out:
+        console.print(f"Single-{out['ceiling_facet']} ceiling (items -> infinity): E rho^2 = {out['ceiling']:.4g}; "
+                      f"MDD floor = {out['mdd_floor']:.4g} (sizing eq. 4).")
+    for req in out.get("requirements", []):
+        console.print(f"{req['quantity']} target {req['target']:g}: {req['text']}.")
+    if "exchange" in out:
+        e = out["exchange"]
+        items = e["items_at_one_judge"] if e["reachable_at_one_judge"] else "no item count"
+        console.print(f"Exchange at E rho^2 = {e['target']:g}: {e['judges_at_observed_items']} judge(s) at the "
+                      f"observed items, or {items} at one judge.")
+    inter = Table(title="Single-factor interventions (% change)")
+    for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
+        inter.add_column(col, justify="left" if col == "intervention" else "right")
+    for r in out["interventions"]:
+        inter.add_row(r["intervention"], number(r["pct_change_var_abs"], "+.1f"), number(r["pct_change_sigma2_delta"],
+                                                                                   "+.1f"))
+    console.print(inter)
+    if "budget" in out:
+        b = out["budget"]
+        console.print(f"Best design within {b['budget']:g}: {b['counts']} x {b['replicates']:g} replicate(s), "
+                      f"cost {b['cost']:.4g}, objective {b['objective']:.4g}.")
+    if "gaming" in out:
+        g = out["gaming"]
+        elo = f" = {g['inflation_elo']:.1f} Elo" if "inflation_elo" in g else ""
+        console.print(f"Best-of-{g['k']} gaming surface: {g['inflation']:.4g}{elo} "
+                      f"(E[max of {g['k']} normals] x sigma_pipeline {g['sigma_pipeline']:.4g}; TEE 4.4).")
+
+
+#: rows of the missing-answers table shown in the terminal (all of them are in --json and the report)
+MISSING_ROWS = 30
+
+
+def print_missing_answers(missing: dict, c) -> None:
+    """The calls without a score by judge x variant x system, the worst first, and the test by system."""
+    from ..report.analysis import missing_sentence
+
+    if not missing["unscored"]:
+        c.print(f"Calls without a score: none of the {missing['calls']} stored calls (0 unread, 0 cut at max_tokens).")
+        return
+    rows = sorted((r for r in missing["table"] if r["calls"] > r["scored"]), key=lambda r: -r["rate"])
+    keys = [k for k in ("judge", "variant", "system") if rows and k in rows[0]]
+    shown = rows[:MISSING_ROWS]
+    more = f"; the first {len(shown)} of {len(rows)}, all in --json and the report" if len(rows) > len(shown) else ""
+    table = Table(title=f"Calls without a score, by {' x '.join(keys)} (worst first{more})")
+    for col in (*keys, "calls", "scored", "unread", "cut at max_tokens", "unscored"):
+        table.add_column(col, justify="left" if col in keys else "right")
+    for r in shown:
+        table.add_row(*(str(r[k]) for k in keys), str(r["calls"]), str(r["scored"]), str(r["unread"]),
+                      str(r["truncated"]), f"{100 * r['rate']:.1f}%")
+    c.print(table)
+    c.print(missing_sentence(missing) + ".")
+
+
+#: boards larger than this show their adjacent pairs in the terminal (every pair is in --json and the report)
+ADJACENT_ONLY_ABOVE = 10
+
+
+def letter_column(groups: list[str]) -> tuple[list[str], str | None]:
+    """The group letters, or blanks and the reason when some system carries more letters than a reader can use."""
+    from ..display import letters_note
+
+    why = letters_note(groups)
+    return (groups, None) if why is None else (["" for _ in groups], why)
+
+
+def print_comparison(result, console: Console, limit: int = 40) -> None:
+    """The leaderboard with rank sets, the pair table, and one sentence per adjacent pair."""
+    obj, pct = result.object, f"{100 * result.level:g}%"
+    for text in result.extra.get("confounded", []):  # first: pairs the data cannot compare at all
+        console.print(Text("not comparable: ", style="bold red") + Text(text))
+    for text in result.extra.get("unmeasured", []):  # then what the intervals leave out
+        console.print(Text("note: ", style="bold yellow") + Text(text))
+    t = Table(title=f"{obj} leaderboard ({pct}; rank sets: marginal, simultaneous; groups share a letter when "
+                    "the design cannot tell them apart)")
+    for col in ("rank", obj, "mean", "SE", "interval", "naive", "rank set", "simultaneous", "group"):
+        t.add_column(col, justify="left" if col in (obj, "group") else "right")
+    shown = result.systems.head(limit).to_dict(orient="records")
+    letters, why = letter_column([r["group"] for r in result.systems.to_dict(orient="records")])
+    for r, group in zip(shown, letters, strict=False):
+        naive = f"[{number(r['naive_low'], '.4g')}, {number(r['naive_high'], '.4g')}]"
+        t.add_row(str(r["rank"]), Text(str(r["object"])), f"{r['mean']:.4g}", f"{r['se']:.3g}",
+                  interval_text(r["low"], r["high"], ".4g"), naive, f"{r['rank_low']}-{r['rank_high']}",
+                  f"{r['rank_low_simultaneous']}-{r['rank_high_simultaneous']}", group)
+    captions = [why] if why else []
+    if len(result.systems) > limit:
+        captions.append(f"the first {limit} of {len(result.systems)} by rank; all of them in --json and the report")
+    if captions:
+        t.caption = "; ".join(captions)
+    console.print(t)
+    p = Table(title=f"Pairs (difference a - b; simultaneous intervals hold for all {len(result.pairs)} pairs at "
+                    f"once, critical value {result.critical_simultaneous:.4g}{critical_error_text(result)})")
+    for col in ("a", "b", "diff", "SE", "df", "interval", "simultaneous", "p (Holm)", "naive", "separable"):
+        p.add_column(col, justify="left" if col in ("a", "b") else "right")
+    shown = result.pairs
+    if len(result.systems) > ADJACENT_ONLY_ABOVE and "adjacent" in shown:  # a large board: neighbours first
+        shown = shown[shown["adjacent"].fillna(False).astype(bool)]
+        p.title = (f"Adjacent pairs (neighbours in the ranking; difference a - b; simultaneous intervals hold for all "
+                   f"{len(result.pairs):,} pairs at once, critical value {result.critical_simultaneous:.4g}"
+                   f"{critical_error_text(result)})")
+    for r in shown.head(limit).to_dict(orient="records"):
+        p.add_row(Text(str(r["a"])), Text(str(r["b"])), f"{r['diff']:.4g}", f"{r['se']:.3g}", number(r["df"], ".1f"),
+                  interval_text(r["low"], r["high"], ".3g", r.get("comparable", True)),
+                  interval_text(r["low_simultaneous"], r["high_simultaneous"], ".3g", r.get("comparable", True)),
+                  number(r["p_holm"], ".3g"), f"[{number(r['naive_low'], '.3g')}, {number(r['naive_high'], '.3g')}]",
+                  "yes" if r["separable"] else "no")
+    console.print(p)
+    if len(shown) < len(result.pairs):
+        console.print(f"({min(limit, len(shown))} of {len(result.pairs):,} pairs shown; all of them in --json and the "
+                      "report)")
+    for text in result.sentences:
+        console.print(Text(text))
+    for note in result.notes:
+        console.print(Text("note: ", style="yellow") + Text(note))
+
+
+def print_object_scores(interval, scores, console, limit: int = 20) -> None:
+    """The leaderboard: each object's mean with the full and the naive interval."""
+    obj, pct = interval.object, f"{100 * interval.level:g}%"
+    table = Table(title=f"{obj} scores ({pct} intervals at the observed design)")
+    for col in (obj, "mean", "n", "full CI", f"naive CI ({interval.sampling_facet} only)"):
+        table.add_column(col, justify="left" if col == obj else "right")
+    for r in scores.head(limit).to_dict(orient="records"):
+        table.add_row(Text(str(r[obj])), f"{r['mean']:.4g}", str(r["n"]), f"[{r['low']:.4g}, {r['high']:.4g}]",
+                      f"[{r['naive_low']:.4g}, {r['naive_high']:.4g}]")
+    console.print(table)
+    if len(scores) > limit:
+        console.print(f"({len(scores) - limit} more in --json and the report)")
+
+
+def print_components(result: VarianceComponents, console: Console) -> None:
+    """The components table, then the design line and any notes."""
+    table = Table(title=f"Variance components ({result.method}, {result.n_obs} observations)")
+    ci = result.intervals is not None
+    columns = [("component", "left"), ("kind", "left"), ("variance", "right"), ("SE", "right")]
+    if ci:
+        columns.append((f"{100 * result.intervals['level']:g}% interval", "right"))
+    columns += [("share (per obs.)", "right"), ("share of Var(theta-hat)", "right"), ("df", "right"),
+                ("mean square", "right")]
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
+    from ..report.analysis import components_summary
+
+    payload = components_summary(result)
+    for c, comp in zip(result.components, payload["components"], strict=True):
+        name = c.name + (f" (= {c.confounded_with} + e)" if c.confounded_with else "")
+        row = [name, c.kind, f"{c.variance:.6g}", number(c.se, ".3g")]
+        if ci:
+            row.append("—" if c.ci_low != c.ci_low else f"[{c.ci_low:.4g}, {c.ci_high:.4g}]")
+        share_theta = comp.get("share_var_theta")
+        row += [f"{100 * result.share(c.name):.1f}%", "—" if share_theta is None else f"{100 * share_theta:.1f}%",
+                number(c.df, "g"), number(c.mean_square, ".6g")]
+        table.add_row(*row)
+    console.print(table)
+    theta = payload["theta"]
+    if "unavailable" in theta and "degree(s) of freedom" in theta["unavailable"]:
+        console.print(Text("theta-hat: no interval: ", style="bold yellow") + Text(theta["unavailable"]))
+    if "estimate" in theta:
+        console.print(theta_sentence(theta))
+    if "object_score" in payload:
+        o = payload["object_score"]
+        if "estimate" in theta:
+            console.print(f"({theta_of_objects_sentence(o['object'])})")
+        df = "inf" if o["df"] is None else f"{o['df']:.1f}"
+        console.print(f"One {o['object']}'s score: {100 * o['level']:g}% CI +-{o['half_width']:.4g} counting every "
+                      f"source of error (SE {o['se']:.4g}, Satterthwaite df {df}), against +-"
+                      f"{o['naive_half_width']:.4g} counting only {o['naive_counts']} sampling (SE "
+                      f"{o['naive_se']:.4g}); the full SE is {o['se_ratio']:.2f}x the naive.")
+    if "derived" in payload:
+        derived = Table(title="Derived numbers with parametric-bootstrap intervals")
+        for col in ("quantity", "estimate", "low", "high"):
+            derived.add_column(col, justify="left" if col == "quantity" else "right")
+        for r in payload["derived"]:
+            # an infinite requirement (JSON null) means the target is out of reach in that draw
+            missing = "never" if r["quantity"].endswith("_needed") else "—"
+            cells = [missing if r[k] is None else number(r[k], ".4g") for k in ("estimate", "low", "high")]
+            derived.add_row(r["quantity"], *cells)
+        console.print(derived)
+    if ci:
+        info = result.intervals
+        console.print(f"Intervals: {info['method']}, {info['resamples']} resamples"
+                      + (f" ({info['failed']} refits failed)" if info.get("failed") else "") + ".")
+    levels = " x ".join(f"{n} {k}" for k, n in result.levels.items())
+    reps = f"{result.replicates} replicate(s)" if result.method == "anova" else f"~{result.replicates} obs per cell"
+    console.print(f"Design: {levels} x {reps}; grand mean {result.grand_mean:.6g}; "
+                  f"object of measurement: {result.object or '(none)'}; fixed: {', '.join(result.fixed) or '(none)'}.")
+    console.print(f"Method: {result.method_reason.rstrip('.')}.")
+    if result.reml:
+        r = result.reml
+        console.print(f"REML criterion {r['deviance']:.6f} ({r['evaluations']} evaluations, {r['seconds']:.2f} s); "
+                      f"model: {r['formula']}")
+    for note in result.notes:
+        console.print(Text("note: ", style="yellow") + Text(note))
+
+
+def print_glmm(check, console: Console) -> None:
+    """LPM and logit-GLMM components side by side with their ranks (TEE section G, Table 11)."""
+    print_components(check.lpm, console)
+    table = Table(title="Robustness check for binary scores: linear probability model vs logit GLMM")
+    for col in ("component", "LPM variance", "LPM share", "LPM rank", "GLMM variance (logit)", "GLMM share",
+                "GLMM rank"):
+        table.add_column(col, justify="left" if col == "component" else "right")
+    for row in check.table.itertuples():
+        table.add_row(row.component, f"{row.lpm_variance:.5g}", f"{100 * row.lpm_share:.1f}%", str(row.lpm_rank),
+                      f"{row.glmm_variance:.5g}", f"{100 * row.glmm_share:.1f}%", str(row.glmm_rank))
+    console.print(table)
+    rho = (f"Spearman rank correlation of the shares: {check.spearman:.3f} (TEE Table 11 reports 0.91-0.99 on its "
+           "binary benchmarks)" if check.spearman == check.spearman else
+           f"No rank correlation of the shares with {len(check.table)} random term(s) (it needs at least 3)")
+    console.print(f"{rho}. GLMM: {check.glmm.method_reason}; residual fixed at pi^2/3.")
+    for note in check.glmm.notes:
+        console.print(Text("note: ", style="yellow") + Text(note))
+
+
+def print_strata(strata, console: Console) -> None:
+    """Components per stratum beside the pooled fit (TEE C.7)."""
+    frame = strata.to_frame()
+    levels = ["(pooled)", *strata.fits]
+    table = Table(title=f"Variance components by {strata.stratum} (per-stratum fits, TEE C.7)")
+    table.add_column("component")
+    for level in levels:
+        table.add_column(level if level == "(pooled)" else f"{strata.stratum} = {level}", justify="right")
+    for name in dict.fromkeys(frame["component"]):
+        row = [name]
+        for level in levels:
+            hit = frame[(frame[strata.stratum] == level) & (frame["component"] == name)]
+            row.append("" if hit.empty else f"{hit['variance'].iloc[0]:.5g}")
+        table.add_row(*row)
+    console.print(table)
+    methods = ", ".join(f"{lvl}: {fit.method}" for lvl, fit in strata.fits.items())
+    console.print(f"Methods: pooled {strata.pooled.method}; {methods}. Residual spread across strata "
+                  f"(max/min): {strata.spread():.3g}.")
+    for note in strata.notes:
+        console.print(Text("note: ", style="yellow") + Text(note))
+
+
+def number(value: float | None, fmt: str) -> str:
+    return "—" if value is None or value != value else format(value, fmt)
+
+
+def critical_error_text(result) -> str:
+    """' +- error (method, points)' of a computed critical value; nothing for a bootstrap quantile."""
+    c = result.extra.get("critical")
+    if not c:
+        return ""
+    return f" +- {c['error']:.2g}, {c['method']}, {c['points']:,} points"
+
+
+def interval_text(low: float | None, high: float | None, fmt: str, comparable: bool = True) -> str:
+    """[low, high], or what a missing bound means in a comparison: confounded, or no interval at this design."""
+    if not comparable:
+        return "not comparable"
+    if low is None or high is None or low != low or high != high:
+        return "not estimable"
+    return f"[{format(low, fmt)}, {format(high, fmt)}]"
+
+
+def print_preset(payload: dict, console: Console) -> None:
+    console.print(f"{payload['title']}: components on a {payload['scale'][0]:g}-{payload['scale'][1]:g} scale, "
+                  f"from {payload['source']}")
+    table = Table(title="Relative-error components (sizing eq. 2)")
+    table.add_column("component")
+    table.add_column("sigma2", justify="right")
+    for name, value in payload["components"].items():
+        table.add_row(name, f"{value:.4g}")
+    console.print(table)
+    console.print("Derived from: " + "; ".join(f"{v['value']:g} ({v['where']})" for v in payload["inputs"].values()))
+    if payload["assumption"]:
+        console.print(f"Assumed: {payload['assumption']}")
+    for c in payload["checks"]:
+        lo, hi = c["range_from_rounding"]
+        console.print(f"Reproduces {c['what']}: {c['reproduced']:.4g} (printed {c['printed']:g}, {c['where']}; "
+                      f"{lo:.4g}-{hi:.4g} over the rounding of the inputs).")
+    f = payload["floors"]
+    console.print(f"MDD (95%, one judge, one run): {f['mdd_30_items']:.3g} at 30 items, {f['mdd_native_items']:.3g} "
+                  f"at the native {payload['native_items']:,}; single-judge ceiling E rho^2 {f['ceiling']:.3g}.")
+
+
+def print_audit(payload: dict, console: Console) -> None:
+    console.print(f"Audit against {payload['components']} ({100 * payload['level']:g}%)")
+    for sentence in payload["sentences"]:
+        console.print(sentence)
+    if "claims" in payload:
+        table = Table()
+        for col in ("claim", "delta", "MDD", "exceeds", "P(inverted)", "design"):
+            table.add_column(col, justify="left" if col in ("claim", "design") else "right")
+        for r in payload["claims"]:
+            table.add_row(escape(str(r["claim"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
+                          "yes" if r["exceeds_mdd"] else "no", f"{100 * r['p_inverted']:.0f}%", r["design"])
+        console.print(table)
+        return
+    board = Table(title="Board (rank sets: simultaneous; groups share a letter when the design cannot tell them "
+                        "apart)")
+    for col in ("rank", "system", "score", "rank set", "group"):
+        board.add_column(col, justify="left" if col == "system" else "right")
+    letters, why = letter_column([r["group"] for r in payload["board"]])
+    for r, group in zip(payload["board"], letters, strict=True):
+        board.add_row(str(r["rank"]), escape(str(r["system"])), f"{r['published']:.4g}",
+                      f"{r['rank_low']}-{r['rank_high']}", group)
+    board.caption = why
+    console.print(board)
+    pairs = Table(title="Adjacent pairs")
+    for col in ("a", "b", "delta", "MDD", "exceeds", "P(inverted)", "separable"):
+        pairs.add_column(col, justify="left" if col in ("a", "b") else "right")
+    for r in payload["pairs"]:
+        pairs.add_row(escape(str(r["a"])), escape(str(r["b"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
+                      "yes" if r["exceeds_mdd"] else "no", f"{100 * r['p_inverted']:.0f}%",
+                      "yes" if r["separable"] else "no")
+    console.print(pairs)
+
+
+
+def print_ceiling(analysis, console: Console) -> None:
+    """E rho^2, the MDD, the single-facet ceiling and what a target needs (the report says the same)."""
+    from dataclasses import asdict
+
+    req = analysis.judges_needed
+    console.print(ceiling_sentence(analysis.components.object, analysis.projection.erho2, analysis.projection.mdd95,
+                                   asdict(analysis.ceiling), str(req), req.target))
