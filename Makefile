@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-live demo-live docs lint bench clean
+.PHONY: demo test test-slow test-all test-live demo-live docs lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ test: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[docs]'
 	$(BIN)/python -m mkdocs build --strict --quiet
+
+# everything CI runs but the live tier
+test-all: test test-slow
 
 # the slow tier: real files of tens of thousands of rows against their R references, a 58-system report in a browser
 test-slow: $(STAMP)
