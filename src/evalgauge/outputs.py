@@ -68,6 +68,9 @@ def check_outputs(inputs: Iterable[str | Path | None], outputs: dict[str, str | 
             if any(_same(out, c) for c in _companions(src)):
                 raise EvalGaugeError(f"{option} {out}: that is the input {src}; writing there would destroy it. "
                                      "Choose another output path.")
+            if src.is_dir() and Path(os.path.realpath(_target(out))).is_relative_to(os.path.realpath(src)):
+                raise EvalGaugeError(f"{option} {out}: inside the input dataset {src}, whose parts are read from "
+                                     "that folder; choose a path outside it.")
         if out.is_dir():
             raise EvalGaugeError(f"{option} {out}: is a folder; give a file name inside it.")
         parent = _target(out).parent

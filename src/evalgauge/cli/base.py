@@ -366,7 +366,10 @@ def _refuse_unusable(vc) -> None:
 
 def _check_supported(data: str) -> None:
     from ..io import READERS
+    from ..io.datasets import is_dataset
 
+    if is_dataset(data):  # a folder of parts or a glob: the parts are checked as they are read
+        return
     suffix = Path(data).suffix.lower()
     if suffix not in READERS:
         raise EvalGaugeError(

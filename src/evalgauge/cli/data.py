@@ -28,7 +28,7 @@ from .base import (
 
 
 @main.command()
-@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("data", type=click.Path(path_type=str))
 @click.option("--system", default="system", show_default=True)
 @click.option("--item", default="item", show_default=True)
 @click.option("--score", default="score", show_default=True)
@@ -84,7 +84,7 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
 
 
 @main.command()
-@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("data", type=click.Path(path_type=str))
 @click.option("--reference", help="The system at log strength 0 (default: the first in sorted order).")
 @click.option("--baseline", help="A fixed baseline every system is compared against (left out of the components).")
 @click.option("--position/--no-position", default=True, show_default=True,

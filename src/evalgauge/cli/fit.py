@@ -53,7 +53,7 @@ from .base import (
 
 
 @main.command()
-@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("data", type=click.Path(path_type=str))
 @design_options
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
               help="anova: closed form, complete balanced blocks only; reml: any design; "
@@ -104,7 +104,7 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
 
 
 @main.command()
-@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("data", type=click.Path(path_type=str))
 @design_options
 @click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")
 @read_options
@@ -247,7 +247,7 @@ def _fill_levels(vc, counts: dict):
 
 
 @main.command()
-@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("data", type=click.Path(path_type=str))
 @design_options
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
 @click.option("--formula", help="An lme4-style model (REML).")
@@ -356,7 +356,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
 
 
 @main.command()
-@click.argument("data", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("data", type=click.Path(path_type=str))
 @design_options
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
 @click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")

@@ -73,7 +73,8 @@ def reader_for(path: str | Path) -> Reader:
 
 def read_judgments(data: Any, *, source: str | None = None, encoding: str | None = None,
                    sep: str | None = None, columns: dict[str, str] | None = None) -> Judgments:
-    """Judgments from a path (CSV, TSV, Parquet, JSONL, run database) or a data frame, read once.
+    """Judgments from a path (CSV, TSV, Parquet, JSONL, run database), a dataset (a folder of parts, a glob,
+    hive-partitioned paths: :mod:`evalgauge.io.datasets`) or a data frame, read once.
 
     ``encoding`` (default UTF-8) and ``sep`` (default: sniffed among comma, semicolon, tab and bar) are for
     text files; ``columns`` maps a role to the file's column (``{"system": "exam_model"}``), renaming it.
@@ -82,12 +83,14 @@ def read_judgments(data: Any, *, source: str | None = None, encoding: str | None
     """
     if isinstance(data, (str, Path)):
         from ..inputs import check_input_file
+        from .datasets import is_dataset, read_dataset
         from .files import escape_controls
 
         path = Path(data)
-        if path.is_dir():
-            raise DataError(f"{path}: is a directory; give a CSV, TSV, Parquet or JSONL file.")
-        frame = reader_for(check_input_file(path)).read(path, encoding, sep)
+        if is_dataset(data):  # a folder of parts, a glob, hive-partitioned paths
+            frame = read_dataset(data, encoding, sep)
+        else:
+            frame = reader_for(check_input_file(path)).read(path, encoding, sep)
         judgments = Judgments(escape_controls(frame), source or str(path))
     else:
         judgments = as_judgments(data, source=source)
