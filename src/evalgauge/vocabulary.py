@@ -64,6 +64,8 @@ def facet_with_role(role: str, names, exclude=()) -> str | None:
 RESIDUAL = "residual"
 #: Estimation methods (`--method`).
 METHODS = ("auto", "anova", "reml")
+#: Where rows are reduced to cells (`--engine`): in memory, on DuckDB over the files, or chosen by the input's size
+ENGINES = ("auto", "pandas", "duckdb")
 #: denominator degrees of freedom of the comparisons: lmerTest's Satterthwaite (default) or pbkrtest's Kenward-Roger
 DDF_METHODS = ("satterthwaite", "kenward-roger")
 #: The sizing paper's published item sets (`evalgauge audit --preset NAME`, evalgauge.published).

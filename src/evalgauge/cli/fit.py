@@ -25,7 +25,7 @@ from ..report.terminal import (
     print_preset,
     print_strata,
 )
-from ..vocabulary import DDF_METHODS, METHODS
+from ..vocabulary import DDF_METHODS, ENGINES, METHODS
 from .base import (
     _check_supported,
     _console,
@@ -71,12 +71,15 @@ from .base import (
               "ranking with the linear-probability fit (TEE section G).")
 @click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2",
               help="Fit only these levels of a facet, e.g. a judge universe --keep judge=gpt,claude (repeatable).")
+@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
+              help="Where the rows are reduced: pandas (in memory), duckdb (over the files: only the cells reach "
+                   "Python; REML on them), auto (duckdb for a file or dataset above 2 GiB).")
 @json_option("the result")
 @read_options
 @user_errors
 @writes(("data",), json_out="--json")
 def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula,
-               drop_missing, n_boot, level, seed, by, glmm, keep, json_out, **read) -> None:
+               drop_missing, n_boot, level, seed, by, glmm, keep, engine, json_out, **read) -> None:
     """Estimate the variance components of DATA (CSV, TSV, Parquet, JSONL or a run database).
 
     \b
@@ -85,6 +88,10 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
       evalgauge components triviaqa.csv --system exam_model --item question_id --judge judge_model
     """
     boot = {"n_boot": n_boot, "level": level, "seed": seed}
+    if _use_engine(engine, data):
+        _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
+                              drop_missing, n_boot, by, glmm, keep, json_out, read)
+        return
     data, _ = _load(data, keep=keep, **read)
     model = _model(data, formula, score, facets, nest, replicate, fixed, object_, terms, max_order)
     if glmm:
@@ -101,6 +108,49 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
 
     payload = components_summary(result)
     _emit(payload, json_out, lambda c: print_components(result, c))
+
+
+#: the input size (bytes, a dataset's parts together) above which --engine auto reduces on DuckDB
+ENGINE_ABOVE = 2 * 1024**3
+
+
+def _use_engine(engine: str, data: str) -> bool:
+    from ..io.datasets import dataset_parts, is_dataset
+
+    if engine != "auto":
+        return engine == "duckdb"
+    path = Path(data)
+    if path.suffix.lower() in (".sqlite", ".db"):
+        return False
+    try:
+        parts = dataset_parts(data) if is_dataset(data) else [path]
+        return sum(p.stat().st_size for p in parts) > ENGINE_ABOVE
+    except (OSError, EvalGaugeError):
+        return False  # the in-memory reader says what is wrong
+
+
+def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
+                          drop_missing, n_boot, by, glmm, keep, json_out, read) -> None:
+    """`components --engine duckdb`: the rows reduced to cells over the files, REML on the cells."""
+    from ..estimate import estimate_from_sums
+    from ..io.engine import reduce_cells
+    from ..report.analysis import components_summary
+
+    unsupported = [name for name, value in (("--formula", formula), ("--bootstrap", n_boot), ("--by", by),
+                                            ("--glmm", glmm), ("--keep", keep), ("--method anova", method == "anova"))
+                   if value]
+    unsupported += [f"--{k.removeprefix('col_')}" for k, v in read.items() if v and k.startswith("col_")]
+    if unsupported:
+        raise EvalGaugeError(f"--engine duckdb fits REML on the cells alone; {', '.join(unsupported)} need(s) the "
+                             "rows: use --engine pandas.")
+    cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing)
+    result = estimate_from_sums(cells, score=score or "score", source=data, facets=facets, nest=nest, fixed=fixed,
+                                object=object_, terms=terms, max_order=max_order)
+    payload = components_summary(result)
+    payload["engine"] = {"name": "duckdb", **info}
+    _emit(payload, json_out, lambda c: (print_components(result, c), c.print(
+        f"engine: duckdb reduced {info['rows']:,} judgments in {info['files']} file(s) to {info['cells']:,} cells"
+        + (f"; {info['empty_dropped']} empty score(s) dropped" if info["empty_dropped"] else "") + ".")))
 
 
 @main.command()

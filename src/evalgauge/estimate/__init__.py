@@ -7,6 +7,8 @@ REML optimum) and REML otherwise, and the result says which it used and why.
 
 from __future__ import annotations
 
+import pandas as pd
+
 from .. import vocabulary
 from ..components import VarianceComponents
 from ..data import Judgments, as_judgments, format_rows, without_empty
@@ -19,8 +21,8 @@ from .spec import ModelSpec, resolve_model
 
 METHODS = vocabulary.METHODS
 
-__all__ = ["METHODS", "MixedModel", "ModelSpec", "estimate_anova", "estimate_components", "fit_reml", "parse_formula",
-           "resolve_model"]
+__all__ = ["METHODS", "MixedModel", "ModelSpec", "estimate_anova", "estimate_components", "estimate_from_sums",
+           "fit_reml", "parse_formula", "resolve_model"]
 
 
 def estimate_components(data, design: Design | ModelSpec | None = None, *, method: str = "auto",
@@ -118,6 +120,60 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
                           fixed_facets=smaller.fixed, method_reason=reason, facet_order=smaller.names, **boot)
         result = _with_note(result, note)
     return _with_note(result, dropped_note)
+
+
+def estimate_from_sums(cells, *, score: str = "score", n: str = "n", total: str = "sum",
+                       squares: str = "sum_squares", source: str = "the cells", **design_options) -> VarianceComponents:
+    """Variance components from per-cell sums (one row per combination of the facets, with its judgment count
+    ``n``, sum and sum of squares of the score), as an engine over files reduces them: no row reaches Python.
+    The design is inferred from the cells' columns as from the rows' (``design_options`` as for
+    :func:`estimate_components`). A complete balanced block of crossed facets gets the closed-form ANOVA on its
+    cell means (:func:`~evalgauge.estimate.anova.anova_from_cell_means`, as ``method="auto"`` on the rows);
+    anything else the same REML as on the rows (:func:`fit_reml` on :class:`~evalgauge.estimate.cells.CellData`).
+    """
+    from ..design import infer_design
+    from .cells import cells_from_sums
+
+    view = cells.assign(**{score: cells[total] / cells[n]}).drop(columns=[n, total, squares])
+    design = infer_design(view, score=score, **design_options)
+    closed = _anova_from_sums(cells, design, n, total, squares)
+    if closed is not None:
+        return closed
+    model = model_from_design(design)
+    data = cells_from_sums(cells, list(model.columns), n, total, squares)
+    reason = "REML on cell statistics reduced from the files (engine)"
+    try:
+        return fit_reml(data, model, object_facet=design.object, fixed_facets=design.fixed, method_reason=reason,
+                        facet_order=design.names)
+    except DesignError as exc:
+        raise DesignError(f"{source}: {exc}") from None
+
+
+def _anova_from_sums(cells, design: Design, n: str, total: str, squares: str) -> VarianceComponents | None:
+    """The closed form from per-cell sums when every combination of the (crossed) facets holds the same number
+    of judgments; None otherwise (nesting, a fixed facet's sensitivity, an empty or unequal cell)."""
+    import numpy as np
+
+    from .anova import anova_from_cell_means
+
+    if any(f.parent for f in design.facets):
+        return None
+    grouped = cells.groupby(list(design.names), sort=True, observed=True)[[n, total, squares]].sum().reset_index()
+    counts = grouped[n].to_numpy(dtype=np.float64)
+    codes, shape = [], []
+    for name in design.names:
+        c, u = pd.factorize(grouped[name], sort=True)
+        codes.append(c)
+        shape.append(len(u))
+    if len(grouped) != int(np.prod(shape)) or counts.min() != counts.max():
+        return None
+    sums = grouped[total].to_numpy(dtype=np.float64)
+    mean = np.zeros(shape)
+    mean[tuple(codes)] = sums / counts
+    within = float(np.clip(grouped[squares].to_numpy(dtype=np.float64) - sums**2 / counts, 0.0, None).sum())
+    vc = anova_from_cell_means(design, mean, int(counts[0]), within)
+    return _replace(vc, method_reason="a complete balanced block reduced from the files (engine): closed-form ANOVA "
+                                      "on the cell means")
 
 
 def _moment_start(coded) -> dict[frozenset, float] | None:

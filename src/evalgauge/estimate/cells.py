@@ -179,3 +179,23 @@ def grouping_candidates(cells: CellData, terms) -> list[np.ndarray]:
         code, _ = pd.factorize(cells.codes[col])
         group_of.append(np.asarray(code, dtype=np.int64))
     return group_of
+
+
+def cells_from_sums(frame: pd.DataFrame, columns: list[str], n: str = "n", total: str = "sum",
+                    squares: str = "sum_squares") -> CellData:
+    """Cell statistics from per-group sums, as an engine over files reduces them (one row per combination of at
+    least ``columns``, with its judgment count, sum and sum of squares): grouped again by ``columns``, then
+    count, mean and the within-cell sum of squares sum(y^2) - (sum y)^2 / n, exactly what :func:`cell_data`
+    computes from the rows (up to rounding: the difference of two sums loses digits when a cell's spread is
+    tiny against its mean)."""
+    grouped = frame.groupby(columns, sort=True, observed=True)[[n, total, squares]].sum().reset_index()
+    count = grouped[n].to_numpy(dtype=np.float64)
+    sums = grouped[total].to_numpy(dtype=np.float64)
+    within = np.clip(grouped[squares].to_numpy(dtype=np.float64) - sums**2 / count, 0.0, None)
+    codes, labels = {}, {}
+    for col in columns:
+        c, u = pd.factorize(grouped[col], sort=True)
+        if (c < 0).any():
+            raise DesignError(f"column '{col}' is empty in {int((c < 0).sum())} cell(s): fill it in or remove them.")
+        codes[col], labels[col] = np.asarray(c, dtype=np.int64), np.asarray(u)
+    return CellData(int(count.sum()), count, sums / count, float(within.sum()), codes, labels)

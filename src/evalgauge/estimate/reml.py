@@ -54,7 +54,8 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
              seed: int | None = None, progress=None, max_memory: int | None = None,
              max_seconds: float | None = None, start: dict[frozenset, float] | None = None,
              derivatives: bool = False):
-    """REML variance components of ``model`` on ``data`` (a judgments table or data frame).
+    """REML variance components of ``model`` on ``data`` (a judgments table, a data frame, or the cells'
+    statistics as :class:`CellData`).
 
     ``progress(size, evaluations, seconds)``, when given, is called once before fitting (evaluations 0)
     and at every evaluation of the criterion; ``size`` is the :class:`ModelSize` (judgments, cells, random
@@ -68,8 +69,8 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
     """
     from ..components import Component, FitSummary, VarianceComponents
 
-    judgments = as_judgments(data)
-    cells = cell_data(judgments, model)
+    # cell statistics reduced elsewhere (an engine over files: evalgauge.io.engine) are the fit's input as they are
+    cells = data if isinstance(data, CellData) else cell_data(as_judgments(data), model)
     notes = list(cells.notes)
     terms, levels, sizes, cell_term, confounded = random_structure(cells, model, notes)
     x, x_names, dropped = fixed_matrix(cells, model)

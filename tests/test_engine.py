@@ -1,0 +1,89 @@
+"""`components --engine duckdb`: the rows reduced to cell statistics in DuckDB over the files, only the cells in
+Python, and the same components as the rows give."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import evalgauge as eg
+from evalgauge.cli import main
+from evalgauge.errors import DataError
+from evalgauge.estimate import estimate_from_sums
+from evalgauge.estimate.model import model_from_design
+from evalgauge.estimate.reml import fit_reml
+from evalgauge.io.engine import reduce_cells
+from evalgauge.simulate import simulate, sizing_preset
+
+pytest.importorskip("duckdb")
+
+
+def _parts(frame: pd.DataFrame, folder, size: int = 100, kind: str = "parquet"):
+    folder.mkdir()
+    for k, (_, chunk) in enumerate(frame.groupby(np.arange(len(frame)) // size)):
+        if kind == "parquet":
+            chunk.to_parquet(folder / f"part-{k:03d}.parquet", index=False)
+        else:
+            chunk.to_csv(folder / f"part-{k:03d}.csv", index=False)
+    return folder
+
+
+def test_a_balanced_block_gets_the_closed_form_from_the_cells(tmp_path):
+    frame = simulate(sizing_preset(systems=6, items=40, judges=4, replicates=3), seed=3)
+    anova = eg.fit(frame, object="system").components
+    assert anova.method == "anova"
+    vc = estimate_from_sums(reduce_cells(_parts(frame, tmp_path / "bal", 500))[0])
+    assert vc.method == "anova"
+    for comp in anova.components:
+        assert vc.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-9)
+
+
+def test_an_unbalanced_log_gets_the_rows_reml_from_the_cells(tmp_path):
+    frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7).sample(frac=0.9,
+                                                                                               random_state=1)
+    folder = _parts(frame, tmp_path / "parts", kind="csv")
+    cells, info = reduce_cells(folder)
+    assert info == {"rows": len(frame), "files": 5, "empty_dropped": 0, "cells": len(cells)}
+    vc = estimate_from_sums(cells)
+    design = eg.infer_design(frame)
+    rows = fit_reml(frame, model_from_design(design), object_facet=design.object, facet_order=design.names)
+    assert vc.method == "reml" and vc.reml.criterion == pytest.approx(rows.reml.criterion, abs=1e-8)
+    for comp in rows.components:
+        assert vc.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-9, abs=1e-12)
+    out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.output)
+    assert payload["engine"]["rows"] == len(frame) and payload["engine"]["files"] == 5
+
+
+def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
+    frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7)
+    texty = tmp_path / "texty"
+    texty.mkdir()
+    frame.iloc[:200].to_csv(texty / "a.csv", index=False)
+    bad = frame.iloc[200:].astype({"score": str})
+    bad.loc[bad.index[5], "score"] = "n/a"
+    bad.to_csv(texty / "b.csv", index=False)
+    out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])
+    assert out.exit_code == 2 and "b.csv: column 'score' holds 'n/a'" in out.output
+    missing = tmp_path / "missing"
+    missing.mkdir()
+    frame.iloc[:200].to_parquet(missing / "a.parquet", index=False)
+    frame.iloc[200:].drop(columns="judge").to_parquet(missing / "b.parquet", index=False)
+    with pytest.raises(DataError, match=r"b\.parquet: has no column 'judge'"):
+        reduce_cells(missing)
+    holes = tmp_path / "holes"
+    holes.mkdir()
+    gappy = frame.copy()
+    gappy.loc[gappy.index[:7], "score"] = np.nan
+    gappy.to_parquet(holes / "a.parquet", index=False)
+    out = CliRunner().invoke(main, ["components", str(holes), "--engine", "duckdb"])
+    assert out.exit_code == 2 and "7 of 480 judgment(s) have an empty 'score'" in out.output
+    out = CliRunner().invoke(main, ["components", str(holes), "--engine", "duckdb", "--drop-missing"])
+    assert out.exit_code == 0 and "7 empty score(s) dropped" in out.output
+    out = CliRunner().invoke(main, ["components", str(holes), "--engine", "duckdb", "--bootstrap", "100"])
+    assert out.exit_code == 2 and "--bootstrap need(s) the rows" in out.output
