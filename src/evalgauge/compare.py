@@ -183,14 +183,14 @@ def adjusted_estimates(frame: pd.DataFrame, design, obj: str, systems: list[str]
     beta = np.array(list(fit.reml["beta"].values()))
     rows = _reference_grid_rows(frame, obj, systems, [f for f in fixed if f != obj], names)
     if ddf == "kenward-roger":
-        kr = _kenward_roger(frame, model, fit, names, fixed)
+        kr = _kenward_roger(frame, fit, names, fixed)
         return GlsEstimates(rows @ beta, rows @ kr.phi_adjusted @ rows.T, rows, kr.phi_adjusted, kenward_roger=kr)
     bcov = np.asarray(fit.reml.beta_cov)
     return GlsEstimates(rows @ beta, rows @ bcov @ rows.T, rows, bcov, np.asarray(fit.reml.varpar_cov),
                         np.asarray(fit.reml.beta_cov_jacobian))
 
 
-def _kenward_roger(frame: pd.DataFrame, model, fit: VarianceComponents, names: list[str], fixed: tuple[str, ...]):
+def _kenward_roger(frame: pd.DataFrame, fit: VarianceComponents, names: list[str], fixed: tuple[str, ...]):
     """Kenward-Roger's quantities at the REML fit, from the judgments' rows (dense, as pbkrtest)."""
     from .kenward_roger import kenward_roger
 
@@ -204,8 +204,9 @@ def _kenward_roger(frame: pd.DataFrame, model, fit: VarianceComponents, names: l
                 col = col * (levels[facet] == part[len(facet):]).to_numpy()
         parts.append(col)
     x = np.column_stack(parts)
-    term_levels = [_term_levels(frame, tuple(t.columns)) for t in model.random]
-    sigma2 = np.array([c.variance for c in fit.components if c.kind == "random"] + [fit.sigma2(vocabulary.RESIDUAL)])
+    random = [c for c in fit.components if c.kind == "random"]  # the terms fitted (a confounded one is not)
+    term_levels = [_term_levels(frame, tuple(c.facets)) for c in random]
+    sigma2 = np.array([c.variance for c in random] + [fit.sigma2(vocabulary.RESIDUAL)])
     return kenward_roger(x, term_levels, np.clip(sigma2, 0.0, None))
 
 
