@@ -118,3 +118,26 @@ def test_no_simultaneous_interval_is_narrower_than_its_marginal_one():
     assert (sim >= ok["high"] - ok["low"] - 1e-12).all()
     crit = c.extra["critical"]
     assert crit["error"] < 1e-3 * crit["value"] and crit["method"] in ("Genz-Bretz", "Monte Carlo")
+
+
+def test_one_systems_score_below_one_df_is_not_printed_as_an_interval(monkeypatch):
+    # the analysis's "One system's score" line follows compare's rule (MIN_DF): no interval below 1 df
+    from dataclasses import replace as _replace
+
+    from rich.console import Console
+
+    import evalgauge as eg
+    from evalgauge import inference
+    from evalgauge.report import terminal
+    from evalgauge.simulate import simulate as _simulate
+    from evalgauge.simulate import sizing_preset
+
+    vc = eg.fit(_simulate(sizing_preset(systems=4, items=10, judges=2, replicates=1), seed=1),
+                object="system").components
+    real = inference.object_interval
+    monkeypatch.setattr(inference, "object_interval", lambda *a, **k: _replace(real(*a, **k), df=0.5))
+    console = Console(record=True, width=200)
+    terminal.print_components(vc, console)
+    text = console.export_text()
+    assert "One system's score: not estimable at this design (Satterthwaite df 0.5" in text
+    assert "One system's score: 95% CI" not in text

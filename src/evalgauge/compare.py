@@ -50,9 +50,7 @@ POWER = 0.8
 #: is reported as not separable by that facet alone at this panel
 PRACTICAL_FACTOR = 100
 DDF_METHODS = vocabulary.DDF_METHODS
-#: Below one Satterthwaite degree of freedom an interval is not a result: the t quantile grows without bound
-#: (t_0.975 is 12.7 at 1 df and 160 at 0.5), so its width reflects the df approximation, not the data.
-MIN_DF = 1.0
+MIN_DF = vocabulary.MIN_DF
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,9 @@ def facet_with_role(role: str, names, exclude=()) -> str | None:
     return next((n for n in names if n not in exclude and role_of(n) == role), None)
 
 
+#: Below one Satterthwaite degree of freedom an interval is not a result: the t quantile grows without bound
+#: (t_0.975 is 12.7 at 1 df and 160 at 0.5), so its width reflects the df approximation, not the data.
+MIN_DF = 1.0
 #: The residual component's name (within-cell variation, or what is confounded with the top interaction)
 RESIDUAL = "residual"
 #: Estimation methods (`--method`).

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..vocabulary import MIN_DF
 from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence
 
 if TYPE_CHECKING:
@@ -202,10 +203,15 @@ def print_components(result: VarianceComponents, console: Console) -> None:
         if "estimate" in theta:
             console.print(f"({theta_of_objects_sentence(o['object'])})")
         df = "inf" if o["df"] is None else f"{o['df']:.1f}"
-        console.print(f"One {o['object']}'s score: {100 * o['level']:g}% CI +-{o['half_width']:.4g} counting every "
-                      f"source of error (SE {o['se']:.4g}, Satterthwaite df {df}), against +-"
-                      f"{o['naive_half_width']:.4g} counting only {o['naive_counts']} sampling (SE "
-                      f"{o['naive_se']:.4g}); the full SE is {o['se_ratio']:.2f}x the naive.")
+        if o["df"] is not None and o["df"] < MIN_DF:  # as compare says of a system's mean: no interval below 1 df
+            console.print(f"One {o['object']}'s score: not estimable at this design (Satterthwaite df {df}, below "
+                          f"{MIN_DF:g}): its error rests on components too few levels estimate; see the leaderboard "
+                          "for what would make it estimable.")
+        else:
+            console.print(f"One {o['object']}'s score: {100 * o['level']:g}% CI +-{o['half_width']:.4g} counting "
+                          f"every source of error (SE {o['se']:.4g}, Satterthwaite df {df}), against +-"
+                          f"{o['naive_half_width']:.4g} counting only {o['naive_counts']} sampling (SE "
+                          f"{o['naive_se']:.4g}); the full SE is {o['se_ratio']:.2f}x the naive.")
     if "derived" in payload:
         derived = Table(title="Derived numbers with parametric-bootstrap intervals")
         for col in ("quantity", "estimate", "low", "high"):
