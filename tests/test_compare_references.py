@@ -24,12 +24,16 @@ REFS = FIXTURES / "lmertest"
 RTOL = 1e-4
 
 
-def _check(comparison, ref: dict, method: str) -> None:
+def _check(comparison, ref: dict, method: str, below_one_df_rtol: float = RTOL) -> None:
     systems = comparison.systems.set_index("object")
     for row in ref[f"systems_{method}"]:
         got = systems.loc[row["system"]]
-        for ours, theirs in (("mean", "estimate"), ("se", "se"), ("df", "df")):
+        for ours, theirs in (("mean", "estimate"), ("se", "se")):
             assert got[ours] == pytest.approx(row[theirs], rel=RTOL), (row["system"], ours)
+        # below one df a mean is reported not estimable (no interval), whichever of the two df is taken
+        tol = RTOL if row["df"] >= 1 else below_one_df_rtol
+        assert got["df"] == pytest.approx(row["df"], rel=tol), (row["system"], "df")
+        assert (got["df"] >= 1) == (row["df"] >= 1) and bool(got["estimable"]) == (row["df"] >= 1)
     pairs = comparison.pairs.set_index(["a", "b"])
     assert len(pairs) == len(ref[f"pairs_{method}"])
     for row in ref[f"pairs_{method}"]:
@@ -127,7 +131,12 @@ def test_real_summeval_coherence_matches_lmertest():
     assert fit.converged  # L-BFGS-B ends 'ABNORMAL' here, at an optimum (a Newton step gains 6e-8)
     comparison = fit.compare(n_boot=200, pair_gstudies="none")
     ref = json.loads(ref_path.read_text())
-    # lme4, started at our optimum, keeps it: its REML criterion there is ours
+    # lme4 evaluates the model at our optimum (its own optimiser stops 2.6e-6 to 4.3e-6 higher on a flat ridge of
+    # the judge and prompt-type variances): its REML criterion there is ours, and the references are lmerTest's
+    # and emmeans' computations at that point
     start = json.loads((REFS / "summeval_start.json").read_text())
     assert ref["deviance"] == pytest.approx(start["criterion"], abs=1e-6)
-    _check(comparison, ref, "satterthwaite")
+    # every system mean here rests on about 0.5 df (5 judges, 5 prompt types carry it): not estimable in both. In
+    # that near-singular corner lmerTest's numerical Hessian (numDeriv, Richardson) and ours (central differences
+    # of the exact gradient, stable to 2e-6 between steps 1e-3 and 1e-4) differ by 1.7e-4 in the df
+    _check(comparison, ref, "satterthwaite", below_one_df_rtol=5e-4)
