@@ -16,7 +16,7 @@ from evalgauge.errors import DataError
 from evalgauge.estimate import estimate_from_sums
 from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
-from evalgauge.io.engine import reduce_cells
+from evalgauge.io.engine import reduce_cells, scan_size
 from evalgauge.simulate import simulate, sizing_preset
 
 pytest.importorskip("duckdb")
@@ -36,10 +36,15 @@ def test_a_balanced_block_gets_the_closed_form_from_the_cells(tmp_path):
     frame = simulate(sizing_preset(systems=6, items=40, judges=4, replicates=3), seed=3)
     anova = eg.fit(frame, object="system").components
     assert anova.method == "anova"
-    vc = estimate_from_sums(reduce_cells(_parts(frame, tmp_path / "bal", 500))[0])
+    folder = _parts(frame, tmp_path / "bal", 500)
+    vc = estimate_from_sums(reduce_cells(folder)[0])
     assert vc.method == "anova"
     for comp in anova.components:
         assert vc.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-9)
+    # before the scan, the rows it will read, from the Parquet parts' metadata
+    assert scan_size(folder)[:2] == (len(frame), 6)
+    out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb"])
+    assert out.exit_code == 0 and f"engine: scanning {len(frame):,} rows in 6 file(s)" in out.stderr
 
 
 def test_an_unbalanced_log_gets_the_rows_reml_from_the_cells(tmp_path):
@@ -56,7 +61,7 @@ def test_an_unbalanced_log_gets_the_rows_reml_from_the_cells(tmp_path):
         assert vc.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-9, abs=1e-12)
     out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb", "--json", "-"])
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)  # the scan's progress line goes to stderr
     assert payload["engine"]["rows"] == len(frame) and payload["engine"]["files"] == 5
 
 

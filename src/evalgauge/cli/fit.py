@@ -133,7 +133,7 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
                           drop_missing, n_boot, by, glmm, keep, json_out, read) -> None:
     """`components --engine duckdb`: the rows reduced to cells over the files, REML on the cells."""
     from ..estimate import estimate_from_sums
-    from ..io.engine import reduce_cells
+    from ..io.engine import reduce_cells, scan_size
     from ..report.analysis import components_summary
 
     unsupported = [name for name, value in (("--formula", formula), ("--bootstrap", n_boot), ("--by", by),
@@ -143,9 +143,12 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
     if unsupported:
         raise EvalGaugeError(f"--engine duckdb fits REML on the cells alone; {', '.join(unsupported)} need(s) the "
                              "rows: use --engine pandas.")
+    rows, files, size = scan_size(data)
+    _console(stderr=True).print(Text(f"engine: scanning {'' if rows is None else f'{rows:,} rows in '}{files} "
+                                     f"file(s), {size / 2**20:,.1f} MiB ...", style="dim"))
     cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing)
     result = estimate_from_sums(cells, score=score or "score", source=data, facets=facets, nest=nest, fixed=fixed,
-                                object=object_, terms=terms, max_order=max_order)
+                                object=object_, terms=terms, max_order=max_order, progress=_fit_progress())
     payload = components_summary(result)
     payload["engine"] = {"name": "duckdb", **info}
     _emit(payload, json_out, lambda c: (print_components(result, c), c.print(

@@ -123,13 +123,15 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
 
 
 def estimate_from_sums(cells, *, score: str = "score", n: str = "n", total: str = "sum",
-                       squares: str = "sum_squares", source: str = "the cells", **design_options) -> VarianceComponents:
+                       squares: str = "sum_squares", source: str = "the cells", progress=None,
+                       **design_options) -> VarianceComponents:
     """Variance components from per-cell sums (one row per combination of the facets, with its judgment count
     ``n``, sum and sum of squares of the score), as an engine over files reduces them: no row reaches Python.
     The design is inferred from the cells' columns as from the rows' (``design_options`` as for
     :func:`estimate_components`). A complete balanced block of crossed facets gets the closed-form ANOVA on its
     cell means (:func:`~evalgauge.estimate.anova.anova_from_cell_means`, as ``method="auto"`` on the rows);
-    anything else the same REML as on the rows (:func:`fit_reml` on :class:`~evalgauge.estimate.cells.CellData`).
+    anything else the same REML as on the rows (:func:`fit_reml` on :class:`~evalgauge.estimate.cells.CellData`),
+    whose ``progress`` says the model's size and expected cost from the cells before anything is allocated.
     """
     from ..design import infer_design
     from .cells import cells_from_sums
@@ -144,7 +146,7 @@ def estimate_from_sums(cells, *, score: str = "score", n: str = "n", total: str 
     reason = "REML on cell statistics reduced from the files (engine)"
     try:
         return fit_reml(data, model, object_facet=design.object, fixed_facets=design.fixed, method_reason=reason,
-                        facet_order=design.names)
+                        facet_order=design.names, progress=progress)
     except DesignError as exc:
         raise DesignError(f"{source}: {exc}") from None
 

@@ -67,6 +67,22 @@ def _check_schemas(con, parts: list[Path]) -> None:
                             + "; every part of a dataset has the same columns.")
 
 
+def scan_size(source) -> tuple[int | None, int, int]:
+    """(rows, files, bytes) of what a scan will read, before it starts: the rows from the Parquet parts' metadata
+    (None when a part is text, whose rows are known only by reading it)."""
+    import pyarrow.parquet as pq
+
+    parts = _parts(source)
+    size = sum(p.stat().st_size for p in parts)
+    if PART_KINDS[parts[0].suffix.lower()] != "parquet":
+        return None, len(parts), size
+    try:
+        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+    except Exception:  # a damaged part: the scan names it
+        return None, len(parts), size
+    return int(rows), len(parts), size
+
+
 def reduce_cells(source, *, score: str = "score", drop_missing: bool = False) -> tuple[pd.DataFrame, dict]:
     """The judgments of a file or dataset grouped by every facet column (every column but the score, the
     replicate index and the file name) in DuckDB: one row per cell with its count, sum and sum of squares
