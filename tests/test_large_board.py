@@ -71,12 +71,11 @@ def test_a_board_with_dozens_of_groups_is_shown_by_rank_sets_not_letters(tmp_pat
 def test_the_58_system_alpacaeval_board_in_chromium(tmp_path):
     # AlpacaEval 2's weighted_alpaca_eval_gpt4_turbo annotations: 58 systems x 805 instructions, one judge
     # (tests/fixtures/README.md); the report opened in headless Chromium and its screenshot kept
-    import shutil
     import subprocess
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not browser:
-        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    from conftest import chromium
+
+    browser = chromium(tmp_path / "profile")
     root = Path(__file__).resolve().parents[1]
     data = root / "tests" / "fixtures" / "alpacaeval" / "weighted_gpt4_turbo_58_systems.parquet"
     report = tmp_path / "board.html"
@@ -85,14 +84,11 @@ def test_the_58_system_alpacaeval_board_in_chromium(tmp_path):
     artifacts = root / "tests" / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     shot = artifacts / "board58.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
-    proc = subprocess.run([browser, *flags, "--window-size=1100,6000", f"--screenshot={shot}", report.as_uri()],
+    proc = subprocess.run([*browser, "--window-size=1100,6000", f"--screenshot={shot}", report.as_uri()],
                           capture_output=True, text=True, timeout=180)
     assert shot.exists() and shot.stat().st_size > 100_000
     assert not [line for line in proc.stderr.splitlines() if "Uncaught" in line]
-    dom = subprocess.run([browser, *flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
+    dom = subprocess.run([*browser, "--dump-dom", report.as_uri()], capture_output=True, text=True,
                          timeout=180).stdout
     assert dom.count("<tr>") > 58 + 1653  # the leaderboard and every pair
     assert "<details><summary>all 1,653 pairs</summary>" in dom or "all 1653 pairs" in dom

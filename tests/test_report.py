@@ -2,7 +2,6 @@
 
 import base64
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from conftest import chromium
 from evalgauge.cli import main
 from evalgauge.report import analyze
 from evalgauge.report.html import render, write_report
@@ -96,22 +96,17 @@ def test_analyze_bad_input_exit_2(tmp_path, args, content, needle):
 
 
 def test_report_in_headless_chromium(tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not browser:
-        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    browser = chromium(tmp_path / "profile")
     report = tmp_path / "report.html"
     CliRunner().invoke(main, ["analyze", str(ALPACA), "--drop-missing", "--report", str(report)])
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "report.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
-    proc = subprocess.run([browser, *flags, "--window-size=1100,4000", f"--screenshot={shot}", report.as_uri()],
+    proc = subprocess.run([*browser, "--window-size=1100,4000", f"--screenshot={shot}", report.as_uri()],
                           capture_output=True, text=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 50_000
     console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not console, console
-    dom = subprocess.run([browser, *flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
+    dom = subprocess.run([*browser, "--dump-dom", report.as_uri()], capture_output=True, text=True,
                          timeout=120).stdout
     assert dom.count("<img ") == 8 and "Reporting checklist" in dom and "Which system is better" in dom
 
