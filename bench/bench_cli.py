@@ -19,7 +19,7 @@ from pathlib import Path
 IN_PROCESS = """
 import sys
 import evalgauge as eg
-from evalgauge.report.analysis import components_summary
+from evalgauge.analysis.gstudy import components_summary
 judgments = eg.read(sys.argv[1])
 vc = eg.estimate_components(judgments, object="system")
 components_summary(vc)

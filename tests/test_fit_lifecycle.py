@@ -45,6 +45,37 @@ def test_verbs_refuse_a_fit_that_did_not_converge():
     assert isinstance(ConvergenceError("x"), DesignError)  # the command line maps it to exit 2
 
 
+def test_the_analysis_derives_from_the_fit_without_reading_or_fitting_again(monkeypatch, tmp_path):
+    import evalgauge.estimate as estimate
+    import evalgauge.io as io
+    from evalgauge.report import analyze
+
+    frame = pd.read_csv(DATA)
+    fit = eg.fit(frame, object="system")
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the analysis of a fit read its input again")
+
+    real_fit = estimate.estimate_components
+
+    def pair_fits_only(data, *args, **kwargs):  # each pair's own G-study of its differences is another model
+        assert len(getattr(data, "frame", data)) < len(frame) / 2, "the analysis of a fit fitted it again"
+        return real_fit(data, *args, **kwargs)
+
+    monkeypatch.setattr(estimate, "estimate_components", pair_fits_only)
+    monkeypatch.setattr(io, "read_input", refuse)
+    derived = fit.analysis(n_boot_compare=200)
+    fit.report(tmp_path / "r.html")
+    monkeypatch.undo()
+    # the same numbers as the path's read-fit-derive (evalgauge analyze)
+    edge = analyze(frame, fit.design, n_boot_compare=200)
+    assert derived.components.values.tolist() == edge.components.values.tolist()
+    assert derived.theta.to_dict() == edge.theta.to_dict()
+    pd.testing.assert_frame_equal(derived.comparison.pairs, edge.comparison.pairs)
+    with pytest.raises(ConvergenceError):
+        replace(fit, components=replace(fit.components, reml=replace(fit.components.reml, converged=False))).analysis()
+
+
 def test_refit_and_update_keep_what_was_not_changed():
     frame = pd.read_csv(DATA)
     fit = eg.fit(frame, formula=FORMULA)

@@ -28,7 +28,7 @@ _PUBLIC = {
     "ceiling": "dstudy",
     "ThetaInterval": "inference", "theta_interval": "inference",
     "Comparison": "compare",
-    "Analysis": "report", "analyze": "report",
+    "Analysis": "analysis", "analyze": "report",
     "parse": "protocols", "Verdict": "protocols",
 }
 
@@ -54,6 +54,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs
+    from .analysis import Analysis
     from .api import Fit, fit, read
     from .compare import Comparison
     from .components import Component, FitSummary, VarianceComponents
@@ -65,4 +66,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from .inference import ThetaInterval, theta_interval
     from .io import import_files, read_judgments
     from .protocols import Verdict, parse
-    from .report import Analysis, analyze
+    from .report import analyze

@@ -69,7 +69,7 @@ class Fit:
 
     def refit(self, data: Any) -> Fit:
         """The same model, method and options fitted to other judgments (new data of the same columns)."""
-        spec = self.spec or ModelSpec(design=self.design)
+        spec = self._spec
         return fit(data, design=spec.design, formula=spec.formula, method=self.method,
                    drop_missing=self.drop_missing)
 
@@ -78,7 +78,7 @@ class Fit:
         ``update()``; what is not given is kept."""
         if formula is not None and design is not None:
             raise DesignError("update: give a formula or a design, not both.")
-        spec = self.spec or ModelSpec(design=self.design)
+        spec = self._spec
         if formula is None and design is None:
             formula, design = spec.formula, spec.design
         return fit(self.judgments, design=design, formula=formula, method=method or self.method,
@@ -115,23 +115,31 @@ class Fit:
         """Which system is better: a :class:`evalgauge.compare.Comparison` (``systems``, ``pairs``); ``ddf`` =
         "satterthwaite" (lmerTest's) or "kenward-roger" (pbkrtest's); ``pair_gstudies`` = "adjacent", "all" or
         "none" (each pair's own G-study of its paired differences)."""
-        from .compare import compare, with_assumed
+        from .compare import compare_fitted, with_assumed
 
         vc = with_assumed(self.components, assume) if assume else self.components
-        score = self.design.score if self.design is not None else "score"
-        return compare(self.judgments.frame, vc, score=score, level=level, n_boot=n_boot, seed=seed,
-                       facets=list(self.design.names) if self.design else None, design=self.design, ddf=ddf,
-                       pair_gstudies=pair_gstudies)
+        return compare_fitted(self.judgments, self._spec, vc, level=level, n_boot=n_boot, seed=seed, ddf=ddf,
+                              pair_gstudies=pair_gstudies)
+
+    def analysis(self, *, target_erho2: float = 0.8, n_boot_compare: int = 2000, ddf: str = "satterthwaite",
+                 assume: dict[str, float] | None = None):
+        """Everything the report says, derived from this fit without reading or fitting again: an
+        :class:`evalgauge.analysis.Analysis` (theta-hat's intervals, the D-study, the ceiling, which system is
+        better, TEE's checklist)."""
+        from .analysis.gstudy import derive
+
+        return derive(self.judgments, self._spec, self.components, target_erho2=target_erho2,
+                      n_boot_compare=n_boot_compare, ddf=ddf, assumed=assume)
 
     def report(self, path: str | Path, *, target_erho2: float = 0.8) -> Path:
-        """The self-contained HTML report (written atomically)."""
-        from .report import analyze
+        """The self-contained HTML report of :meth:`analysis` (written atomically)."""
         from .report.html import write_report
 
-        spec = self.spec or ModelSpec(design=self.design)
-        analysis = analyze(self.judgments, spec.design, formula=spec.formula, method=self.method,
-                           target_erho2=target_erho2, drop_missing=self.drop_missing, components=self.components)
-        return write_report(analysis, path)
+        return write_report(self.analysis(target_erho2=target_erho2), path)
+
+    @property
+    def _spec(self) -> ModelSpec:
+        return self.spec or ModelSpec(design=self.design)
 
     def to_dict(self) -> dict:
         return self.components.to_dict()

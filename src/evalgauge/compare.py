@@ -504,6 +504,13 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
                                     "points": critical.points, "df": df_joint}})
 
 
+def compare_fitted(judgments, spec, vc: VarianceComponents, **options: Any) -> Comparison:
+    """:func:`compare` on the judgments (:class:`evalgauge.data.Judgments`) a model ``spec``
+    (:class:`evalgauge.estimate.spec.ModelSpec`) was fitted to: the score column, facets and design come from
+    the spec, so every caller passes the same ones."""
+    return compare(judgments.frame, vc, score=spec.score, facets=spec.facets, design=spec.design, **options)
+
+
 def confounded_pairs(frame: pd.DataFrame, obj: str, systems: list[str],
                      exclude: set[str]) -> tuple[np.ndarray, list[str]]:
     """Pairs of systems whose difference includes another column's: for some column (a judge, a baseline, an

@@ -117,7 +117,7 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     """
     roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
     judgments = read_judgments(data, encoding=encoding, sep=sep, columns={k: v for k, v in roles.items() if v} or None)
-    from ..report.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit loads
+    from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit loads
     result = analyze_pairwise(judgments, reference=reference, baseline=baseline, position=position, n_boot=n_boot,
                               seed=seed, human=human)
     if components_json and result.components is not None:

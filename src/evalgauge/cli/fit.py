@@ -104,7 +104,7 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
         return
     result = estimate_components(data, model, method=method, drop_missing=drop_missing, progress=_fit_progress(),
                                  **boot)
-    from ..report.analysis import components_summary
+    from ..analysis.gstudy import components_summary
 
     payload = components_summary(result)
     _emit(payload, json_out, lambda c: print_components(result, c))
@@ -132,9 +132,9 @@ def _use_engine(engine: str, data: str) -> bool:
 def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
                           drop_missing, n_boot, by, glmm, keep, json_out, read) -> None:
     """`components --engine duckdb`: the rows reduced to cells over the files, REML on the cells."""
+    from ..analysis.gstudy import components_summary
     from ..estimate import estimate_from_sums
     from ..io.engine import reduce_cells, scan_size
-    from ..report.analysis import components_summary
 
     unsupported = [name for name, value in (("--formula", formula), ("--bootstrap", n_boot), ("--by", by),
                                             ("--glmm", glmm), ("--keep", keep), ("--method anova", method == "anova"))
@@ -443,8 +443,8 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
       evalgauge compare one_judge.csv --assume system:judge=0.01
     """
     judgments, _ = _load(data, keep=keep, **read)
-    from ..compare import compare as run_compare  # after the read: a bad file is refused before the fit loads
-    from ..compare import with_assumed
+    from ..compare import compare_fitted, with_assumed  # after the read: a bad file is refused before the fit loads
+    from ..estimate.spec import ModelSpec
     design = _design(judgments, score, facets, nest, replicate, fixed, object_, terms, max_order)
     stated = _name_values(assumed, "--assume", "VARIANCE") if assumed else None
     if _show_single_run(judgments, design, None, level, stated, json_out):
@@ -455,8 +455,8 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     _refuse_unusable(vc)
     if stated:
         vc = with_assumed(vc, stated)
-    result = run_compare(judgments.frame, vc, score=design.score, level=level, n_boot=n_boot, seed=seed,
-                         pair_gstudies=pair_gstudies, facets=list(design.names), design=design, ddf=ddf)
+    result = compare_fitted(judgments, ModelSpec(design=design), vc, level=level, n_boot=n_boot, seed=seed,
+                            pair_gstudies=pair_gstudies, ddf=ddf)
     payload = result.to_dict()
 
     def show(c):

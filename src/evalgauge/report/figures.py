@@ -10,8 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from ..analysis.gstudy import Analysis
 from ..display import letters_note, plot_label
-from .analysis import Analysis
 
 # labels are data: "$" starts no mathtext (a label "$\\frac{$" would fail to render), and each is cut short
 STYLE = {"figure.dpi": 110, "axes.spines.top": False, "axes.spines.right": False, "font.size": 9,

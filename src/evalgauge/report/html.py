@@ -11,9 +11,9 @@ from dataclasses import asdict
 from html import escape as _html_escape
 from pathlib import Path
 
+from ..analysis.gstudy import Analysis
 from ..display import letters_note
 from ..version import __version__
-from .analysis import Analysis
 from .figures import PAIR_MATRIX_UP_TO, all_figures
 from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence
 
@@ -138,7 +138,7 @@ def _pair_table(rows: list[list], pct: str, open_: bool) -> str:
 
 def _missing_html(missing: dict) -> str:
     """Every judge x variant x system cell's calls without a score (all rows; the worst first)."""
-    from .analysis import missing_sentence
+    from ..analysis.checklist import missing_sentence
 
     rows = sorted(missing["table"], key=lambda r: -r["rate"])
     keys = [k for k in ("judge", "variant", "system") if rows and k in rows[0]]

@@ -74,7 +74,7 @@ MISSING_ROWS = 30
 
 def print_missing_answers(missing: dict, c) -> None:
     """The calls without a score by judge x variant x system, the worst first, and the test by system."""
-    from ..report.analysis import missing_sentence
+    from ..analysis.checklist import missing_sentence
 
     if not missing["unscored"]:
         c.print(f"Calls without a score: none of the {missing['calls']} stored calls (0 unread, 0 cut at max_tokens).")
@@ -180,7 +180,7 @@ def print_components(result: VarianceComponents, console: Console) -> None:
                 ("mean square", "right")]
     for col, justify in columns:
         table.add_column(col, justify=justify)
-    from ..report.analysis import components_summary
+    from ..analysis.gstudy import components_summary
 
     payload = components_summary(result)
     for c, comp in zip(result.components, payload["components"], strict=True):
