@@ -22,9 +22,11 @@ import time
 import numpy as np
 import pandas as pd
 
-from evalgauge.compare import _item_bootstrap, compare, rank_sets
+from evalgauge.compare import compare
+from evalgauge.compare.pair_gstudy import item_bootstrap
 from evalgauge.design import Design, Facet
 from evalgauge.estimate import estimate_components
+from evalgauge.multiplicity import rank_sets
 
 TRUTH = {"item": 0.30, "judge": 0.10, "system:item": 0.20, "system:judge": 0.03, "item:judge": 0.05,
          "residual": 0.25}
@@ -84,7 +86,7 @@ def run(name: str, cfg: dict, reps: int, seed: int, n_boot: int) -> dict:
         out["rank_marg"].append(float(cov_m.mean()))
         # naive rank sets: the same procedure with the item-only (bootstrap) covariance
         systems = list(sysf["object"])
-        boot = _item_bootstrap(frame.assign(__y=frame["score"]), "system", "item", systems, n_boot,
+        boot = item_bootstrap(frame.assign(__y=frame["score"]), "system", "item", systems, n_boot,
                                np.random.default_rng(rep))
         z = boot - np.nanmean(boot, axis=0)
         lo, hi = rank_sets(sysf["mean"].to_numpy(), np.cov(boot.T), z, 0.95, simultaneous=True)

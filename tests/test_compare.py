@@ -145,13 +145,13 @@ def test_one_judge_is_said_and_can_be_assumed(tmp_path):
 
 
 def test_closed_form_pair_gstudy_equals_the_fitted_one():
-    from evalgauge.compare import _block_cube, _pair_gstudy_block, pair_gstudy
+    from evalgauge.compare.pair_gstudy import block_cube, pair_gstudy, pair_gstudy_block
 
     frame = simulate(PRESETS["sizing"](systems=3, items=25, judges=4, replicates=2), seed=11)
     frame = frame.assign(__y=frame["score"])
     systems = ["s1", "s2", "s3"]
-    cube = _block_cube(frame, "system", systems, ["system", "item", "judge", "replicate"][:3])
-    fast = _pair_gstudy_block(cube, 0, 1, 0.95)
+    cube = block_cube(frame, "system", systems, ["system", "item", "judge", "replicate"][:3])
+    fast = pair_gstudy_block(cube, 0, 1, 0.95)
     slow = pair_gstudy(frame, "system", "s1", "s2", ["item", "judge"], 0.95)
     assert fast["pair_se"] == pytest.approx(slow["pair_se"], rel=1e-9)
     assert fast["pair_low"] == pytest.approx(slow["pair_low"], rel=1e-6)

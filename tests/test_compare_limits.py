@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from evalgauge.cli import main
-from evalgauge.compare import bounded_interval, compare, score_bounds
+from evalgauge.compare import compare
 from evalgauge.estimate import estimate_components, resolve_model
+from evalgauge.inference import bounded_interval, score_bounds
 
 
 def _frame(seed=0, systems=2, items=12, variants=2, reps=2, sv=1.0, isv=1.0, scale=None, binary=False):
