@@ -53,9 +53,10 @@ docs: $(STAMP)
 # everything CI runs but the live tier
 test-all: test test-slow
 
-# the slow tier: real files of tens of thousands of rows against their R references, a 58-system report in a browser
+# the slow tier: Monte Carlo, real files against their R references (slow); servers, shell examples, a browser
+# (subprocess)
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -o addopts="-ra --ignore=tests/live" -m slow
+	$(BIN)/python -m pytest -q -o addopts="-ra --ignore=tests/live" -m "slow or subprocess"
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[collect,test,bench]'

@@ -37,6 +37,7 @@ def _calls(db):
         return con.execute("SELECT key, cost_usd FROM calls").fetchall()
 
 
+@pytest.mark.subprocess
 def test_pilot_then_plan_then_only_the_missing_calls(sim):
     db = sim.parent / "t.sqlite"
     base = ["run", str(sim), "--database", str(db), "--target-mdd", "0.58", "--pilot-items", "12", "--no-progress"]
@@ -74,6 +75,7 @@ def test_pilot_then_plan_then_only_the_missing_calls(sim):
     assert "How the data were collected" in html and "stage 1" in html and "pilot" in html
 
 
+@pytest.mark.subprocess
 def test_an_unreachable_target_is_said_before_spending_more(sim):
     db = sim.parent / "t.sqlite"
     out = CliRunner().invoke(main, ["run", str(sim), "--database", str(db), "--target-mdd", "0.01",
@@ -168,6 +170,7 @@ def test_a_ceiling_makes_the_target_unreachable_and_says_what_would_help():
     assert math.isfinite(plan.predicted) and plan.predicted > 0.9 * limit
 
 
+@pytest.mark.subprocess
 def test_kill_during_the_second_stage_then_resume(tmp_path, monkeypatch):
     """kill -9 while the stage after the pilot is collecting; the rerun resumes: every cell once, the cap holds."""
     import os
@@ -252,6 +255,7 @@ def test_the_planning_bound_adds_the_estimates_own_uncertainty():
     assert combination_bound(c, values, only, 0.9) == pytest.approx(exact, rel=1e-12)
 
 
+@pytest.mark.subprocess
 def test_the_combination_bound_covers_where_satterthwaite_on_the_sum_does_not():
     """Coverage of combination_bound (MLS) for sums of independent chi-square estimates with the usual
     plug-in variances 2 est^2 / df, 2,000 seeded draws each: a known part beside one few-df component

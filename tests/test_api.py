@@ -18,6 +18,7 @@ def frame():
     return simulate(sizing_preset(systems=5, items=24, judges=3, replicates=2), seed=9)
 
 
+@pytest.mark.slow
 def test_fit_verbs_agree_with_the_functions_they_wrap(frame, tmp_path):
     fit = eg.fit(frame, object="system")
     direct = eg.estimate_components(frame, eg.infer_design(frame))
@@ -114,6 +115,7 @@ def test_the_collector_without_its_extra_says_how_to_install_it(monkeypatch, tmp
 
 
 @pytest.mark.parametrize("command", ["analyze", "components"])
+@pytest.mark.slow
 def test_a_run_database_is_read_once(tmp_path, monkeypatch, command):
     """A run database gives both the judgments and the collector's diagnostics from one reading."""
     import sqlite3

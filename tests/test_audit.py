@@ -149,6 +149,7 @@ def test_audit_needs_one_source_and_a_known_scale(tmp_path):
         preset("chatbot-arena")
 
 
+@pytest.mark.slow
 def test_bundled_examples_read_as_the_readme_says():
     from conftest import FIXTURES
 

@@ -128,6 +128,7 @@ def env_key(monkeypatch):
     monkeypatch.setenv("SIM_KEY", KEY)
 
 
+@pytest.mark.subprocess
 def test_components_recovered_from_collected_data(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=16, systems=5, reps=2)
@@ -143,6 +144,7 @@ def test_components_recovered_from_collected_data(tmp_path, env_key):
         assert abs(ours.variance - truth) < 4.5 * ours.se + 1e-9, (name, ours.variance, ours.se, truth)
 
 
+@pytest.mark.subprocess
 def test_faults_are_survived_and_diagnosed(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=6, systems=3, reps=3, timeout=0.5)
@@ -160,6 +162,7 @@ def test_faults_are_survived_and_diagnosed(tmp_path, env_key):
     assert set(calls.loc[calls["completion"] == "", "parse_error"]) == {"empty completion"}
 
 
+@pytest.mark.subprocess
 def test_cached_replicates_are_flagged(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=4, systems=2, reps=3, judges=2)
@@ -171,6 +174,7 @@ def test_cached_replicates_are_flagged(tmp_path, env_key):
     assert any("replicate caching" in w for w in diag.warnings)
 
 
+@pytest.mark.subprocess
 def test_kill_9_then_resume_records_every_cell_once(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=10, systems=4, reps=3, in_flight=8)
@@ -198,6 +202,7 @@ def test_kill_9_then_resume_records_every_cell_once(tmp_path, env_key):
     assert n == distinct == count_tasks(cfg)
 
 
+@pytest.mark.subprocess
 def test_api_key_never_leaks(tmp_path, env_key):
     port = free_port()
     config = write_config(tmp_path, port, items=4, systems=2, reps=2, judges=2)

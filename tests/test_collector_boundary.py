@@ -60,6 +60,7 @@ def stored(db: Path) -> int:
 
 # -- 1. wrong key, unknown model, malformed request, dead endpoint -------------------------------------------
 
+@pytest.mark.subprocess
 def test_wrong_key_stops_each_judge_at_its_first_call_and_keeps_what_was_stored(tmp_path):
     port = free_port()
     config = write_config(tmp_path, port, items=6, systems=2, reps=1, judges=2)
@@ -81,6 +82,7 @@ def test_wrong_key_stops_each_judge_at_its_first_call_and_keeps_what_was_stored(
         server.stop()
 
 
+@pytest.mark.subprocess
 def test_unknown_model_and_bad_request_stop_only_that_judge(tmp_path):
     port = free_port()
     config = write_config(tmp_path, port, items=4, systems=2, reps=1, judges=3)
@@ -111,6 +113,7 @@ def test_unknown_model_and_bad_request_stop_only_that_judge(tmp_path):
         assert len(failures(sub / "t.sqlite")) == 2  # one per judge, then stopped
 
 
+@pytest.mark.subprocess
 def test_refused_connection_is_named_and_bounded(tmp_path):
     port = free_port()  # nothing listens here
     config = write_config(tmp_path, port, items=4, systems=2, reps=2, judges=3)
@@ -122,6 +125,7 @@ def test_refused_connection_is_named_and_bounded(tmp_path):
     assert len(errors) == 3  # one call per judge (3 attempts each), not --limit calls nor in_flight
 
 
+@pytest.mark.subprocess
 def test_no_completed_call_exits_non_zero(tmp_path):
     port = free_port()
     config = write_config(tmp_path, port, items=2, systems=2, reps=1, judges=1)
@@ -140,6 +144,7 @@ def test_no_completed_call_exits_non_zero(tmp_path):
 
 # -- 2. the budget -------------------------------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_budget_holds_with_a_long_system_prompt_in_any_script(tmp_path):
     port = free_port()
     config = write_config(tmp_path, port, items=8, systems=3, reps=2, judges=2, extra_run="budget_usd = 0.02")
@@ -158,6 +163,7 @@ def test_budget_holds_with_a_long_system_prompt_in_any_script(tmp_path):
     assert "budget cap" in out.stdout
 
 
+@pytest.mark.subprocess
 def test_calls_in_flight_at_a_crash_count_against_the_budget(tmp_path, monkeypatch):
     monkeypatch.setenv("SIM_KEY", KEY)
     port = free_port()

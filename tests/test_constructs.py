@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from evalgauge.cli import main
@@ -37,6 +38,7 @@ def test_an_aspect_facet_is_fixed_by_default_and_says_why():
     assert not any(label.startswith("aspect") for label in labels) and "+1 judge" in labels
 
 
+@pytest.mark.slow
 def test_analyze_reports_each_aspect_by_default(tmp_path):
     path = tmp_path / "s.csv"
     _summeval_like().to_csv(path, index=False)

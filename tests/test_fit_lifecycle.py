@@ -24,6 +24,7 @@ def test_a_formula_fit_reports_its_formula(tmp_path):
     assert "system:judge" not in html.split("Variance components")[1].split("</table>")[0]  # not the default model
 
 
+@pytest.mark.slow
 def test_a_reml_fit_is_reported_as_reml(tmp_path):
     frame = pd.read_csv(FIXTURES / "lmertest" / "complete.csv")  # balanced: auto would pick ANOVA
     fit = eg.fit(frame, object="system", method="reml")
@@ -45,6 +46,7 @@ def test_verbs_refuse_a_fit_that_did_not_converge():
     assert isinstance(ConvergenceError("x"), DesignError)  # the command line maps it to exit 2
 
 
+@pytest.mark.slow
 def test_the_analysis_derives_from_the_fit_without_reading_or_fitting_again(monkeypatch, tmp_path):
     import evalgauge.estimate as estimate
     import evalgauge.io as io

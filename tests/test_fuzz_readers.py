@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -64,6 +65,7 @@ def _check(result, path: Path) -> None:
 
 @SETTINGS
 @given(data=st.data(), suffix=st.sampled_from([".csv", ".tsv", ".jsonl", ".parquet"]))
+@pytest.mark.slow
 def test_readers_never_traceback(tmp_path_factory, data, suffix):
     tmp = tmp_path_factory.mktemp("r")
     frame = _judgments().astype(object)
@@ -86,6 +88,7 @@ def test_readers_never_traceback(tmp_path_factory, data, suffix):
 
 @SETTINGS
 @given(data=st.data())
+@pytest.mark.slow
 def test_run_databases_never_traceback(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("db")
     path = tmp / "run.sqlite"

@@ -84,6 +84,7 @@ def test_a_day_long_retry_after_pauses_the_run_resumably(tmp_path, env_key):
 
 
 @pytest.mark.parametrize("mode", ["truncated", "bad_utf8", "short", "not_object"])
+@pytest.mark.subprocess
 def test_a_broken_reply_is_retried_and_never_stored_as_an_answer(tmp_path, env_key, mode):
     # broken on the first try of each prompt: the retry succeeds and every cell holds a real answer
     cfg, summary, calls, _, _, _ = _collect(tmp_path, mode, first_only=True)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from evalgauge.cli import main
@@ -25,6 +26,7 @@ def test_shown_makes_controls_visible_and_keeps_plain_text():
     assert len(plot_label("y" * 10_000)) == 48
 
 
+@pytest.mark.slow
 def test_hostile_labels_in_the_terminal_the_report_and_the_figures(tmp_path):
     data = _data(tmp_path, HOSTILE)
     report = tmp_path / "r.html"
@@ -36,6 +38,7 @@ def test_hostile_labels_in_the_terminal_the_report_and_the_figures(tmp_path):
     assert report.stat().st_size < 5_000_000
 
 
+@pytest.mark.slow
 def test_the_leaderboard_says_how_many_rows_it_shows(tmp_path):
     data = _data(tmp_path, [f"s{k:02d}" for k in range(45)])
     out = CliRunner().invoke(main, ["compare", str(data)])

@@ -18,6 +18,7 @@ def _board(tmp_path, systems=30, items=60, judges=3):
     return path
 
 
+@pytest.mark.slow
 def test_the_terminal_shows_the_neighbours_and_says_where_the_rest_are(tmp_path):
     path = _board(tmp_path)
     res = CliRunner().invoke(main, ["compare", str(path), "--pair-gstudies", "none"])
@@ -26,6 +27,7 @@ def test_the_terminal_shows_the_neighbours_and_says_where_the_rest_are(tmp_path)
     assert "(29 of 435 pairs shown; all of them in --json and the report)" in res.output
 
 
+@pytest.mark.slow
 def test_no_sentence_asks_for_an_impractical_number_of_items(tmp_path):
     path = _board(tmp_path)
     res = CliRunner().invoke(main, ["compare", str(path), "--pair-gstudies", "none", "--json", "-"])
@@ -37,6 +39,7 @@ def test_no_sentence_asks_for_an_impractical_number_of_items(tmp_path):
     assert any("no number of items or judges alone separates them" in s for s in payload["sentences"])
 
 
+@pytest.mark.slow
 def test_the_report_folds_a_long_pair_table_behind_a_filter(tmp_path):
     path = _board(tmp_path)
     report = tmp_path / "r.html"
@@ -52,6 +55,7 @@ def test_the_report_folds_a_long_pair_table_behind_a_filter(tmp_path):
     assert "<details open><summary>all 10 pairs</summary>" in (tmp_path / "s.html").read_text()
 
 
+@pytest.mark.slow
 def test_a_board_with_dozens_of_groups_is_shown_by_rank_sets_not_letters(tmp_path):
     path = _board(tmp_path, systems=62, items=200, judges=2)
     report = tmp_path / "r.html"

@@ -46,6 +46,7 @@ def test_the_chi_square_agrees_with_scipy_on_the_system_by_outcome_table():
     assert m.test["statistic"] == pytest.approx(stat, rel=1e-12) and m.test["p"] == pytest.approx(p, rel=1e-10)
 
 
+@pytest.mark.slow
 def test_the_test_holds_its_level_when_the_rate_does_not_depend_on_the_system():
     # 400 runs at equal rates: rejections ~ Binomial(400, 0.05): mean 20, sd 4.4; 35 is 3.4 sd above
     rng = np.random.default_rng(2)
@@ -66,6 +67,7 @@ def test_small_counts_use_the_permutation_test():
     assert m.test["method"] == "permutation chi-square" and 0 < m.test["p"] <= 1
 
 
+@pytest.mark.slow
 def test_analyze_says_first_that_the_means_come_from_different_subsets(tmp_path, monkeypatch):
     monkeypatch.setenv("SIM_KEY", KEY)
     port = free_port()

@@ -15,6 +15,7 @@ def staircase():
     return coverage_study(n_items=(20, 200), reps=150, seed=3).results.set_index(["scenario", "n"])
 
 
+@pytest.mark.slow
 def test_naive_coverage_falls_with_n_and_the_full_model_holds(staircase):
     cov = staircase["coverage"]
     mc = math.sqrt(0.95 * 0.05 / 150)
@@ -44,6 +45,7 @@ def test_the_full_model_covers_at_95_percent_to_within_a_point_or_two():
     assert (0.95 - 3.5 * mc) - 0.90 > 2.5 * math.sqrt(0.9 * 0.1 / reps)  # the band tells 95 % from 90 %
 
 
+@pytest.mark.slow
 def test_projection_bias_is_small():
     out = projection_bias(reps=150, seed=5)
     assert abs(out["relative_bias"]) < 4.5 * out["mc_se"]  # unbiased up to Monte Carlo error (TEE: -0.9 %)
@@ -53,6 +55,7 @@ def test_projection_bias_is_small():
         assert abs(res["relative_bias"]) < 0.08 + 4.5 * res["mc_se"], (scenario, res)
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_gives_the_serial_answer():
     distributed = pytest.importorskip("dask.distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) \

@@ -63,6 +63,7 @@ def test_the_critical_value_compare_uses_matches_mvtnorm_to_0_1_percent(case):
     assert cv.relative_error < 1e-3 and cv.value == pytest.approx(case["normal"], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_the_monte_carlo_error_covers_its_distance_from_the_exact_value():
     """Independent statistics: P(max |Z_k| <= c) = (2 Phi(c) - 1)^m, so the Sidak value is exact; 3.5
     standard errors of the Monte Carlo quantile cover it (and the reported error is below 0.1%)."""

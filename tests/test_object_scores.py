@@ -39,6 +39,7 @@ def test_object_interval_is_the_absolute_error_in_closed_form():
         object_interval(vc, sampling_facet="system")
 
 
+@pytest.mark.slow
 def test_full_interval_covers_a_systems_score_and_the_naive_one_does_not():
     # every system has the same true score mu (sigma2_s = 0), so a system's mean misses mu by
     # exactly its absolute error: items and judges shared by all systems, and the interactions
@@ -59,6 +60,7 @@ def test_full_interval_covers_a_systems_score_and_the_naive_one_does_not():
     assert covered_naive / reps < 0.95 - 4.5 * mc_se - 0.03
 
 
+@pytest.mark.slow
 def test_analyze_reports_each_systems_score(tmp_path):
     frame = simulate(sizing_preset(systems=5, items=20, judges=3, replicates=2), seed=5)
     result = analyze(frame)
@@ -89,6 +91,7 @@ def test_item_named_question_id_is_what_the_naive_interval_resamples():
     assert result.object_interval.sampling_facet == "question_id"
 
 
+@pytest.mark.slow
 def test_real_llm_judges_on_triviaqa():
     # Thakur et al. 2024 ("Judging the Judges"): 9 exam-taker models x 400 TriviaQA questions, each answer
     # judged correct or not by 9 LLM judges (provenance in ../shared/data/README.md, section 1)

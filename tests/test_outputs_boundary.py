@@ -66,6 +66,7 @@ def _device(folder: Path, name: str, minor: int) -> Path:
     return path
 
 
+@pytest.mark.subprocess
 def test_special_files_are_written_in_place_and_stdout_is_dash_everywhere(tmp_path):
     data = _judgments(tmp_path)
     null = _device(tmp_path, "null", 3)

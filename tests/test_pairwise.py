@@ -138,6 +138,7 @@ def test_bad_winner_values(tmp_path):
         code_battles(frame)
 
 
+@pytest.mark.slow
 def test_pairwise_cli_human_votes_and_components_for_plan(tmp_path):
     path = shared_file("summeval_llm_judges", "llm_pairwise_h2h.csv")
     d = pd.read_csv(path)

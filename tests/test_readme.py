@@ -51,6 +51,7 @@ def _shell_commands() -> list[str]:
     return commands
 
 
+@pytest.mark.subprocess
 def test_readme_python_examples_run():
     out = io.StringIO()
     namespaces = {}
@@ -77,6 +78,7 @@ def test_the_readme_stays_short():
     assert len(README.splitlines()) <= 300
 
 
+@pytest.mark.subprocess
 def test_readme_shell_examples_run(tmp_path):
     commands = _shell_commands()
     assert len(commands) >= 15, "the README's shell examples were not found"

@@ -28,6 +28,7 @@ def test_bundled_alpacaeval_slice_reproduces_the_leaderboard():
     assert 100 * gem["score"].mean() == pytest.approx(20.372670807453417, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_analyze_cli_json_and_report(tmp_path):
     report = tmp_path / "report.html"
     out = CliRunner().invoke(main, ["analyze", str(ALPACA), "--drop-missing", "--report", str(report),
@@ -47,6 +48,7 @@ def test_analyze_cli_json_and_report(tmp_path):
         assert phrase in html
 
 
+@pytest.mark.slow
 def test_report_escapes_untrusted_labels(tmp_path):
     spec = sizing_preset(systems=4, items=5, judges=3, replicates=2)
     frame = simulate(spec, seed=1)
@@ -95,6 +97,7 @@ def test_analyze_bad_input_exit_2(tmp_path, args, content, needle):
     assert out.output.count("\n") <= 3  # one paragraph
 
 
+@pytest.mark.subprocess
 def test_report_in_headless_chromium(tmp_path):
     browser = chromium(tmp_path / "profile")
     report = tmp_path / "report.html"
@@ -111,6 +114,7 @@ def test_report_in_headless_chromium(tmp_path):
     assert dom.count("<img ") == 8 and "Reporting checklist" in dom and "Which system is better" in dom
 
 
+@pytest.mark.slow
 def test_pairwise_data_get_the_pairwise_sections(tmp_path):
     rng = np.random.default_rng(3)
     rows = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import evalgauge as eg
 from evalgauge import vocabulary
@@ -41,6 +42,7 @@ def test_the_design_and_the_components_name_the_same_facets():
         assert fit.components.role(role) == fit.design.role(role)
 
 
+@pytest.mark.slow
 def test_the_plan_and_the_analysis_find_judges_and_items_by_their_roles():
     fit = eg.fit(_frame(), object="system")
     plan = eg.plan(fit.components, target_erho2=0.8)

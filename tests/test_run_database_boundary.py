@@ -81,6 +81,7 @@ def test_reading_an_unrelated_sqlite_file_changes_nothing(tmp_path):
     assert _digest(tmp_path) == before  # no WAL switch, no tables, no companion files
 
 
+@pytest.mark.subprocess
 def test_reading_a_run_database_writes_nothing_and_needs_no_write_access(tmp_path):
     db = _run_database(tmp_path / "run.sqlite")
     before = _digest(tmp_path)

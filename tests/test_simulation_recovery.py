@@ -80,12 +80,14 @@ def _excess_kurtosis(result, truth):
     return (b**4 @ k4) / (b**2 @ k2) ** 2
 
 
+@pytest.mark.slow
 def test_sizing_design_recovery():
     spec = sizing_preset(systems=6, items=8, judges=4, replicates=3)
     result, draws = _run(spec, n_sim=600, seed=11)
     _check(result, draws, _truth(spec, result.names))
 
 
+@pytest.mark.slow
 def test_tee_design_with_fixed_facets_and_pooled_interactions():
     spec = tee_table8(categories=3, items_per_category=4, variants=3, temperatures=3, judges=3, replicates=2)
     result, draws = _run(spec, n_sim=600, seed=12)
@@ -94,6 +96,7 @@ def test_tee_design_with_fixed_facets_and_pooled_interactions():
     _check(result, draws, _truth(spec, result.names))
 
 
+@pytest.mark.slow
 def test_nested_raters_one_observation_per_cell():
     # Brennan's p x (r:t): raters nested in tasks, one score per cell.
     spec = SimulationSpec(
@@ -116,6 +119,7 @@ def test_check_detects_a_wrong_truth():
         _check(result, draws, truth)
 
 
+@pytest.mark.slow
 def test_pairwise_design_with_a_fixed_position_facet():
     # Win indicators in both presentation orders: position is a fixed facet (slot A vs slot B,
     # an 8.6-point slot-A advantage as in sizing Table 3), and the slot advantage varies by system.

@@ -79,6 +79,7 @@ def test_an_endpoint_without_structured_output_stops_the_judge_at_its_first_call
     assert summary.skipped == count_tasks(cfg) - 2  # one call a judge, then stopped
 
 
+@pytest.mark.subprocess
 def test_logprobs_give_the_probability_weighted_score_of_every_call(tmp_path, env_key):
     port = free_port()
     cfg, summary = collect(_config(tmp_path, port, scoring='output = "logprobs"'), port)
@@ -119,6 +120,7 @@ def test_truncated_replies_are_stored_counted_and_named(tmp_path, env_key):
     assert calls.loc[~cut, "score"].notna().all()
 
 
+@pytest.mark.subprocess
 def test_a_reasoning_block_is_never_read_for_the_verdict(tmp_path, env_key):
     scores = []
     for k, faults in enumerate(((), ("think=1",))):
