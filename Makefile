@@ -53,9 +53,10 @@ docs: $(STAMP)
 # everything CI runs but the live tier
 test-all: test test-slow
 
-# the slow tier: Monte Carlo, real files against their R references (slow); servers, shell examples, a browser
-# (subprocess)
+# the slow tier: Monte Carlo, real files against their R references (slow); servers, shell examples, a browser,
+# Spark in local mode (subprocess; pyspark installed here, Java from the system)
 test-slow: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[spark]'
 	$(BIN)/python -m pytest -q -o addopts="-ra --ignore=tests/live" -m "slow or subprocess"
 
 bench: $(STAMP)

@@ -81,6 +81,12 @@ def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     frame.iloc[200:].drop(columns="judge").to_parquet(missing / "b.parquet", index=False)
     with pytest.raises(DataError, match=r"b\.parquet: has no column 'judge'"):
         reduce_cells(missing)
+    typed = tmp_path / "typed"  # a Parquet part whose score column is text: named from the schemas, before the scan
+    typed.mkdir()
+    frame.iloc[:200].to_parquet(typed / "a.parquet", index=False)
+    bad.to_parquet(typed / "b.parquet", index=False)
+    with pytest.raises(DataError, match=r"b\.parquet: column 'score' holds VARCHAR where .*a\.parquet holds numbers"):
+        reduce_cells(typed)
     holes = tmp_path / "holes"
     holes.mkdir()
     gappy = frame.copy()

@@ -67,8 +67,9 @@ MIN_DF = 1.0
 RESIDUAL = "residual"
 #: Estimation methods (`--method`).
 METHODS = ("auto", "anova", "reml")
-#: Where rows are reduced to cells (`--engine`): in memory, on DuckDB over the files, or chosen by the input's size
-ENGINES = ("auto", "pandas", "duckdb")
+#: Where rows are reduced to cells (`--engine`): in memory, on DuckDB over the files, on Spark (a cluster, or
+#: local), or chosen by the input's size (auto: DuckDB above a size)
+ENGINES = ("auto", "pandas", "duckdb", "spark")
 #: denominator degrees of freedom of the comparisons: lmerTest's Satterthwaite (default) or pbkrtest's Kenward-Roger
 DDF_METHODS = ("satterthwaite", "kenward-roger")
 #: The sizing paper's published item sets (`evalgauge audit --preset NAME`, evalgauge.published).

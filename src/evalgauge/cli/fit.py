@@ -73,13 +73,17 @@ from .base import (
               help="Fit only these levels of a facet, e.g. a judge universe --keep judge=gpt,claude (repeatable).")
 @click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
               help="Where the rows are reduced: pandas (in memory), duckdb (over the files: only the cells reach "
-                   "Python; REML on them), auto (duckdb for a file or dataset above 2 GiB).")
+                   "Python; REML on them), spark (the same reduction on a Spark cluster, --spark-master), auto "
+                   "(duckdb for a file or dataset above 2 GiB).")
+@click.option("--spark-master", default="local[*]", show_default=True, metavar="URL",
+              help="With --engine spark: the cluster's master URL (spark://host:7077, yarn); local[*] runs Spark on "
+                   "this machine's cores.")
 @json_option("the result")
 @read_options
 @user_errors
 @writes(("data",), json_out="--json")
 def components(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula,
-               drop_missing, n_boot, level, seed, by, glmm, keep, engine, json_out, **read) -> None:
+               drop_missing, n_boot, level, seed, by, glmm, keep, engine, spark_master, json_out, **read) -> None:
     """Estimate the variance components of DATA (CSV, TSV, Parquet, JSONL or a run database).
 
     \b
@@ -90,7 +94,8 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     boot = {"n_boot": n_boot, "level": level, "seed": seed}
     if _use_engine(engine, data):
         _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
-                              drop_missing, n_boot, by, glmm, keep, json_out, read)
+                              drop_missing, n_boot, by, glmm, keep, json_out, read,
+                              engine="spark" if engine == "spark" else "duckdb", master=spark_master)
         return
     data, _ = _load(data, keep=keep, **read)
     model = _model(data, formula, score, facets, nest, replicate, fixed, object_, terms, max_order)
@@ -118,7 +123,7 @@ def _use_engine(engine: str, data: str) -> bool:
     from ..io.datasets import dataset_parts, is_dataset
 
     if engine != "auto":
-        return engine == "duckdb"
+        return engine in ("duckdb", "spark")
     path = Path(data)
     if path.suffix.lower() in (".sqlite", ".db"):
         return False
@@ -130,8 +135,9 @@ def _use_engine(engine: str, data: str) -> bool:
 
 
 def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
-                          drop_missing, n_boot, by, glmm, keep, json_out, read) -> None:
-    """`components --engine duckdb`: the rows reduced to cells over the files, REML on the cells."""
+                          drop_missing, n_boot, by, glmm, keep, json_out, read, *, engine: str,
+                          master: str) -> None:
+    """`components --engine duckdb|spark`: the rows reduced to cells over the files, REML on the cells."""
     from ..analysis.gstudy import components_summary
     from ..estimate import estimate_from_sums
     from ..io.engine import reduce_cells, scan_size
@@ -141,18 +147,18 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
                    if value]
     unsupported += [f"--{k.removeprefix('col_')}" for k, v in read.items() if v and k.startswith("col_")]
     if unsupported:
-        raise EvalGaugeError(f"--engine duckdb fits REML on the cells alone; {', '.join(unsupported)} need(s) the "
+        raise EvalGaugeError(f"--engine {engine} fits REML on the cells alone; {', '.join(unsupported)} need(s) the "
                              "rows: use --engine pandas.")
     rows, files, size = scan_size(data)
     _console(stderr=True).print(Text(f"engine: scanning {'' if rows is None else f'{rows:,} rows in '}{files} "
                                      f"file(s), {size / 2**20:,.1f} MiB ...", style="dim"))
-    cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing)
+    cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing, engine=engine, master=master)
     result = estimate_from_sums(cells, score=score or "score", source=data, facets=facets, nest=nest, fixed=fixed,
                                 object=object_, terms=terms, max_order=max_order, progress=_fit_progress())
     payload = components_summary(result)
-    payload["engine"] = {"name": "duckdb", **info}
+    payload["engine"] = {"name": engine, **info}
     _emit(payload, json_out, lambda c: (print_components(result, c), c.print(
-        f"engine: duckdb reduced {info['rows']:,} judgments in {info['files']} file(s) to {info['cells']:,} cells"
+        f"engine: {engine} reduced {info['rows']:,} judgments in {info['files']} file(s) to {info['cells']:,} cells"
         + (f"; {info['empty_dropped']} empty score(s) dropped" if info["empty_dropped"] else "") + ".")))
 
 

@@ -1,17 +1,21 @@
-"""Reducing judgments where they live: DuckDB groups the rows of a file or dataset to cell statistics.
+"""Reducing judgments where they live: DuckDB (here) or Spark (on a cluster) groups the rows to cell statistics.
 
-Every estimator needs only cell statistics (REML: each cell's count, mean and within-cell sum of squares), so a
-log larger than memory is reduced by DuckDB on the files and only the cells reach Python: ``GROUP BY`` every
-facet column, with ``COUNT``, ``SUM`` and ``SUM`` of squares of the score. The checks a file gets in memory run
-there too, each answer naming the file and the column: a part whose columns differ from the others', a score
-that is not a number, an empty score.
+Every estimator needs only cell statistics (REML: each cell's count, sum and sum of squares of the score), so a
+log larger than memory is reduced by an engine on the files and only the cells reach Python. The reduction is
+one SQL text (:func:`cells_sql`) that both engines execute over a view of the rows with plain column names: a
+``GROUP BY`` of every facet column with, per cell, the count, sum and sum of squares of the score, and in the
+same scan what the checks need (rows, empty scores, scores that are not numbers, with the first file holding
+one). A part whose columns or column types differ from the others' is named before the scan, from the parts'
+schemas; a bad score is named with its file, column and value after the one scan. Nothing is read twice.
 
 This module is an edge (it reads files); :func:`evalgauge.estimate.estimate_from_sums` fits the cells.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -21,6 +25,28 @@ from .datasets import PART_KINDS, dataset_parts, is_dataset
 
 #: the columns of the reduced table besides the facets
 N, SUM, SQUARES = "n", "sum", "sum_squares"
+#: the engines that reduce rows to cells where they live (vocabulary.ENGINES adds pandas and auto)
+CELL_ENGINES = ("duckdb", "spark")
+#: the view's fixed column names (the facets are f0, f1, ...): plain identifiers both SQL dialects read alike
+_SCORE, _FILE = "s", "src_file"
+
+
+def cells_sql(n_facets: int, table: str = "judgments") -> str:
+    """The one SQL text both engines run: rows of ``table`` (columns ``f0..f{k-1}``, the score ``s`` as text or
+    number, the part's file ``src_file``) grouped by the facets, with each cell's count, sum and sum of squares
+    of the numeric scores, and the checks' counts (rows, empty scores, non-numeric scores with the first file
+    and value holding one)."""
+    keys = ", ".join(f"f{k}" for k in range(n_facets))
+    value = f"TRY_CAST({_SCORE} AS DOUBLE)"
+    bad = f"{_SCORE} IS NOT NULL AND {value} IS NULL"
+    return (f"SELECT {', '.join(f'CAST(f{k} AS STRING) AS f{k}' for k in range(n_facets))}, "
+            f"COUNT({value}) AS {N}, SUM({value}) AS {SUM}, SUM({value} * {value}) AS {SQUARES}, "
+            f"COUNT(*) AS rows_read, COUNT(*) - COUNT({_SCORE}) AS empty, "
+            f"SUM(CASE WHEN {bad} THEN 1 ELSE 0 END) AS not_numbers, "
+            f"MIN(CASE WHEN {bad} THEN {_FILE} END) AS bad_file, "
+            f"MIN(CASE WHEN {bad} THEN CAST({_SCORE} AS STRING) END) AS bad_value, "
+            f"MIN(CASE WHEN {_SCORE} IS NULL THEN {_FILE} END) AS empty_file "
+            f"FROM {table} GROUP BY {keys}")
 
 
 def _parts(source) -> list[Path]:
@@ -34,11 +60,17 @@ def _parts(source) -> list[Path]:
     return [path]
 
 
-def _relation(con, parts: list[Path], root: Path | None):
+def _kind(parts: list[Path]) -> str:
+    return PART_KINDS[parts[0].suffix.lower()]
+
+
+def _hive(parts: list[Path], root: Path | None) -> bool:
+    return root is not None and any("=" in seg for p in parts for seg in p.relative_to(root).parts[:-1])
+
+
+def _duckdb_relation(con, parts: list[Path], root: Path | None):
     """A DuckDB relation over every part (hive partition keys as columns, the file's name in ``filename``)."""
-    kind = PART_KINDS[parts[0].suffix.lower()]
-    files = [str(p) for p in parts]
-    hive = root is not None and any("=" in seg for p in parts for seg in p.relative_to(root).parts[:-1])
+    kind, files, hive = _kind(parts), [str(p) for p in parts], _hive(parts, root)
     if kind == "parquet":
         return con.read_parquet(files, filename=True, hive_partitioning=hive)
     if kind in ("csv", "tsv"):
@@ -47,24 +79,45 @@ def _relation(con, parts: list[Path], root: Path | None):
     return con.read_json(files, filename=True, hive_partitioning=hive, format="newline_delimited")
 
 
-def _check_schemas(con, parts: list[Path]) -> None:
-    """Every part has the first part's columns: a missing or extra one is named with its file, before the scan."""
-    kind = PART_KINDS[parts[0].suffix.lower()]
-    reader = {"parquet": con.read_parquet, "jsonl": con.read_json}.get(kind)
-    first = None
-    for part in parts:
-        rel = reader(str(part)) if reader else con.read_csv(str(part), all_varchar=True, header=True,
-                                                            delimiter="\t" if kind == "tsv" else ",")
-        columns = list(rel.columns)
-        if first is None:
-            first = (part, columns)
-            continue
-        missing = [c for c in first[1] if c not in columns]
-        extra = [c for c in columns if c not in first[1]]
-        if missing or extra:
-            what = f"has no column '{missing[0]}'" if missing else f"has a column '{extra[0]}'"
-            raise DataError(f"{part}: {what} that {first[0]} " + ("has" if missing else "does not have")
-                            + "; every part of a dataset has the same columns.")
+def _numeric(type_name: str) -> bool:
+    return type_name.upper().split("(")[0] in {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT",
+                                               "DOUBLE", "DECIMAL", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
+
+
+def check_schemas(parts: list[Path]) -> None:
+    """Every part has the first part's columns, and (Parquet, JSONL) numbers where the first has numbers: a
+    missing or extra column, or text among numbers, is named with its file and column before the scan, from the
+    parts' schemas (DuckDB reads a Parquet part's footer, a text part's header)."""
+    import duckdb
+
+    kind = _kind(parts)
+    con = duckdb.connect()
+    try:
+        first = None
+        for part in parts:
+            if kind == "parquet":
+                rel = con.read_parquet(str(part))
+            elif kind == "jsonl":
+                rel = con.read_json(str(part), format="newline_delimited")
+            else:
+                rel = con.read_csv(str(part), all_varchar=True, header=True, delimiter="\t" if kind == "tsv" else ",")
+            schema = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
+            if first is None:
+                first = (part, schema)
+                continue
+            missing = [c for c in first[1] if c not in schema]
+            extra = [c for c in schema if c not in first[1]]
+            if missing or extra:
+                what = f"has no column '{missing[0]}'" if missing else f"has a column '{extra[0]}'"
+                raise DataError(f"{part}: {what} that {first[0]} " + ("has" if missing else "does not have")
+                                + "; every part of a dataset has the same columns.")
+            odd = next((c for c in schema if _numeric(first[1][c]) and not _numeric(schema[c])
+                        and schema[c].upper() != '"NULL"'), None)
+            if odd is not None:
+                raise DataError(f"{part}: column '{odd}' holds {schema[odd]} where {first[0]} holds numbers "
+                                f"({first[1][odd]}); a value that is not a number is in this part.")
+    finally:
+        con.close()
 
 
 def scan_size(source) -> tuple[int | None, int, int]:
@@ -74,7 +127,7 @@ def scan_size(source) -> tuple[int | None, int, int]:
 
     parts = _parts(source)
     size = sum(p.stat().st_size for p in parts)
-    if PART_KINDS[parts[0].suffix.lower()] != "parquet":
+    if _kind(parts) != "parquet":
         return None, len(parts), size
     try:
         rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
@@ -83,43 +136,138 @@ def scan_size(source) -> tuple[int | None, int, int]:
     return int(rows), len(parts), size
 
 
-def reduce_cells(source, *, score: str = "score", drop_missing: bool = False) -> tuple[pd.DataFrame, dict]:
-    """The judgments of a file or dataset grouped by every facet column (every column but the score, the
-    replicate index and the file name) in DuckDB: one row per cell with its count, sum and sum of squares
-    of the score, and what was read (rows, files, empty scores dropped)."""
+def _facets(columns: list[str], score: str, source) -> list[str]:
+    if score not in columns:
+        named = ", ".join(c for c in columns if c != "filename")
+        raise DataError(f"{source}: no column '{score}' (columns: {named}); name the score column with --score.")
+    skip = {score, "filename", *vocabulary.REPLICATE_COLUMNS}
+    facets = [c for c in columns if c not in skip]
+    if not facets:
+        raise DataError(f"{source}: no facet columns besides '{score}'.")
+    return facets
+
+
+def _finish(raw: pd.DataFrame, facets: list[str], score: str, source, drop_missing: bool,
+            files: int) -> tuple[pd.DataFrame, dict]:
+    """The engine's cells checked (a non-numeric or empty score named with its file) and renamed to the facets."""
+    bad = raw[raw["not_numbers"] > 0]
+    if len(bad):
+        first = bad.sort_values("bad_file").iloc[0]
+        raise DataError(f"{_path(first['bad_file'])}: column '{score}' holds '{first['bad_value']}', which is not "
+                        f"a number ({int(bad['not_numbers'].sum())} such value(s)); fix or remove them (every score "
+                        "is a number).")
+    rows, empty = int(raw["rows_read"].sum()), int(raw["empty"].sum())
+    if empty and not drop_missing:
+        where = _path(raw.loc[raw["empty"] > 0, "empty_file"].min())
+        raise DataError(f"{source}: {empty} of {rows} judgment(s) have an empty '{score}' (the first in {where}); "
+                        "pass --drop-missing to leave them out, or fill them in.")
+    cells = raw[raw[N] > 0][[f"f{k}" for k in range(len(facets))] + [N, SUM, SQUARES]]
+    cells = cells.rename(columns={f"f{k}": c for k, c in enumerate(facets)}).reset_index(drop=True)
+    cells[N] = cells[N].astype("int64")
+    return cells, {"rows": rows, "files": files, "empty_dropped": empty, "cells": len(cells)}
+
+
+def _path(name) -> str:
+    """A part's name as the user gave it: Spark names it by URI (``file:///data/a.csv``)."""
+    from urllib.parse import unquote, urlparse
+
+    text = str(name)
+    return unquote(urlparse(text).path) if text.startswith("file:") else text
+
+
+def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool):
     import duckdb
 
-    parts = _parts(source)
-    root = Path(str(source)) if Path(str(source)).is_dir() else None
     con = duckdb.connect()
     try:
-        _check_schemas(con, parts)
-        rel = _relation(con, parts, root)
-        if score not in rel.columns:
-            named = ", ".join(c for c in rel.columns if c != "filename")
-            raise DataError(f"{source}: no column '{score}' (columns: {named}); name the score column with --score.")
-        con.register("judgments", rel)
-        q = f'"{score}"'
-        bad = con.execute(f"SELECT filename, {q}::VARCHAR FROM judgments WHERE {q} IS NOT NULL AND "
-                          f"TRY_CAST({q} AS DOUBLE) IS NULL LIMIT 1").fetchall()
-        if bad:
-            raise DataError(f"{bad[0][0]}: column '{score}' holds '{bad[0][1]}', which is not a number; fix or remove "
-                            "the value (every score is a number).")
-        rows, empty = con.execute(f"SELECT COUNT(*), COUNT(*) - COUNT({q}) FROM judgments").fetchone()
-        if empty and not drop_missing:
-            where = con.execute(f"SELECT filename FROM judgments WHERE {q} IS NULL LIMIT 1").fetchone()[0]
-            raise DataError(f"{source}: {empty} of {rows} judgment(s) have an empty '{score}' (the first in {where}); "
-                            "pass --drop-missing to leave them out, or fill them in.")
-        skip = {score, "filename", *vocabulary.REPLICATE_COLUMNS}
-        facets = [c for c in rel.columns if c not in skip]
-        if not facets:
-            raise DataError(f"{source}: no facet columns besides '{score}'.")
-        cols = ", ".join(f'"{c}"::VARCHAR AS "{c}"' for c in facets)
-        keys = ", ".join(f'"{c}"' for c in facets)
-        cells = con.execute(
-            f"SELECT {cols}, COUNT(*) AS {N}, SUM(TRY_CAST({q} AS DOUBLE)) AS {SUM}, "
-            f"SUM(TRY_CAST({q} AS DOUBLE) * TRY_CAST({q} AS DOUBLE)) AS {SQUARES} "
-            f"FROM judgments WHERE {q} IS NOT NULL GROUP BY {keys}").df()
+        rel = _duckdb_relation(con, parts, root)
+        facets = _facets(list(rel.columns), score, source)
+        view = rel.select(", ".join([f'"{c}" AS f{k}' for k, c in enumerate(facets)]
+                                    + [f'"{score}" AS {_SCORE}', f"filename AS {_FILE}"]))
+        con.register("judgments", view)
+        raw = con.execute(cells_sql(len(facets))).df()
     finally:
         con.close()
-    return cells, {"rows": int(rows), "files": len(parts), "empty_dropped": int(empty), "cells": len(cells)}
+    return _finish(raw, facets, score, source, drop_missing, len(parts))
+
+
+def spark_session(master: str = "local[*]"):
+    """A Spark session at ``master`` (``local[*]``: every core of this machine; a cluster's ``spark://`` or
+    ``yarn`` URL), quiet, with ANSI casts (a bad score is null under TRY_CAST, never a wrong number)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise DataError("--engine spark needs pyspark and a Java runtime: pip install 'evalgauge[spark]' (and, on "
+                        "Debian, apt install default-jre-headless).") from None
+    try:
+        spark = (SparkSession.builder.master(master).appName("evalgauge")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "8").getOrCreate())
+    except Exception as exc:  # no Java, a master that does not answer
+        raise DataError(f"Spark could not start at '{master}' ({str(exc).splitlines()[0][:200]}); check the "
+                        "master URL and that Java is installed (java -version).") from None
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _spark_frame(spark, parts: list[Path], root: Path | None):
+    from pyspark.sql import functions as F
+
+    kind, files = _kind(parts), [str(p) for p in parts]
+    base = {"basePath": str(root)} if root is not None and _hive(parts, root) else {}
+    if kind == "parquet":
+        frame = spark.read.options(**base).parquet(*files)
+    elif kind in ("csv", "tsv"):
+        frame = spark.read.options(header="true", sep="\t" if kind == "tsv" else ",", **base).csv(files)
+    else:
+        frame = spark.read.options(**base).json(files)
+    return frame.withColumn("filename", F.input_file_name())
+
+
+def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = False, source: str = "the Spark frame",
+                       files: int = 0) -> tuple[pd.DataFrame, dict]:
+    """A pyspark DataFrame of judgments reduced on its cluster by :func:`cells_sql`: only the cells travel."""
+    from pyspark.sql import functions as F
+
+    columns = list(frame.columns)
+    facets = _facets(columns, score, source)
+    file_col = F.col("filename") if "filename" in columns else F.lit(source)
+    view = frame.select(*[F.col(c).alias(f"f{k}") for k, c in enumerate(facets)],
+                        F.col(score).alias(_SCORE), file_col.alias(_FILE))
+    name = f"evalgauge_judgments_{id(view)}"
+    view.createOrReplaceTempView(name)
+    try:
+        with warnings.catch_warnings():  # pyspark's notices about pandas versions: the cells are plain columns
+            warnings.simplefilter("ignore")
+            raw = view.sparkSession.sql(cells_sql(len(facets), table=name)).toPandas()
+    finally:
+        view.sparkSession.catalog.dropTempView(name)
+    return _finish(raw, facets, score, source, drop_missing, files)
+
+
+def _reduce_spark(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool, master: str):
+    frame = _spark_frame(spark_session(master), parts, root)
+    return reduce_spark_frame(frame, score=score, drop_missing=drop_missing, source=str(source), files=len(parts))
+
+
+def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = False, engine: str = "duckdb",
+                 master: str = "local[*]") -> tuple[pd.DataFrame, dict]:
+    """The judgments of a file, a dataset (folder, glob, hive partitions) or a pyspark DataFrame grouped by every
+    facet column (every column but the score, the replicate index and the file name) where they live: one row
+    per cell with its count, sum and sum of squares of the score, and what was read (rows, files, empty scores
+    dropped, cells). ``engine`` is ``duckdb`` (this machine) or ``spark`` (at ``master``); a pyspark DataFrame
+    is reduced on its own session."""
+    if engine not in CELL_ENGINES:
+        raise DataError(f"engine '{engine}': choose one of {', '.join(CELL_ENGINES)}.")
+    if _is_spark_frame(source):
+        return reduce_spark_frame(source, score=score, drop_missing=drop_missing)
+    parts = _parts(source)
+    root = Path(str(source)) if Path(str(source)).is_dir() else None
+    check_schemas(parts)
+    if engine == "spark":
+        return _reduce_spark(parts, root, score, source, drop_missing, master)
+    return _reduce_duckdb(parts, root, score, source, drop_missing)
+
+
+def _is_spark_frame(obj) -> bool:
+    return type(obj).__module__.startswith("pyspark.sql") and type(obj).__name__ == "DataFrame"

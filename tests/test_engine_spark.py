@@ -1,0 +1,111 @@
+"""`components --engine spark`: the same SQL text as DuckDB's (evalgauge.io.engine.cells_sql) run by Spark in
+local mode, giving the same cells, the same components and the same messages. It starts a JVM: the subprocess
+tier (CI installs Java and pyspark and requires them there: EVALGAUGE_SPARK_REQUIRED=1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import evalgauge as eg
+from evalgauge import vocabulary
+from evalgauge.cli import main
+from evalgauge.errors import DataError
+from evalgauge.estimate import estimate_from_sums
+from evalgauge.estimate.model import model_from_design
+from evalgauge.estimate.reml import fit_reml
+from evalgauge.io.engine import reduce_cells, spark_session
+from evalgauge.simulate import simulate, sizing_preset
+
+pytestmark = pytest.mark.subprocess
+
+
+@pytest.fixture(scope="module")
+def spark():
+    missing = []
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        missing.append("pyspark (pip install 'evalgauge[spark]')")
+    if shutil.which("java") is None:
+        missing.append("Java (apt install default-jre-headless)")
+    if missing:
+        if os.environ.get("EVALGAUGE_SPARK_REQUIRED"):
+            pytest.fail("the Spark tier needs " + " and ".join(missing))
+        pytest.skip("Spark in local mode needs " + " and ".join(missing))
+    return spark_session("local[2]")
+
+
+def _hive(frame: pd.DataFrame, folder):
+    """The judgments partitioned by system (system=s1/part-0.parquet, ...)."""
+    for system, chunk in frame.groupby("system"):
+        (folder / f"system={system}").mkdir(parents=True)
+        chunk.drop(columns="system").to_parquet(folder / f"system={system}" / "part-0.parquet", index=False)
+    return folder
+
+
+def _sorted(cells: pd.DataFrame) -> pd.DataFrame:
+    keys = [c for c in cells.columns if c not in ("n", "sum", "sum_squares")]
+    return cells.sort_values(sorted(keys)).reset_index(drop=True)[[*sorted(keys), "n", "sum", "sum_squares"]]
+
+
+def test_spark_reduces_to_duckdbs_cells_and_the_rows_components(spark, tmp_path):
+    frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7).sample(frac=0.9,
+                                                                                               random_state=1)
+    folder = _hive(frame, tmp_path / "log")
+    on_duck, duck_info = reduce_cells(folder)
+    on_spark, spark_info = reduce_cells(folder, engine="spark", master="local[2]")
+    assert spark_info == duck_info == {"rows": len(frame), "files": 4, "empty_dropped": 0, "cells": len(on_duck)}
+    a, b = _sorted(on_duck), _sorted(on_spark)
+    pd.testing.assert_frame_equal(a.drop(columns=["sum", "sum_squares"]), b.drop(columns=["sum", "sum_squares"]))
+    np.testing.assert_allclose(b[["sum", "sum_squares"]], a[["sum", "sum_squares"]], rtol=1e-12)
+    # the cells' REML equals the rows' (1% of cells missing here too: REML, not the closed form)
+    vc = estimate_from_sums(on_spark)
+    design = eg.infer_design(frame)
+    rows = fit_reml(frame, model_from_design(design), object_facet=design.object, facet_order=design.names)
+    assert vc.method == "reml" and vc.reml.criterion == pytest.approx(rows.reml.criterion, abs=1e-8)
+    # the partition key is the last column of a hive-partitioned dataset: the same terms, named in that order
+    def key(c):
+        return c.name == vocabulary.RESIDUAL, frozenset(c.facets)
+
+    by_facets = {key(c): c.variance for c in vc.components}
+    for comp in rows.components:
+        assert by_facets[key(comp)] == pytest.approx(comp.variance, rel=1e-9, abs=1e-12)
+    # a pyspark DataFrame is reduced on its own session: only the cells travel
+    direct, info = reduce_cells(spark.createDataFrame(frame))
+    assert info["rows"] == len(frame)
+    np.testing.assert_allclose(_sorted(direct)[["sum", "sum_squares"]], a[["sum", "sum_squares"]], rtol=1e-12)
+    out = CliRunner().invoke(main, ["components", str(folder), "--engine", "spark", "--spark-master", "local[2]",
+                                    "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.stdout)
+    assert payload["engine"]["name"] == "spark" and payload["engine"]["rows"] == len(frame)
+
+
+def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
+    frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7)
+    texty = tmp_path / "texty"
+    texty.mkdir()
+    frame.iloc[:200].to_csv(texty / "a.csv", index=False)
+    bad = frame.iloc[200:].astype({"score": str})
+    bad.loc[bad.index[5], "score"] = "n/a"
+    bad.to_csv(texty / "b.csv", index=False)
+    with pytest.raises(DataError, match=rf"^{texty / 'b.csv'}: column 'score' holds 'n/a'"):
+        reduce_cells(texty, engine="spark", master="local[2]")
+    holes = tmp_path / "holes"
+    holes.mkdir()
+    gappy = frame.copy()
+    gappy.loc[gappy.index[:7], "score"] = np.nan
+    gappy.to_parquet(holes / "a.parquet", index=False)
+    with pytest.raises(DataError, match=r"7 of 480 judgment\(s\) have an empty 'score' \(the first in .*a\.parquet\)"):
+        reduce_cells(holes, engine="spark", master="local[2]")
+    assert reduce_cells(holes, engine="spark", master="local[2]", drop_missing=True)[1]["empty_dropped"] == 7
+    out = CliRunner().invoke(main, ["components", str(holes), "--engine", "spark", "--spark-master", "local[2]",
+                                    "--bootstrap", "100"])
+    assert out.exit_code == 2 and "--engine spark fits REML on the cells alone" in out.output
