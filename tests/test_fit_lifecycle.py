@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -119,3 +120,41 @@ def test_a_stationary_fit_is_converged_whatever_the_line_search_said(monkeypatch
     summary = eg.fit(frame, object="system", method="reml").summary
     assert summary.converged and "at an optimum" in summary.message and "ABNORMAL" in summary.message
     assert summary.criterion == pytest.approx(reference.criterion, abs=1e-6)
+
+
+def _battle_log(seed: int = 5) -> pd.DataFrame:
+    """5 systems x 30 items x 3 judges, every pair in both orders: a Bradley-Terry log with items and judges."""
+    rng = np.random.default_rng(seed)
+    theta = np.linspace(-0.8, 0.8, 5)
+    rows = []
+    for item in range(30):
+        for judge in ("j1", "j2", "j3"):
+            for i in range(5):
+                for j in range(5):
+                    if i != j:
+                        p_a = 1 / (1 + np.exp(-(theta[i] - theta[j] + 0.2)))
+                        rows.append((f"s{i}", f"s{j}", "model_a" if rng.random() < p_a else "model_b",
+                                     f"q{item}", judge))
+    return pd.DataFrame(rows, columns=["model_a", "model_b", "winner", "item", "judge"])
+
+
+def test_a_pairwise_log_is_fitted_as_win_indicators_and_pairwise_is_its_verb():
+    log = _battle_log()
+    fit = eg.fit(log)
+    assert fit.battles is not None and fit.design.object == "system"
+    assert {"system", "item", "judge", "position"} <= set(fit.design.names)
+    # the verb gives what the pairwise analysis of the same log gives, the components included
+    from evalgauge.analysis.pairwise import analyze_pairwise
+
+    direct = analyze_pairwise(eg.read(log), n_boot=100)
+    verb = fit.pairwise(n_boot=100)
+    pd.testing.assert_frame_equal(verb.table, direct.table)
+    for comp in direct.components.components:
+        assert fit.components.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-12, abs=1e-15)
+    from evalgauge.simulate import simulate, sizing_preset
+
+    scores = eg.fit(simulate(sizing_preset(systems=3, items=10, judges=2, replicates=1), seed=1), object="system")
+    with pytest.raises(DesignError, match="this fit is of scores"):
+        scores.pairwise()
+    with pytest.raises(DesignError, match=r"need an 'item' column.*evalgauge pairwise FILE"):
+        eg.fit(log.drop(columns=["item"]))

@@ -50,6 +50,7 @@ class Fit:
     drop_missing: bool = False
     spec: ModelSpec | None = None
     method: str = "auto"
+    battles: Judgments | None = None  # a pairwise log (model_a, model_b, winner) whose win indicators were fitted
 
     @property
     def formula(self) -> str:
@@ -121,6 +122,19 @@ class Fit:
         return compare_fitted(self.judgments, self._spec, vc, level=level, n_boot=n_boot, seed=seed, ddf=ddf,
                               pair_gstudies=pair_gstudies)
 
+    def pairwise(self, *, reference: str | None = None, baseline: str | None = None, position: bool = True,
+                 n_boot: int = 200, seed: int | None = 0, human: str | None = None):
+        """Bradley-Terry strengths, Elo, position bias and both bootstraps of a pairwise log (a fit made from
+        model_a / model_b / winner rows): an :class:`evalgauge.analysis.pairwise.PairwiseAnalysis`. A fit of
+        scores has no battles: :class:`DesignError`."""
+        if self.battles is None:
+            raise DesignError("pairwise: this fit is of scores; a fit of a pairwise log (model_a, model_b, winner "
+                              "columns) has battles to analyse.")
+        from .analysis.pairwise import analyze_pairwise
+
+        return analyze_pairwise(self.battles, reference=reference, baseline=baseline, position=position,
+                                n_boot=n_boot, seed=seed, human=human, method=self.method)
+
     def analysis(self, *, target_erho2: float = 0.8, n_boot_compare: int = 2000, ddf: str = "satterthwaite",
                  assume: dict[str, float] | None = None):
         """Everything the report says, derived from this fit without reading or fitting again: an
@@ -160,6 +174,27 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
     from .estimate import estimate_components, resolve_model
 
     judgments = read_judgments(judgments)
+    if design is None and formula is None and _is_battle_log(judgments):
+        return _fit_battles(judgments, method=method, n_boot=n_boot, seed=seed)
     spec = resolve_model(judgments, design, formula, object=object, facets=facets, **design_options)
     vc = estimate_components(judgments, spec, method=method, drop_missing=drop_missing, n_boot=n_boot, seed=seed)
     return Fit(judgments, spec.design, vc, drop_missing, spec, method)
+
+
+def _is_battle_log(judgments: Judgments) -> bool:
+    columns = set(judgments.frame.columns)
+    return {"model_a", "model_b", "winner"} <= columns and "score" not in columns
+
+
+def _fit_battles(battles: Judgments, *, method: str, n_boot: int, seed: int | None) -> Fit:
+    """A pairwise log fitted as its win indicators (each system's, per judgment; the slot a fixed facet), with
+    the battles kept for :meth:`Fit.pairwise`."""
+    from .analysis.pairwise import win_indicator_rows
+    from .estimate import estimate_components, resolve_model
+    from .pairwise import code_battles
+
+    rows, design = win_indicator_rows(code_battles(battles))
+    judgments = Judgments(rows, f"{battles.source} (win indicators)")
+    spec = resolve_model(judgments, design, None)
+    vc = estimate_components(judgments, spec, method=method, n_boot=n_boot, seed=seed)
+    return Fit(judgments, spec.design, vc, False, spec, method, battles)

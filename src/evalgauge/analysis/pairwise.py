@@ -16,7 +16,7 @@ import pandas as pd
 from ..components import VarianceComponents
 from ..data import Judgments
 from ..design import Design, Facet
-from ..errors import DataError, EvalGaugeError
+from ..errors import DataError, DesignError, EvalGaugeError
 from ..pairwise import (
     Battles,
     BTFit,
@@ -157,18 +157,31 @@ def _bootstraps(battles, fit, table, payload, n_boot, seed, weights, ridge):
     return None
 
 
+def win_indicator_rows(battles: Battles, baseline: str | None = None) -> tuple[pd.DataFrame, Design]:
+    """Each system's win indicator per judgment (ties 0.5; :func:`evalgauge.pairwise.system_win_rows`) and
+    their design: the system the object, the slot (position) a fixed facet, item, judge and variant random
+    where they vary. A log without items (or with one system) has no G-study: :class:`DesignError`."""
+    rows = system_win_rows(battles, baseline)
+    facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
+    if not ("item" in facets and "system" in facets):
+        raise DesignError("the win indicators need an 'item' column and two or more systems for their "
+                          "components; the Bradley-Terry analysis needs neither: `evalgauge pairwise FILE`, or in "
+                          "Python evalgauge.analysis.pairwise.analyze_pairwise(eg.read(log)).")
+    rows = rows.assign(replicate=rows.groupby(facets).cumcount() + 1)
+    design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
+                          for f in facets), replicate="replicate")
+    return rows, design
+
+
 def _win_components(battles, baseline, method, notes, payload) -> VarianceComponents | None:
     """The variance components of the win indicators (position a fixed facet), their MDD and ceiling."""
     from .. import dstudy  # only for logs with items: an arena's battles without them never load the G-study
     from ..estimate import estimate_components
 
-    rows = system_win_rows(battles, baseline)
-    facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
-    if not ("item" in facets and "system" in facets):
+    try:
+        rows, design = win_indicator_rows(battles, baseline)
+    except DesignError:
         return None
-    rows = rows.assign(replicate=rows.groupby(facets).cumcount() + 1)
-    design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
-                          for f in facets), replicate="replicate")
     try:
         comps = estimate_components(rows, design, method=method)
     except EvalGaugeError as exc:
@@ -178,7 +191,7 @@ def _win_components(battles, baseline, method, notes, payload) -> VarianceCompon
     proj = dstudy.project(comps)
     payload["mdd95_win_rate_points"] = 100 * proj.mdd95
     payload["erho2"] = proj.erho2
-    if "judge" in facets:
+    if "judge" in design.names:
         ceil = dstudy.ceiling(comps, "judge", 1)
         payload["ceiling"] = ceil.erho2
         payload["mdd_floor_win_rate_points"] = 100 * ceil.mdd95
