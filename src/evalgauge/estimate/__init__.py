@@ -160,13 +160,14 @@ def _anova_from_sums(cells, design: Design, n: str, total: str, squares: str) ->
 
     if any(f.parent for f in design.facets):
         return None
-    grouped = cells.groupby(list(design.names), sort=True, observed=True)[[n, total, squares]].sum().reset_index()
+    keys = list(design.names)
+    grouped = cells
+    coded = _grid_codes(cells, keys)
+    if coded is None:  # other columns besides the facets, or a cell given twice: summed to the design's cells
+        grouped = cells.groupby(keys, sort=True, observed=True)[[n, total, squares]].sum().reset_index()
+        coded = _grid_codes(grouped, keys)
+    codes, shape = coded
     counts = grouped[n].to_numpy(dtype=np.float64)
-    codes, shape = [], []
-    for name in design.names:
-        c, u = pd.factorize(grouped[name], sort=True)
-        codes.append(c)
-        shape.append(len(u))
     if len(grouped) != int(np.prod(shape)) or counts.min() != counts.max():
         return None
     sums = grouped[total].to_numpy(dtype=np.float64)
@@ -176,6 +177,26 @@ def _anova_from_sums(cells, design: Design, n: str, total: str, squares: str) ->
     vc = anova_from_cell_means(design, mean, int(counts[0]), within)
     return _replace(vc, method_reason="a complete balanced block reduced from the files (engine): closed-form ANOVA "
                                       "on the cell means")
+
+
+def _grid_codes(cells, keys: list[str]):
+    """Each facet's level codes and counts when the rows are one per combination of ``keys`` (the engine's GROUP
+    BY gives exactly that); None when other columns or a repeated combination need summing first."""
+    import numpy as np
+
+    codes, shape = [], []
+    for name in keys:
+        c, u = pd.factorize(cells[name], sort=True)
+        codes.append(c)
+        shape.append(len(u))
+    if len(cells.columns) != len(keys) + 3:
+        return None
+    if len(cells) != int(np.prod(shape)) or not len(cells):
+        return codes, shape  # not a complete grid: no closed form, whatever the sums
+    # as many rows as the grid has cells: a complete grid exactly when no combination repeats
+    if np.bincount(np.ravel_multi_index(codes, shape), minlength=len(cells)).max() > 1:
+        return None
+    return codes, shape
 
 
 def _moment_start(coded) -> dict[frozenset, float] | None:

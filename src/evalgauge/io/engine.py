@@ -4,9 +4,10 @@ Every estimator needs only cell statistics (REML: each cell's count, sum and sum
 log larger than memory is reduced by an engine on the files and only the cells reach Python. The reduction is
 one SQL text (:func:`cells_sql`) that both engines execute over a view of the rows with plain column names: a
 ``GROUP BY`` of every facet column with, per cell, the count, sum and sum of squares of the score, and in the
-same scan what the checks need (rows, empty scores, scores that are not numbers, with the first file holding
-one). A part whose columns or column types differ from the others' is named before the scan, from the parts'
-schemas; a bad score is named with its file, column and value after the one scan. Nothing is read twice.
+same scan the counts the checks need (rows, empty scores, scores that are not numbers). A part whose columns or
+column types differ from the others' is named before the scan, from the parts' schemas. Only when the counts
+find a bad score does a second query (:func:`first_bad_sql`, stopping at its first row) name its file and value:
+a clean log is read once.
 
 This module is an edge (it reads files); :func:`evalgauge.estimate.estimate_from_sums` fits the cells.
 """
@@ -33,20 +34,22 @@ _SCORE, _FILE = "s", "src_file"
 
 def cells_sql(n_facets: int, table: str = "judgments") -> str:
     """The one SQL text both engines run: rows of ``table`` (columns ``f0..f{k-1}``, the score ``s`` as text or
-    number, the part's file ``src_file``) grouped by the facets, with each cell's count, sum and sum of squares
-    of the numeric scores, and the checks' counts (rows, empty scores, non-numeric scores with the first file
-    and value holding one)."""
+    number) grouped by the facets, with each cell's count, sum and sum of squares of the numeric scores, and the
+    checks' counts (rows, empty scores, scores that are not numbers)."""
     keys = ", ".join(f"f{k}" for k in range(n_facets))
     value = f"TRY_CAST({_SCORE} AS DOUBLE)"
-    bad = f"{_SCORE} IS NOT NULL AND {value} IS NULL"
     return (f"SELECT {', '.join(f'CAST(f{k} AS STRING) AS f{k}' for k in range(n_facets))}, "
             f"COUNT({value}) AS {N}, SUM({value}) AS {SUM}, SUM({value} * {value}) AS {SQUARES}, "
             f"COUNT(*) AS rows_read, COUNT(*) - COUNT({_SCORE}) AS empty, "
-            f"SUM(CASE WHEN {bad} THEN 1 ELSE 0 END) AS not_numbers, "
-            f"MIN(CASE WHEN {bad} THEN {_FILE} END) AS bad_file, "
-            f"MIN(CASE WHEN {bad} THEN CAST({_SCORE} AS STRING) END) AS bad_value, "
-            f"MIN(CASE WHEN {_SCORE} IS NULL THEN {_FILE} END) AS empty_file "
+            f"COUNT({_SCORE}) - COUNT({value}) AS not_numbers "
             f"FROM {table} GROUP BY {keys}")
+
+
+def first_bad_sql(table: str = "judgments", *, empty: bool) -> str:
+    """Where the checks' counts found a bad score: the first file (and value) holding one. Run only then, and it
+    stops at the first such row."""
+    where = f"{_SCORE} IS NULL" if empty else f"{_SCORE} IS NOT NULL AND TRY_CAST({_SCORE} AS DOUBLE) IS NULL"
+    return f"SELECT {_FILE}, CAST({_SCORE} AS STRING) FROM {table} WHERE {where} LIMIT 1"
 
 
 def _parts(source) -> list[Path]:
@@ -147,18 +150,18 @@ def _facets(columns: list[str], score: str, source) -> list[str]:
     return facets
 
 
-def _finish(raw: pd.DataFrame, facets: list[str], score: str, source, drop_missing: bool,
-            files: int) -> tuple[pd.DataFrame, dict]:
-    """The engine's cells checked (a non-numeric or empty score named with its file) and renamed to the facets."""
-    bad = raw[raw["not_numbers"] > 0]
-    if len(bad):
-        first = bad.sort_values("bad_file").iloc[0]
-        raise DataError(f"{_path(first['bad_file'])}: column '{score}' holds '{first['bad_value']}', which is not "
-                        f"a number ({int(bad['not_numbers'].sum())} such value(s)); fix or remove them (every score "
-                        "is a number).")
+def _finish(raw: pd.DataFrame, facets: list[str], score: str, source, drop_missing: bool, files: int,
+            first_bad) -> tuple[pd.DataFrame, dict]:
+    """The engine's cells checked (a non-numeric or empty score named with its file, found by ``first_bad(empty)``
+    only when the counts say there is one) and renamed to the facets."""
+    not_numbers = int(raw["not_numbers"].sum())
+    if not_numbers:
+        where, value = first_bad(False)
+        raise DataError(f"{_path(where)}: column '{score}' holds '{value}', which is not a number ({not_numbers} "
+                        "such value(s)); fix or remove them (every score is a number).")
     rows, empty = int(raw["rows_read"].sum()), int(raw["empty"].sum())
     if empty and not drop_missing:
-        where = _path(raw.loc[raw["empty"] > 0, "empty_file"].min())
+        where = _path(first_bad(True)[0])
         raise DataError(f"{source}: {empty} of {rows} judgment(s) have an empty '{score}' (the first in {where}); "
                         "pass --drop-missing to leave them out, or fill them in.")
     cells = raw[raw[N] > 0][[f"f{k}" for k in range(len(facets))] + [N, SUM, SQUARES]]
@@ -186,9 +189,10 @@ def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, dro
                                     + [f'"{score}" AS {_SCORE}', f"filename AS {_FILE}"]))
         con.register("judgments", view)
         raw = con.execute(cells_sql(len(facets))).df()
+        return _finish(raw, facets, score, source, drop_missing, len(parts),
+                       lambda empty: con.execute(first_bad_sql(empty=empty)).fetchone())
     finally:
         con.close()
-    return _finish(raw, facets, score, source, drop_missing, len(parts))
 
 
 def spark_session(master: str = "local[*]"):
@@ -236,13 +240,15 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
                         F.col(score).alias(_SCORE), file_col.alias(_FILE))
     name = f"evalgauge_judgments_{id(view)}"
     view.createOrReplaceTempView(name)
+    spark = view.sparkSession
     try:
         with warnings.catch_warnings():  # pyspark's notices about pandas versions: the cells are plain columns
             warnings.simplefilter("ignore")
-            raw = view.sparkSession.sql(cells_sql(len(facets), table=name)).toPandas()
+            raw = spark.sql(cells_sql(len(facets), table=name)).toPandas()
+        return _finish(raw, facets, score, source, drop_missing, files,
+                       lambda empty: tuple(spark.sql(first_bad_sql(name, empty=empty)).first()))
     finally:
-        view.sparkSession.catalog.dropTempView(name)
-    return _finish(raw, facets, score, source, drop_missing, files)
+        spark.catalog.dropTempView(name)
 
 
 def _reduce_spark(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool, master: str):
