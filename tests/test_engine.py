@@ -41,6 +41,14 @@ def test_a_balanced_block_gets_the_closed_form_from_the_cells(tmp_path):
     assert vc.method == "anova"
     for comp in anova.components:
         assert vc.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-9)
+    # cells given in two pieces each (two engines' partial sums, say) are summed first: the same closed form
+    cells = reduce_cells(folder)[0]
+    halves = pd.concat([cells.assign(n=1, sum=cells["sum"] / 3, sum_squares=cells["sum_squares"] / 3),
+                        cells.assign(n=2, sum=2 * cells["sum"] / 3, sum_squares=2 * cells["sum_squares"] / 3)])
+    pieces = estimate_from_sums(halves)
+    assert pieces.method == "anova"
+    for comp in anova.components:
+        assert pieces.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-9)
     # before the scan, the rows it will read, from the Parquet parts' metadata
     assert scan_size(folder)[:2] == (len(frame), 6)
     out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb"])

@@ -165,7 +165,7 @@ def _anova_from_sums(cells, design: Design, n: str, total: str, squares: str) ->
     coded = _grid_codes(cells, keys)
     if coded is None:  # other columns besides the facets, or a cell given twice: summed to the design's cells
         grouped = cells.groupby(keys, sort=True, observed=True)[[n, total, squares]].sum().reset_index()
-        coded = _grid_codes(grouped, keys)
+        coded = _grid_codes(grouped, keys, one_per_cell=True)
     codes, shape = coded
     counts = grouped[n].to_numpy(dtype=np.float64)
     if len(grouped) != int(np.prod(shape)) or counts.min() != counts.max():
@@ -179,9 +179,10 @@ def _anova_from_sums(cells, design: Design, n: str, total: str, squares: str) ->
                                       "on the cell means")
 
 
-def _grid_codes(cells, keys: list[str]):
-    """Each facet's level codes and counts when the rows are one per combination of ``keys`` (the engine's GROUP
-    BY gives exactly that); None when other columns or a repeated combination need summing first."""
+def _grid_codes(cells, keys: list[str], *, one_per_cell: bool = False):
+    """Each facet's level codes and counts when the rows are the complete grid of ``keys``, one row per cell (the
+    engine's GROUP BY of a balanced block gives exactly that; ``one_per_cell`` when already grouped); None when
+    other columns, a repeated combination or a missing one need a group-by first."""
     import numpy as np
 
     codes, shape = [], []
@@ -189,11 +190,11 @@ def _grid_codes(cells, keys: list[str]):
         c, u = pd.factorize(cells[name], sort=True)
         codes.append(c)
         shape.append(len(u))
-    if len(cells.columns) != len(keys) + 3:
+    if one_per_cell:
+        return codes, shape
+    if len(cells.columns) != len(keys) + 3 or len(cells) != int(np.prod(shape)) or not len(cells):
         return None
-    if len(cells) != int(np.prod(shape)) or not len(cells):
-        return codes, shape  # not a complete grid: no closed form, whatever the sums
-    # as many rows as the grid has cells: a complete grid exactly when no combination repeats
+    # as many rows as the grid has cells: the complete grid exactly when no combination repeats
     if np.bincount(np.ravel_multi_index(codes, shape), minlength=len(cells)).max() > 1:
         return None
     return codes, shape
