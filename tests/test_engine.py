@@ -83,6 +83,12 @@ def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     bad.to_csv(texty / "b.csv", index=False)
     out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])
     assert out.exit_code == 2 and "b.csv: column 'score' holds 'n/a'" in out.output
+    hostile = tmp_path / "hostile"  # a score cell holding terminal escapes: shown escaped, never printed raw
+    hostile.mkdir()
+    bad.assign(score=bad["score"].where(bad["score"] != "n/a", "\x1b[2J9")).to_csv(hostile / "b.csv", index=False)
+    with pytest.raises(DataError) as caught:
+        reduce_cells(hostile)
+    assert "holds '\\x1b[2J9'" in str(caught.value) and "\x1b" not in str(caught.value)
     missing = tmp_path / "missing"
     missing.mkdir()
     frame.iloc[:200].to_parquet(missing / "a.parquet", index=False)

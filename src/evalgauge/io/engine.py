@@ -157,8 +157,9 @@ def _finish(raw: pd.DataFrame, facets: list[str], score: str, source, drop_missi
     not_numbers = int(raw["not_numbers"].sum())
     if not_numbers:
         where, value = first_bad(False)
-        raise DataError(f"{_path(where)}: column '{score}' holds '{value}', which is not a number ({not_numbers} "
-                        "such value(s)); fix or remove them (every score is a number).")
+        # the value is the file's text, shown escaped and cut short
+        raise DataError(f"{_path(where)}: column '{score}' holds {str(value)[:80]!r}, which is not a number "
+                        f"({not_numbers} such value(s)); fix or remove them (every score is a number).")
     rows, empty = int(raw["rows_read"].sum()), int(raw["empty"].sum())
     if empty and not drop_missing:
         where = _path(first_bad(True)[0])
@@ -197,7 +198,7 @@ def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, dro
 
 def spark_session(master: str = "local[*]"):
     """A Spark session at ``master`` (``local[*]``: every core of this machine; a cluster's ``spark://`` or
-    ``yarn`` URL), quiet, with ANSI casts (a bad score is null under TRY_CAST, never a wrong number)."""
+    ``yarn`` URL), quiet: no web UI, no progress bars, errors only in its log."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
