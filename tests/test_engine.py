@@ -73,7 +73,9 @@ def test_an_unbalanced_log_gets_the_rows_reml_from_the_cells(tmp_path):
     assert payload["engine"]["rows"] == len(frame) and payload["engine"]["files"] == 5
 
 
-def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
+def bad_logs(tmp_path):
+    """Two datasets of 480 judgments for every engine's checks: ``texty`` (b.csv holds the score 'n/a') and
+    ``holes`` (7 empty scores in a.parquet); with the frame and b.csv's rows as text."""
     frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7)
     texty = tmp_path / "texty"
     texty.mkdir()
@@ -81,6 +83,16 @@ def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     bad = frame.iloc[200:].astype({"score": str})
     bad.loc[bad.index[5], "score"] = "n/a"
     bad.to_csv(texty / "b.csv", index=False)
+    holes = tmp_path / "holes"
+    holes.mkdir()
+    gappy = frame.copy()
+    gappy.loc[gappy.index[:7], "score"] = np.nan
+    gappy.to_parquet(holes / "a.parquet", index=False)
+    return frame, bad, texty, holes
+
+
+def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
+    frame, bad, texty, holes = bad_logs(tmp_path)
     out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])
     assert out.exit_code == 2 and "b.csv: column 'score' holds 'n/a'" in out.output
     hostile = tmp_path / "hostile"  # a score cell holding terminal escapes: shown escaped, never printed raw
@@ -101,11 +113,6 @@ def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     bad.to_parquet(typed / "b.parquet", index=False)
     with pytest.raises(DataError, match=r"b\.parquet: column 'score' holds VARCHAR where .*a\.parquet holds numbers"):
         reduce_cells(typed)
-    holes = tmp_path / "holes"
-    holes.mkdir()
-    gappy = frame.copy()
-    gappy.loc[gappy.index[:7], "score"] = np.nan
-    gappy.to_parquet(holes / "a.parquet", index=False)
     out = CliRunner().invoke(main, ["components", str(holes), "--engine", "duckdb"])
     assert out.exit_code == 2 and "7 of 480 judgment(s) have an empty 'score'" in out.output
     out = CliRunner().invoke(main, ["components", str(holes), "--engine", "duckdb", "--drop-missing"])

@@ -22,6 +22,7 @@ from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
 from evalgauge.io.engine import reduce_cells, spark_session
 from evalgauge.simulate import simulate, sizing_preset
+from test_engine import bad_logs
 
 pytestmark = pytest.mark.subprocess
 
@@ -89,20 +90,9 @@ def test_spark_reduces_to_duckdbs_cells_and_the_rows_components(spark, tmp_path)
 
 
 def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
-    frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7)
-    texty = tmp_path / "texty"
-    texty.mkdir()
-    frame.iloc[:200].to_csv(texty / "a.csv", index=False)
-    bad = frame.iloc[200:].astype({"score": str})
-    bad.loc[bad.index[5], "score"] = "n/a"
-    bad.to_csv(texty / "b.csv", index=False)
+    _, _, texty, holes = bad_logs(tmp_path)  # the same datasets as DuckDB's checks
     with pytest.raises(DataError, match=rf"^{texty / 'b.csv'}: column 'score' holds 'n/a'"):
         reduce_cells(texty, engine="spark", master="local[2]")
-    holes = tmp_path / "holes"
-    holes.mkdir()
-    gappy = frame.copy()
-    gappy.loc[gappy.index[:7], "score"] = np.nan
-    gappy.to_parquet(holes / "a.parquet", index=False)
     with pytest.raises(DataError, match=r"7 of 480 judgment\(s\) have an empty 'score' \(the first in .*a\.parquet\)"):
         reduce_cells(holes, engine="spark", master="local[2]")
     assert reduce_cells(holes, engine="spark", master="local[2]", drop_missing=True)[1]["empty_dropped"] == 7
