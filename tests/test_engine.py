@@ -119,3 +119,23 @@ def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     assert out.exit_code == 0 and "7 empty score(s) dropped" in out.output
     out = CliRunner().invoke(main, ["components", str(holes), "--engine", "duckdb", "--bootstrap", "100"])
     assert out.exit_code == 2 and "--bootstrap need(s) the rows" in out.output
+
+
+def test_eg_fit_on_the_engine_fits_the_cells(tmp_path):
+    frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7).sample(frac=0.9,
+                                                                                               random_state=1)
+    folder = _parts(frame, tmp_path / "log")
+    on_rows = eg.fit(frame)
+    on_cells = eg.fit(folder, engine="duckdb")
+    assert on_cells.judgments is None and len(on_cells.cells) == len(frame.groupby(["system", "item", "judge"]))
+    assert on_cells.design.facets == on_rows.design.facets and on_cells.formula == on_rows.formula
+    assert on_cells.components.reml.criterion == pytest.approx(on_rows.components.reml.criterion, abs=1e-8)
+    assert on_cells.plan(item=200).mdd95 == pytest.approx(on_rows.plan(item=200).mdd95, rel=1e-6)
+    assert on_cells.interval().se == pytest.approx(on_rows.interval().se, rel=1e-6)
+    # what needs the rows says so, with the way
+    with pytest.raises(eg.DesignError, match=r"compare: this fit is of cell statistics.*engine='pandas'"):
+        on_cells.compare()
+    with pytest.raises(eg.DesignError, match=r"formula need\(s\) the rows"):
+        eg.fit(folder, engine="duckdb", formula="score ~ (1|system) + (1|item)")
+    # auto keeps a small dataset in memory
+    assert eg.fit(folder).judgments is not None

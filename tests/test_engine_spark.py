@@ -52,7 +52,9 @@ def _hive(frame: pd.DataFrame, folder):
 
 
 def _sorted(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells in one order with the facets as text (DuckDB's labels arrive dictionary-encoded)."""
     keys = [c for c in cells.columns if c not in ("n", "sum", "sum_squares")]
+    cells = cells.astype(dict.fromkeys(keys, str))
     return cells.sort_values(sorted(keys)).reset_index(drop=True)[[*sorted(keys), "n", "sum", "sum_squares"]]
 
 
@@ -82,6 +84,11 @@ def test_spark_reduces_to_duckdbs_cells_and_the_rows_components(spark, tmp_path)
     direct, info = reduce_cells(spark.createDataFrame(frame))
     assert info["rows"] == len(frame)
     np.testing.assert_allclose(_sorted(direct)[["sum", "sum_squares"]], a[["sum", "sum_squares"]], rtol=1e-12)
+    # and so in eg.fit (the cells' fit), while eg.read collects the rows
+    fitted = eg.fit(spark.createDataFrame(frame))
+    assert fitted.judgments is None and fitted.components.reml.criterion == pytest.approx(rows.reml.criterion,
+                                                                                          abs=1e-8)
+    assert len(eg.read(spark.createDataFrame(frame)).frame) == len(frame)
     out = CliRunner().invoke(main, ["components", str(folder), "--engine", "spark", "--spark-master", "local[2]",
                                     "--json", "-"])
     assert out.exit_code == 0, out.output
@@ -99,3 +106,36 @@ def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
     out = CliRunner().invoke(main, ["components", str(holes), "--engine", "spark", "--spark-master", "local[2]",
                                     "--bootstrap", "100"])
     assert out.exit_code == 2 and "--engine spark fits REML on the cells alone" in out.output
+
+
+def test_spark_counts_battles_as_duckdb_does(spark, tmp_path):
+    from evalgauge.analysis.pairwise import analyze_battle_counts, analyze_pairwise
+    from evalgauge.io import read_judgments
+    from evalgauge.io.engine import reduce_battles, reduce_spark_pairs
+    from test_engine_pairwise import _hive as battle_folder
+    from test_engine_pairwise import _same_analysis, battle_log
+
+    frame = battle_log(n=2000, seed=11)
+    folder = battle_folder(frame, tmp_path / "battles")
+    on_spark, spark_info = reduce_battles(folder, engine="spark", master="local[2]")
+    on_duck, duck_info = reduce_battles(folder)
+    assert spark_info == duck_info
+    np.testing.assert_array_equal(on_spark.rows, on_duck.rows)
+    np.testing.assert_array_equal(on_spark.entries.frame["battle"], on_duck.entries.frame["battle"])
+    # the analysis on Spark's counts is the rows' analysis (entries in the same order: exactly)
+    _same_analysis(analyze_battle_counts(on_spark, n_boot=50, seed=2),
+                   analyze_pairwise(read_judgments(folder), n_boot=50, seed=2))
+    # a pyspark DataFrame is counted on its own session
+    counts, _ = reduce_spark_pairs(spark.createDataFrame(frame))
+    np.testing.assert_array_equal(counts.rows, on_duck.rows)
+    # a bad verdict is named with its file, as a path
+    bad = frame.assign(winner=frame["winner"].where(frame.index != 1500, "A>>B"))
+    (tmp_path / "bad").mkdir()
+    bad.iloc[:1000].to_parquet(tmp_path / "bad" / "a.parquet", index=False)
+    bad.iloc[1000:].to_parquet(tmp_path / "bad" / "b.parquet", index=False)
+    with pytest.raises(DataError, match=r"^/.*bad/b\.parquet: column 'winner' must be .*'A>>B'"):
+        reduce_battles(tmp_path / "bad", engine="spark", master="local[2]")
+    out = CliRunner().invoke(main, ["pairwise", str(folder), "--engine", "spark", "--spark-master", "local[2]",
+                                    "--bootstrap", "0", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["engine"]["name"] == "spark"

@@ -30,10 +30,20 @@ from .io import read_judgments
 
 def read(data: Any, *, encoding: str | None = None, sep: str | None = None,
          columns: dict[str, str] | None = None) -> Judgments:
-    """Judgments from a CSV/TSV/Parquet/JSONL file, a run database or a data frame, read once.
+    """Judgments from a CSV/TSV/Parquet/JSONL file, a dataset (a folder of parts, a glob, hive partitions), a run
+    database or a data frame (pandas, polars, or pyspark, whose rows are collected), read once into memory.
 
-    ``columns`` maps a role to the file's column (``{"system": "exam_model"}``).
+    ``columns`` maps a role to the file's column (``{"system": "exam_model"}``). A log larger than memory is not
+    read but fitted where it lives: ``eg.fit(path, engine="duckdb")``.
     """
+    from .io.engine import _is_spark_frame
+
+    if _is_spark_frame(data):
+        import warnings
+
+        with warnings.catch_warnings():  # pyspark's notices about pandas versions
+            warnings.simplefilter("ignore")
+            data = data.toPandas()
     return read_judgments(data, encoding=encoding, sep=sep, columns=columns)
 
 
@@ -44,13 +54,14 @@ class Fit:
     the verbs. A verb that needs an optimum raises :class:`evalgauge.errors.ConvergenceError` on a fit that did
     not converge; :meth:`refit` and :meth:`update` fit again with the same model and options."""
 
-    judgments: Judgments
+    judgments: Judgments | None  # None for a fit of cells an engine reduced (``cells``)
     design: Design | None
     components: VarianceComponents
     drop_missing: bool = False
     spec: ModelSpec | None = None
     method: str = "auto"
     battles: Judgments | None = None  # a pairwise log (model_a, model_b, winner) whose win indicators were fitted
+    cells: Any = None  # the cell statistics an engine reduced the rows to (n, sum, sum_squares per cell)
 
     @property
     def formula(self) -> str:
@@ -82,7 +93,7 @@ class Fit:
         spec = self._spec
         if formula is None and design is None:
             formula, design = spec.formula, spec.design
-        return fit(self.judgments, design=design, formula=formula, method=method or self.method,
+        return fit(self._rows("update"), design=design, formula=formula, method=method or self.method,
                    drop_missing=self.drop_missing)
 
     def plan(self, replicates: float | None = None, **counts: float):
@@ -119,7 +130,7 @@ class Fit:
         from .compare import compare_fitted, with_assumed
 
         vc = with_assumed(self.components, assume) if assume else self.components
-        return compare_fitted(self.judgments, self._spec, vc, level=level, n_boot=n_boot, seed=seed, ddf=ddf,
+        return compare_fitted(self._rows("compare"), self._spec, vc, level=level, n_boot=n_boot, seed=seed, ddf=ddf,
                               pair_gstudies=pair_gstudies)
 
     def pairwise(self, *, reference: str | None = None, baseline: str | None = None, position: bool = True,
@@ -142,7 +153,7 @@ class Fit:
         better, TEE's checklist)."""
         from .analysis.gstudy import derive
 
-        return derive(self.judgments, self._spec, self.components, target_erho2=target_erho2,
+        return derive(self._rows("analysis"), self._spec, self.components, target_erho2=target_erho2,
                       n_boot_compare=n_boot_compare, ddf=ddf, assumed=assume)
 
     def report(self, path: str | Path, *, target_erho2: float = 0.8) -> Path:
@@ -150,6 +161,12 @@ class Fit:
         from .report.html import write_report
 
         return write_report(self.analysis(target_erho2=target_erho2), path)
+
+    def _rows(self, verb: str) -> Judgments:
+        if self.judgments is None:
+            raise DesignError(f"{verb}: this fit is of cell statistics an engine reduced the rows to; {verb} needs "
+                              "the judgments: eg.fit(data, engine='pandas') reads them into memory.")
+        return self.judgments
 
     @property
     def _spec(self) -> ModelSpec:
@@ -165,20 +182,50 @@ class Fit:
 def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theory word
         facets: str | list[str] | None = None, design: Design | None = None, formula: str | None = None,
         method: str = "auto", drop_missing: bool = False, n_boot: int = 0, seed: int | None = None,
-        **design_options) -> Fit:
+        engine: str = "auto", spark_master: str = "local[*]", **design_options) -> Fit:
     """Fit the variance components of ``judgments`` (anything :func:`read` accepts, or its result).
 
     The design comes from ``design``, or from the columns with ``object``, ``facets`` and the other
     :func:`evalgauge.design.infer_design` options; or the model from an lme4-style ``formula`` (REML).
+
+    ``engine`` says where the rows are reduced: ``pandas`` reads them into memory; ``duckdb`` (a file or dataset)
+    and ``spark`` (at ``spark_master``; any pyspark DataFrame) reduce them to cell statistics where they live and
+    fit those (:func:`evalgauge.estimate.estimate_from_sums`: the closed form for a complete balanced block, REML
+    otherwise); ``auto`` is duckdb above 2 GiB of input. A fit of cells has the components and what derives
+    from them (``plan``, ``ceiling``, ``interval``); ``compare`` and ``report`` need the rows.
     """
     from .estimate import estimate_components, resolve_model
+    from .io.engine import use_engine
 
-    judgments = read_judgments(judgments)
+    if use_engine(engine, judgments):
+        return _fit_on_engine(judgments, engine, spark_master, drop_missing, object=object, facets=facets,
+                              refused={"design": design, "formula": formula, "n_boot": n_boot,
+                                       "method": method != "auto"}, **design_options)
+    judgments = read(judgments)
     if design is None and formula is None and _is_battle_log(judgments):
         return _fit_battles(judgments, method=method, n_boot=n_boot, seed=seed)
     spec = resolve_model(judgments, design, formula, object=object, facets=facets, **design_options)
     vc = estimate_components(judgments, spec, method=method, drop_missing=drop_missing, n_boot=n_boot, seed=seed)
     return Fit(judgments, spec.design, vc, drop_missing, spec, method)
+
+
+def _fit_on_engine(data: Any, engine: str, master: str, drop_missing: bool, *, refused: dict,
+                   **design_options) -> Fit:
+    """The rows reduced to cells by DuckDB or Spark (:func:`evalgauge.io.engine.reduce_cells`), the cells fitted."""
+    from .estimate import cells_design, estimate_from_sums
+    from .io.engine import reduce_cells
+
+    unsupported = [name for name, value in refused.items() if value]
+    if unsupported:
+        raise DesignError(f"fit on an engine fits the design's cells; {', '.join(unsupported)} need(s) the rows: "
+                          "engine='pandas'.")
+    score = design_options.pop("score", "score")
+    cells, _ = reduce_cells(data, score=score, drop_missing=drop_missing,
+                            engine="spark" if engine == "spark" else "duckdb", master=master)
+    source = "the Spark frame" if not isinstance(data, (str, Path)) else str(data)
+    design = cells_design(cells, score=score, **design_options)
+    vc = estimate_from_sums(cells, score=score, source=source, design=design)
+    return Fit(None, design, vc, drop_missing, ModelSpec(design=design), "auto", cells=cells)
 
 
 def _is_battle_log(judgments: Judgments) -> bool:

@@ -67,10 +67,7 @@ def code_battles(data, *, winner: str = "winner") -> Battles:
     a = np.array([index[v] for v in coded["model_a"][1]], dtype=np.int64)[coded["model_a"][0]]
     b = np.array([index[v] for v in coded["model_b"][1]], dtype=np.int64)[coded["model_b"][0]]
     w_codes, w_labels = coded[winner]
-    ties = {t.lower() for t in TIES}
-    value = np.array([1.0 if v in WINNER_A else 0.0 if v in WINNER_B else 0.5 if v.lower() in ties else np.nan
-                      for v in w_labels])
-    named = np.array([index.get(v, -1) for v in w_labels], dtype=np.int64)  # a winner given as a system's name
+    value, named = _winner_codes(w_labels, index)
     outcome = value[w_codes]
     win_sys = named[w_codes]
     outcome[(win_sys >= 0) & (win_sys == a)] = 1.0
@@ -87,6 +84,102 @@ def code_battles(data, *, winner: str = "winner") -> Battles:
     key_cols = [pair["lo"], pair["hi"]] + ([frame["item"].astype(str)] if "item" in frame else [])
     frame["battle"] = pd.MultiIndex.from_arrays(key_cols).factorize()[0] if "item" in frame else np.arange(len(frame))
     return Battles(systems, a, b, outcome, frame)
+
+
+def _winner_codes(labels: np.ndarray, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct verdict's outcome for slot A (1, 0, 0.5; NaN when it is none of them) and, for a verdict
+    naming a system, that system's index (-1 otherwise): the one rule for rows and for an engine's counts."""
+    ties = {t.lower() for t in TIES}
+    value = np.array([1.0 if v in WINNER_A else 0.0 if v in WINNER_B else 0.5 if v.lower() in ties else np.nan
+                      for v in labels], dtype=float)
+    named = np.array([index.get(v, -1) for v in labels], dtype=np.int64)
+    return value, named
+
+
+@dataclass(frozen=True)
+class BattleCounts:
+    """Pairwise judgments reduced to what the Bradley-Terry fit and both bootstraps need: one entry per distinct
+    (battle, slot-A system, slot-B system, outcome, weight) with its number of judgments.
+
+    A battle is a pair of systems on one item (every judgment its own battle when there is no item column); the
+    judgments within a battle (its judge x variant x order cells) that share a slot and an outcome are
+    exchangeable, so resampling them (TEE R.1) needs only their count. ``entries`` holds the distinct rows as
+    :class:`Battles` (their frame has the ``battle`` id), ``rows`` the judgments per entry, ``weight`` each
+    judgment's weight (arena-hard's 3 for a ``>>`` verdict; 1 without a ``weight`` column). Built from rows by
+    :func:`count_battles` or from a file's rows by an engine (:func:`battle_counts`); both give the same entries
+    in the same order, so the fit and the seeded bootstraps agree exactly.
+    """
+
+    entries: Battles
+    rows: np.ndarray
+    weight: np.ndarray
+    battles_are_rows: bool  # no item column: every judgment is its own battle
+    presentation_order: bool = False  # an order/position column says slot A is the order shown
+    weighted: bool = False  # a weight column was given
+
+    @property
+    def systems(self) -> tuple[str, ...]:
+        return self.entries.systems
+
+    @property
+    def judgments(self) -> int:
+        return int(self.rows.sum())
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Each entry's weight in the likelihood: its judgments times their weight."""
+        return self.rows * self.weight
+
+
+def battle_counts(frame: pd.DataFrame, *, presentation_order: bool = False) -> BattleCounts:
+    """Entries from a table of distinct judgments: ``model_a``, ``model_b``, ``outcome`` (1, 0, 0.5 for slot A),
+    optionally ``item`` (the battle is the pair on it) and ``weight``, and ``rows`` (judgments per row). Sorted
+    canonically (pair, item, slot, outcome, weight), so any reduction of the same judgments gives the same
+    entries."""
+    frame = frame.copy()
+    frame["model_a"] = frame["model_a"].astype(str)
+    frame["model_b"] = frame["model_b"].astype(str)
+    weighted = "weight" in frame
+    if not weighted:
+        frame["weight"] = 1.0
+    items = "item" in frame
+    if items:
+        frame["item"] = frame["item"].astype(str)
+    frame = frame.groupby(["model_a", "model_b", "outcome", "weight"] + (["item"] if items else []),
+                          sort=False, observed=True)["rows"].sum().reset_index()
+    systems = tuple(sorted(set(frame["model_a"]) | set(frame["model_b"])))
+    index = {s: k for k, s in enumerate(systems)}
+    a = frame["model_a"].map(index).to_numpy(np.int64)
+    b = frame["model_b"].map(index).to_numpy(np.int64)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    keys = [lo, hi] + ([frame["item"].to_numpy()] if items else []) + [a, frame["outcome"].to_numpy(float),
+                                                                        frame["weight"].to_numpy(float)]
+    order = np.lexsort(keys[::-1])
+    a, b = a[order], b[order]
+    frame = frame.iloc[order].reset_index(drop=True)
+    if items:
+        battle = pd.MultiIndex.from_arrays([np.minimum(a, b), np.maximum(a, b), frame["item"]]).factorize()[0]
+    else:
+        battle = np.arange(len(frame))
+    out = pd.DataFrame({"model_a": frame["model_a"], "model_b": frame["model_b"], "battle": battle})
+    if items:
+        out["item"] = frame["item"]
+    entries = Battles(systems, a, b, frame["outcome"].to_numpy(float), out)
+    return BattleCounts(entries, frame["rows"].to_numpy(np.int64), frame["weight"].to_numpy(float),
+                        battles_are_rows=not items, presentation_order=presentation_order, weighted=weighted)
+
+
+def count_battles(battles: Battles, weights: np.ndarray | None = None) -> BattleCounts:
+    """The rows' :class:`BattleCounts` (``weights``: each judgment's weight, as arena-hard's)."""
+    f = battles.frame
+    frame = pd.DataFrame({"model_a": np.asarray(battles.systems)[battles.a],
+                          "model_b": np.asarray(battles.systems)[battles.b], "outcome": battles.outcome,
+                          "rows": np.ones(battles.n, dtype=np.int64)})
+    if "item" in f:
+        frame["item"] = f["item"].astype(str).to_numpy()
+    if weights is not None:
+        frame["weight"] = np.asarray(weights, float)
+    return battle_counts(frame, presentation_order=any(c in f for c in ("order", "position")))
 
 
 @dataclass(frozen=True)
@@ -396,20 +489,22 @@ def separated_systems(battles: Battles, weights: np.ndarray | None = None) -> li
     return [battles.systems[k] for k in range(m) if labels[k] != biggest]
 
 
-def slot_is_presentation_order(battles: Battles) -> tuple[bool, str | None]:
+def slot_is_presentation_order(battles: Battles | BattleCounts) -> tuple[bool, str | None]:
     """Whether slot A is a presentation order the data let us estimate an advantage for.
 
     It is when an ``order``/``position`` column says so, or when some pair was shown in both orders,
     unless the slot is confounded with the outcome: in a "winner, loser" listing model_a always wins,
     and a first-slot term would absorb the whole outcome (a log odds near +30).
     """
+    declared = isinstance(battles, BattleCounts) and battles.presentation_order
+    if isinstance(battles, BattleCounts):
+        battles = battles.entries
     y = battles.outcome
     if np.all(y == 1.0) or np.all(y == 0.0):
         side = "model_a" if np.all(y == 1.0) else "model_b"
         return False, (f"{side} wins every row: the slot is the outcome (a winner/loser listing), not a "
                        "presentation order, so no first-slot term was fitted.")
-    f = battles.frame
-    if any(c in f for c in ("order", "position")):
+    if declared or any(c in battles.frame for c in ("order", "position")):
         return True, None
     pairs = set(zip(battles.a.tolist(), battles.b.tolist(), strict=True))
     if any((b, a) in pairs for a, b in pairs):
@@ -431,10 +526,11 @@ class BTBootstrap:
     draws: np.ndarray | None = None  # resamples x systems: the log strengths, for pairs and rank sets
 
 
-def bootstrap_bt(battles: Battles, fit: BTFit, *, method: str = "naive", n_boot: int = 200, level: float = 0.95,
-                 seed: int | None = None, position: bool = False, base_weights: np.ndarray | None = None,
-                 ridge: float = 0.0) -> BTBootstrap:
-    """Percentile intervals of the log strengths.
+def bootstrap_bt(battles: Battles | BattleCounts, fit: BTFit, *, method: str = "naive", n_boot: int = 200,
+                 level: float = 0.95, seed: int | None = None, position: bool = False,
+                 base_weights: np.ndarray | None = None, ridge: float = 0.0) -> BTBootstrap:
+    """Percentile intervals of the log strengths, drawn on the judgments' counts (:class:`BattleCounts`; rows are
+    counted first, ``base_weights`` being each row's weight).
 
     ``naive`` resamples battles (Chatbot Arena's bootstrap). ``tee`` (TEE R.1)
     also resamples, within each battle, its judge x variant (x order) cells,
@@ -442,47 +538,69 @@ def bootstrap_bt(battles: Battles, fit: BTFit, *, method: str = "naive", n_boot:
     """
     from threadpoolctl import threadpool_limits
 
+    counts = battles if isinstance(battles, BattleCounts) else count_battles(battles, base_weights)
     # each refit solves a small (systems x systems) system: BLAS threads only cost here
     with threadpool_limits(limits=1, user_api="blas"):
-        return _bootstrap_bt(battles, fit, method, n_boot, level, seed, position, base_weights, ridge)
+        return _bootstrap_counts(counts, fit, method, n_boot, level, seed, position, ridge)
 
 
-def _bootstrap_bt(battles, fit, method, n_boot, level, seed, position, base_weights, ridge) -> BTBootstrap:
+def _bootstrap_counts(counts: BattleCounts, fit, method, n_boot, level, seed, position, ridge) -> BTBootstrap:
     rng = np.random.default_rng(seed)
     ties = fit.log_nu is not None
-    if "battle" in battles.frame and battles.frame["battle"].nunique() == battles.n:
-        # every row its own battle (no item x judge cells within it: both bootstraps coincide), so
-        # resampling battles is a multinomial draw over the distinct (slot A, slot B, outcome) rows
-        agg, counts = aggregate(battles, base_weights)
-        draws = np.zeros((n_boot, len(battles.systems)))
-        for r in range(n_boot):
-            w = rng.multinomial(battles.n, counts / counts.sum()).astype(float)
-            draws[r] = fit_bt(agg, reference=fit.reference, ties=ties, position=position, weights=w, start=fit,
-                              se=False, ridge=ridge).theta
-        lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
-        return BTBootstrap(method, n_boot, lo, hi, draws.std(axis=0, ddof=1), draws)
-    battle = battles.frame["battle"].to_numpy()
-    n_battles = int(battle.max()) + 1
-    order = np.argsort(battle, kind="stable")
-    size = np.bincount(battle, minlength=n_battles)
-    start = np.concatenate([[0], np.cumsum(size)[:-1]])
-    draws = np.zeros((n_boot, len(battles.systems)))
+    entries, n_k = counts.entries, counts.rows
+    draws = np.zeros((n_boot, len(counts.systems)))
+    if counts.battles_are_rows:
+        # every judgment its own battle (no judge x variant cells within one: both bootstraps coincide), so
+        # resampling battles is one multinomial draw over the distinct entries
+        total = int(n_k.sum())
+        p = n_k / total
+        resample = lambda: rng.multinomial(total, p)  # noqa: E731
+    else:
+        battle = entries.frame["battle"].to_numpy()
+        n_battles = int(battle.max()) + 1
+        within = _WithinBattles(battle, n_k, n_battles) if method == "tee" else None
+
+        def resample():
+            drawn = np.bincount(rng.integers(0, n_battles, n_battles), minlength=n_battles)
+            return within.draw(rng, drawn) if within is not None else drawn[battle] * n_k
     for r in range(n_boot):
-        counts = np.bincount(rng.integers(0, n_battles, n_battles), minlength=n_battles)
-        if method == "tee":
-            # within each drawn battle, its judge x variant x order cells are resampled too (TEE R.1)
-            picks_per = counts * size
-            which = np.repeat(np.arange(n_battles), picks_per)
-            rows = order[start[which] + (rng.random(which.size) * size[which]).astype(np.int64)]
-            weights = np.bincount(rows, minlength=battles.n).astype(float)
-        else:
-            weights = counts[battle].astype(float)
-        if base_weights is not None:  # e.g. arena-hard's 3 battles for a >> verdict
-            weights = weights * base_weights
-        draws[r] = fit_bt(battles, reference=fit.reference, ties=ties, position=position,
-                          weights=weights, start=fit, se=False, ridge=ridge).theta
+        weights = resample() * counts.weight
+        draws[r] = fit_bt(entries, reference=fit.reference, ties=ties, position=position, weights=weights,
+                          start=fit, se=False, ridge=ridge).theta
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
     return BTBootstrap(method, n_boot, lo, hi, draws.std(axis=0, ddof=1), draws)
+
+
+class _WithinBattles:
+    """TEE R.1's second stage on counts: a battle drawn c times contributes c x (its judgments) picks among its
+    judgments, with replacement; grouped by entry that is a multinomial over the battle's entries with
+    probabilities (entry's judgments) / (battle's judgments). Battles with one entry need no draw."""
+
+    def __init__(self, battle: np.ndarray, rows: np.ndarray, n_battles: int):
+        self.battle, self.rows = battle, rows
+        self.size = np.bincount(battle, weights=rows, minlength=n_battles).astype(np.int64)
+        per = np.bincount(battle, minlength=n_battles)
+        multi = np.flatnonzero(per > 1)
+        self.multi = multi
+        if multi.size:
+            # entries are sorted by battle: each battle's entries are contiguous. Laid out right-aligned in a
+            # (battles x widest) matrix, so the multinomial's implied last category is a real entry.
+            width = int(per[multi].max())
+            first = np.concatenate([[0], np.cumsum(per)[:-1]])
+            mask = per[battle] > 1
+            self.idx = np.flatnonzero(mask)
+            row = np.searchsorted(multi, battle[self.idx])
+            col = width - per[battle[self.idx]] + (self.idx - first[battle[self.idx]])
+            self.cell = (row, col)
+            self.p = np.zeros((multi.size, width))
+            self.p[row, col] = rows[self.idx] / self.size[battle[self.idx]]
+
+    def draw(self, rng, drawn: np.ndarray) -> np.ndarray:
+        out = (drawn * self.size)[self.battle].astype(np.int64)  # single-entry battles: every pick is that entry
+        if self.multi.size:
+            picks = rng.multinomial(drawn[self.multi] * self.size[self.multi], self.p)
+            out[self.idx] = picks[self.cell]
+        return out
 
 
 def compare_bt(fit: BTFit, tee: BTBootstrap, naive: BTBootstrap, level: float = 0.95):
@@ -555,15 +673,16 @@ class PositionBias:
     per_system: dict[str, float] = field(default_factory=dict)
 
 
-def position_bias(battles: Battles) -> PositionBias:
-    """Per system, its win rate when in slot A minus when in slot B (ties half), then across systems."""
+def position_bias(battles: Battles, weights: np.ndarray | None = None) -> PositionBias:
+    """Per system, its win rate when in slot A minus when in slot B (ties half), then across systems;
+    ``weights`` count each entry (its judgments, for :class:`BattleCounts` entries)."""
     y = battles.outcome
+    w = np.ones(battles.n) if weights is None else np.asarray(weights, float)
     per = {}
     for k, s in enumerate(battles.systems):
-        first = y[battles.a == k]
-        second = 1.0 - y[battles.b == k]
-        if first.size and second.size:
-            per[s] = float(first.mean() - second.mean())
+        first, second = battles.a == k, battles.b == k
+        if w[first].sum() > 0 and w[second].sum() > 0:
+            per[s] = float(np.average(y[first], weights=w[first]) - np.average(1.0 - y[second], weights=w[second]))
     if not per:
         raise DesignError("position bias needs each system presented in both slots (run both orders).")
     values = np.array(list(per.values()))

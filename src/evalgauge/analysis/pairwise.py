@@ -7,7 +7,7 @@ variance components of the win indicators (sizing sec. 5.4) with their MDD and s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from ..data import Judgments
 from ..design import Design, Facet
 from ..errors import DataError, DesignError, EvalGaugeError
 from ..pairwise import (
+    BattleCounts,
     Battles,
     BTFit,
     aggregate,
@@ -26,6 +27,7 @@ from ..pairwise import (
     code_battles,
     compare_bt,
     comparison_groups,
+    count_battles,
     fit_bt,
     human_agreement,
     position_bias,
@@ -42,9 +44,11 @@ ELO_NOTE = ("elo: the model's own scale (Davidson ties, first-slot term); elo_ar
 
 @dataclass
 class PairwiseAnalysis(Result):
-    """Everything `evalgauge pairwise` prints: ``table`` (one row per system), ``payload`` (the JSON)."""
+    """Everything `evalgauge pairwise` prints: ``table`` (one row per system), ``payload`` (the JSON).
+    ``battles`` are the coded rows (None when an engine reduced the file to ``counts``)."""
 
-    battles: Battles
+    battles: Battles | None
+    counts: BattleCounts
     fit: BTFit
     table: pd.DataFrame
     notes: list[str]
@@ -73,39 +77,61 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
             raise DataError(f"`{param}` '{name}' is not among the systems ({', '.join(battles.systems)}).")
     if human and human not in battles.frame:
         raise DataError(f"{judgments.source}: no column '{human}' for the human votes (`human`).")
-    _connected(battles, judgments.source)
     notes: list[str] = []
-    weights = _weights(battles, judgments.source, notes)
-    both_slots, slot_note = slot_is_presentation_order(battles)
+    counts = count_battles(battles, _weights(battles, judgments.source, notes))
+    return _analyze(counts, battles, judgments.source, notes, reference=reference, baseline=baseline,
+                    position=position, n_boot=n_boot, seed=seed, human=human, method=method)
+
+
+def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", reference: str | None = None,
+                          position: bool = True, n_boot: int = 200, seed: int | None = 0) -> PairwiseAnalysis:
+    """The same analysis from judgments reduced to counts (an engine over the files, :mod:`evalgauge.io.engine`):
+    Bradley-Terry, both Elo scales, both bootstraps and position bias, equal to :func:`analyze_pairwise` on the
+    rows; the win-indicator components and human agreement need the rows and are left out."""
+    if reference is not None and reference not in counts.systems:
+        raise DataError(f"`reference` '{reference}' is not among the systems ({', '.join(counts.systems)}).")
+    notes = ["each row counts 'weight' times (arena-hard: a >> verdict is 3 battles)."] if counts.weighted else []
+    return _analyze(counts, None, source, notes, reference=reference, baseline=None, position=position,
+                    n_boot=n_boot, seed=seed, human=None, method="auto")
+
+
+def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: list[str], *, reference, baseline,
+             position, n_boot, seed, human, method) -> PairwiseAnalysis:
+    """Everything from the counts; the win-indicator components and human agreement from the rows when given."""
+    entries, weights = counts.entries, counts.weights
+    _connected(entries, source)
+    both_slots, slot_note = slot_is_presentation_order(counts)
     if slot_note:
         notes.append(slot_note)
-    ridge = _ridge(battles, weights, notes)
+    ridge = _ridge(entries, weights, notes)
     # the fit on counts: battles with the same pair, slot and outcome are sufficient statistics
-    agg, counts = aggregate(battles, weights)
-    fit = fit_bt(agg, reference=reference, position=position and both_slots, weights=counts, ridge=ridge)
+    agg, pair_counts = aggregate(entries, weights)
+    fit = fit_bt(agg, reference=reference, position=position and both_slots, weights=pair_counts, ridge=ridge)
     table = fit.table()
-    arena = dict(zip(battles.systems, arena_elo(agg, counts), strict=True))
+    arena = dict(zip(counts.systems, arena_elo(agg, pair_counts), strict=True))
     table["elo_arena"] = table["system"].map(arena)
     notes.append(ELO_NOTE)
-    payload: dict[str, Any] = {"systems": len(battles.systems), "judgments": battles.n, "reference": fit.reference,
-                               "ties": fit.log_nu is not None,
+    payload: dict[str, Any] = {"systems": len(counts.systems), "judgments": counts.judgments,
+                               "reference": fit.reference, "ties": fit.log_nu is not None,
                                "nu": None if fit.log_nu is None else float(np.exp(fit.log_nu)),
                                "position_advantage_log_odds": fit.log_h, "notes": notes}
-    if weights is not None:
-        payload["weighted_win_share"] = weighted_win_share(battles, weights)
-    comparison = _bootstraps(battles, fit, table, payload, n_boot, seed, weights, ridge)
+    if counts.weighted:
+        payload["weighted_win_share"] = weighted_win_share(entries, weights)
+    comparison = _bootstraps(counts, fit, table, payload, n_boot, seed, ridge)
     payload["bradley_terry"] = table.to_dict(orient="records")
-    if both_slots and all((battles.a == k).any() and (battles.b == k).any() for k in range(len(battles.systems))):
-        bias = position_bias(battles)
+    if both_slots and all((entries.a == k).any() and (entries.b == k).any() for k in range(len(counts.systems))):
+        bias = position_bias(entries, counts.rows)
         payload["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread,
                                     "max": bias.maximum, "per_system": bias.per_system}
-    if baseline is None and len(battles.systems) == 2:
-        baseline = fit.reference  # two systems: one's win indicator mirrors the other's
-    comps = _win_components(battles, baseline, method, notes, payload)
-    if human:
+    comps = None
+    if battles is not None:
+        if baseline is None and len(counts.systems) == 2:
+            baseline = fit.reference  # two systems: one's win indicator mirrors the other's
+        comps = _win_components(battles, baseline, method, notes, payload)
+    if human and battles is not None:
         judge_vote = pd.Series(np.where(battles.outcome == 1.0, "a", np.where(battles.outcome == 0.0, "b", "tie")))
         payload["human_agreement"] = human_agreement(judge_vote, battles.frame[human].reset_index(drop=True))
-    return PairwiseAnalysis(battles, fit, table, notes, payload, comps, comparison)
+    return PairwiseAnalysis(battles, counts, fit, table, notes, payload, comps, comparison)
 
 
 def _connected(battles: Battles, source: str) -> None:
@@ -118,6 +144,7 @@ def _connected(battles: Battles, source: str) -> None:
 
 
 def _weights(battles: Battles, source: str, notes: list[str]) -> np.ndarray | None:
+    """Each row's weight from a ``weight`` column (None without one)."""
     if "weight" not in battles.frame:
         return None
     weights = pd.to_numeric(battles.frame["weight"], errors="coerce").to_numpy(dtype=float)
@@ -138,7 +165,7 @@ def _ridge(battles: Battles, weights: np.ndarray | None, notes: list[str]) -> fl
     return 0.1
 
 
-def _bootstraps(battles, fit, table, payload, n_boot, seed, weights, ridge):
+def _bootstraps(counts, fit, table, payload, n_boot, seed, ridge):
     """The naive and the TEE-aware bootstrap intervals (columns of ``table``) and, with enough rounds,
     which system is better."""
     if not n_boot:
@@ -146,11 +173,16 @@ def _bootstraps(battles, fit, table, payload, n_boot, seed, weights, ridge):
     order = [fit.systems.index(s) for s in table["system"]]
     boots = {}
     for method in ("naive", "tee"):
-        boot = boots[method] = bootstrap_bt(battles, fit, method=method, n_boot=n_boot, seed=seed,
-                                            position=fit.log_h is not None, base_weights=weights, ridge=ridge)
+        if method == "tee" and counts.battles_are_rows:
+            # one judgment per battle: no cells within a battle to resample, the two bootstraps are one draw
+            boots["tee"] = replace(boots["naive"], method="tee")
+        else:
+            boots[method] = bootstrap_bt(counts, fit, method=method, n_boot=n_boot, seed=seed,
+                                         position=fit.log_h is not None, ridge=ridge)
+        boot = boots[method]
         table[f"{method}_low"] = boot.low[order]
         table[f"{method}_high"] = boot.high[order]
-    if n_boot >= 100 and len(battles.systems) > 2:
+    if n_boot >= 100 and len(counts.systems) > 2:
         comparison = compare_bt(fit, boots["tee"], boots["naive"])
         payload["comparison"] = comparison.to_dict()
         return comparison

@@ -253,6 +253,33 @@ def text_options(func: Callable) -> Callable:
     return click.option("--encoding", help="Text encoding of CSV/TSV/JSONL (default utf-8; e.g. latin-1).")(func)
 
 
+def engine_options(func: Callable) -> Callable:
+    """Where the rows are reduced: --engine and --spark-master."""
+    func = click.option("--spark-master", default="local[*]", show_default=True, metavar="URL",
+                        help="With --engine spark: the cluster's master URL (spark://host:7077, yarn); local[*] "
+                             "runs Spark on this machine's cores.")(func)
+    return click.option("--engine", type=click.Choice(vocabulary.ENGINES), default="auto", show_default=True,
+                        help="Where the rows are reduced: pandas (in memory), duckdb (over the files: only the "
+                             "cells or counts reach Python), spark (the same reduction on a Spark cluster, "
+                             "--spark-master), auto (duckdb for a file or dataset above 2 GiB).")(func)
+
+
+def _use_engine(engine: str, data: str) -> bool:
+    """Whether DATA is reduced by an engine (:func:`evalgauge.io.engine.use_engine`)."""
+    from ..io.engine import use_engine
+
+    return use_engine(engine, data)
+
+
+def _scan_line(data: str) -> None:
+    """The scan's progress line on stderr: rows (from the Parquet metadata), files and bytes, before it starts."""
+    from ..io.engine import scan_size
+
+    rows, files, size = scan_size(data)
+    _console(stderr=True).print(Text(f"engine: scanning {'' if rows is None else f'{rows:,} rows in '}{files} "
+                                     f"file(s), {size / 2**20:,.1f} MiB ...", style="dim"))
+
+
 def _drop_empty(judgments, score: str):
     """--drop-missing for the commands that do not fit: the rows with a score, and a note on the rest."""
     from ..data import without_empty

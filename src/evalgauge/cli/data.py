@@ -15,7 +15,10 @@ from .base import (
     _console,
     _drop_empty,
     _emit,
+    _scan_line,
+    _use_engine,
     _write_frame,
+    engine_options,
     estimate_components,
     json_option,
     main,
@@ -102,11 +105,12 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
 @click.option("--winner", "col_winner", metavar="COL", help="The column holding the verdict (default winner).")
 @click.option("--item", "col_item", metavar="COL", help="The column holding the item (default item).")
 @click.option("--judge", "col_judge", metavar="COL", help="The column holding the judge (default judge).")
+@engine_options
 @text_options
 @user_errors
 @writes(("data",), components_json="--components-json", json_out="--json")
 def pairwise(data, reference, baseline, position, n_boot, seed, human, components_json, json_out, col_a, col_b,
-             col_winner, col_item, col_judge, encoding, sep) -> None:
+             col_winner, col_item, col_judge, engine, spark_master, encoding, sep) -> None:
     """Pairwise judgments (model_a, model_b, winner; optional item, judge, variant, order): Bradley-Terry,
     Elo, position bias, and the variance components of the win indicators.
 
@@ -114,19 +118,27 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     Examples:
       evalgauge pairwise arena.csv --reference gpt-4-0314 --bootstrap 1000
       evalgauge pairwise battles.csv --model-a left --model-b right --winner verdict --json -
+      evalgauge pairwise arena_parquet/ --engine duckdb     # counted over the files
     """
     roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
-    judgments = read_judgments(data, encoding=encoding, sep=sep, columns={k: v for k, v in roles.items() if v} or None)
-    from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit loads
-    result = analyze_pairwise(judgments, reference=reference, baseline=baseline, position=position, n_boot=n_boot,
-                              seed=seed, human=human)
+    columns = {k: v for k, v in roles.items() if v}
+    if _use_engine(engine, data):
+        result = _pairwise_on_engine(data, columns, engine="spark" if engine == "spark" else "duckdb",
+                                     master=spark_master, reference=reference, position=position, n_boot=n_boot,
+                                     seed=seed, refused={"--baseline": baseline, "--human": human,
+                                                         "--components-json": components_json})
+    else:
+        judgments = read_judgments(data, encoding=encoding, sep=sep, columns=columns or None)
+        from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit
+        result = analyze_pairwise(judgments, reference=reference, baseline=baseline, position=position,
+                                  n_boot=n_boot, seed=seed, human=human)
     if components_json and result.components is not None:
         atomic_write_text(components_json, result.components.to_json() + "\n")
-    battles, fit, table, notes, payload = result.battles, result.fit, result.table, result.notes, result.payload
+    fit, table, notes, payload = result.fit, result.table, result.notes, result.payload
     comparison, comps = result.comparison, result.components
 
     def show(c):
-        t = Table(title=f"Bradley-Terry ({battles.n} judgments, {len(battles.systems)} systems; reference "
+        t = Table(title=f"Bradley-Terry ({payload['judgments']} judgments, {payload['systems']} systems; reference "
                         f"{fit.reference} at 0)")
         cols = ["system", "log_strength", "se", "elo", "elo_arena", "win_rate_vs_reference"] + \
             [k for k in ("naive_low", "naive_high", "tee_low", "tee_high") if k in table]
@@ -160,6 +172,25 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
                        f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
 
     _emit(payload, json_out, show)
+
+
+def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, master: str, refused: dict, **options):
+    """`pairwise --engine duckdb|spark`: the log counted over the files, the analysis on the counts."""
+    from ..analysis.pairwise import analyze_battle_counts
+    from ..io.engine import reduce_battles
+
+    unsupported = [name for name, value in refused.items() if value]
+    if unsupported:
+        raise EvalGaugeError(f"--engine {engine} analyses the battles' counts; {', '.join(unsupported)} need(s) the "
+                             "rows (the win indicators per judge and item): use --engine pandas.")
+    _scan_line(data)
+    counts, info = reduce_battles(data, engine=engine, master=master, columns=columns)
+    result = analyze_battle_counts(counts, source=data, **options)
+    result.notes.append(f"engine: {engine} reduced {info['rows']:,} judgments in {info['files']} file(s) to "
+                        f"{info['entries']:,} distinct battles x verdicts; the win-indicator components need the rows "
+                        "(--engine pandas).")
+    result.payload["engine"] = {"name": engine, **info}
+    return result
 
 
 @main.command(name="import")

@@ -25,7 +25,7 @@ from ..report.terminal import (
     print_preset,
     print_strata,
 )
-from ..vocabulary import DDF_METHODS, ENGINES, METHODS
+from ..vocabulary import DDF_METHODS, METHODS
 from .base import (
     _check_supported,
     _console,
@@ -38,8 +38,11 @@ from .base import (
     _model,
     _name_values,
     _refuse_unusable,
+    _scan_line,
+    _use_engine,
     code_data,
     design_options,
+    engine_options,
     estimate_by_stratum,
     estimate_components,
     glmm_check,
@@ -71,13 +74,7 @@ from .base import (
               "ranking with the linear-probability fit (TEE section G).")
 @click.option("--keep", "keep", multiple=True, metavar="FACET=L1,L2",
               help="Fit only these levels of a facet, e.g. a judge universe --keep judge=gpt,claude (repeatable).")
-@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
-              help="Where the rows are reduced: pandas (in memory), duckdb (over the files: only the cells reach "
-                   "Python; REML on them), spark (the same reduction on a Spark cluster, --spark-master), auto "
-                   "(duckdb for a file or dataset above 2 GiB).")
-@click.option("--spark-master", default="local[*]", show_default=True, metavar="URL",
-              help="With --engine spark: the cluster's master URL (spark://host:7077, yarn); local[*] runs Spark on "
-                   "this machine's cores.")
+@engine_options
 @json_option("the result")
 @read_options
 @user_errors
@@ -115,32 +112,13 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     _emit(payload, json_out, lambda c: print_components(result, c))
 
 
-#: the input size (bytes, a dataset's parts together) above which --engine auto reduces on DuckDB
-ENGINE_ABOVE = 2 * 1024**3
-
-
-def _use_engine(engine: str, data: str) -> bool:
-    from ..io.datasets import dataset_parts, is_dataset
-
-    if engine != "auto":
-        return engine in ("duckdb", "spark")
-    path = Path(data)
-    if path.suffix.lower() in (".sqlite", ".db"):
-        return False
-    try:
-        parts = dataset_parts(data) if is_dataset(data) else [path]
-        return sum(p.stat().st_size for p in parts) > ENGINE_ABOVE
-    except (OSError, EvalGaugeError):
-        return False  # the in-memory reader says what is wrong
-
-
 def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
                           drop_missing, n_boot, by, glmm, keep, json_out, read, *, engine: str,
                           master: str) -> None:
     """`components --engine duckdb|spark`: the rows reduced to cells over the files, REML on the cells."""
     from ..analysis.gstudy import components_summary
     from ..estimate import estimate_from_sums
-    from ..io.engine import reduce_cells, scan_size
+    from ..io.engine import reduce_cells
 
     unsupported = [name for name, value in (("--formula", formula), ("--bootstrap", n_boot), ("--by", by),
                                             ("--glmm", glmm), ("--keep", keep), ("--method anova", method == "anova"))
@@ -149,9 +127,7 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
     if unsupported:
         raise EvalGaugeError(f"--engine {engine} fits REML on the cells alone; {', '.join(unsupported)} need(s) the "
                              "rows: use --engine pandas.")
-    rows, files, size = scan_size(data)
-    _console(stderr=True).print(Text(f"engine: scanning {'' if rows is None else f'{rows:,} rows in '}{files} "
-                                     f"file(s), {size / 2**20:,.1f} MiB ...", style="dim"))
+    _scan_line(data)
     cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing, engine=engine, master=master)
     result = estimate_from_sums(cells, score=score or "score", source=data, facets=facets, nest=nest, fixed=fixed,
                                 object=object_, terms=terms, max_order=max_order, progress=_fit_progress())

@@ -21,8 +21,8 @@ from .spec import ModelSpec, resolve_model
 
 METHODS = vocabulary.METHODS
 
-__all__ = ["METHODS", "MixedModel", "ModelSpec", "estimate_anova", "estimate_components", "estimate_from_sums",
-           "fit_reml", "parse_formula", "resolve_model"]
+__all__ = ["METHODS", "MixedModel", "ModelSpec", "cells_design", "estimate_anova", "estimate_components",
+           "estimate_from_sums", "fit_reml", "parse_formula", "resolve_model"]
 
 
 def estimate_components(data, design: Design | ModelSpec | None = None, *, method: str = "auto",
@@ -122,22 +122,32 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
     return _with_note(result, dropped_note)
 
 
+def cells_design(cells, *, score: str = "score", n: str = "n", total: str = "sum", squares: str = "sum_squares",
+                 **design_options) -> Design:
+    """The design of per-cell sums, inferred from the cells' columns as from the rows'
+    (:func:`evalgauge.design.infer_design` on the cell means)."""
+    from ..design import infer_design
+
+    view = cells.drop(columns=[n, total, squares]).assign(**{score: cells[total] / cells[n]})
+    return infer_design(view, score=score, **design_options)
+
+
 def estimate_from_sums(cells, *, score: str = "score", n: str = "n", total: str = "sum",
                        squares: str = "sum_squares", source: str = "the cells", progress=None,
-                       **design_options) -> VarianceComponents:
+                       design: Design | None = None, **design_options) -> VarianceComponents:
     """Variance components from per-cell sums (one row per combination of the facets, with its judgment count
     ``n``, sum and sum of squares of the score), as an engine over files reduces them: no row reaches Python.
-    The design is inferred from the cells' columns as from the rows' (``design_options`` as for
-    :func:`estimate_components`). A complete balanced block of crossed facets gets the closed-form ANOVA on its
-    cell means (:func:`~evalgauge.estimate.anova.anova_from_cell_means`, as ``method="auto"`` on the rows);
-    anything else the same REML as on the rows (:func:`fit_reml` on :class:`~evalgauge.estimate.cells.CellData`),
-    whose ``progress`` says the model's size and expected cost from the cells before anything is allocated.
+    The design is ``design``, or inferred from the cells' columns as from the rows' (:func:`cells_design`;
+    ``design_options`` as for :func:`estimate_components`). A complete balanced block of crossed facets gets the
+    closed-form ANOVA on its cell means (:func:`~evalgauge.estimate.anova.anova_from_cell_means`, as
+    ``method="auto"`` on the rows); anything else the same REML as on the rows (:func:`fit_reml` on
+    :class:`~evalgauge.estimate.cells.CellData`), whose ``progress`` says the model's size and expected cost from
+    the cells before anything is allocated.
     """
-    from ..design import infer_design
     from .cells import cells_from_sums
 
-    view = cells.assign(**{score: cells[total] / cells[n]}).drop(columns=[n, total, squares])
-    design = infer_design(view, score=score, **design_options)
+    if design is None:
+        design = cells_design(cells, score=score, n=n, total=total, squares=squares, **design_options)
     closed = _anova_from_sums(cells, design, n, total, squares)
     if closed is not None:
         return closed
@@ -179,6 +189,21 @@ def _anova_from_sums(cells, design: Design, n: str, total: str, squares: str) ->
                                       "on the cell means")
 
 
+def _level_codes(column: pd.Series):
+    """A facet's level codes and number of levels. A categorical column (an engine's labels, dictionary-encoded)
+    keeps its own small codes when every category occurs and none is missing; the sums of squares do not depend
+    on the levels' order."""
+    import numpy as np
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        size = len(column.cat.categories)
+        if codes.size and codes.min() >= 0 and np.bincount(codes, minlength=size).min() > 0:
+            return codes, size
+    c, u = pd.factorize(column, sort=True)
+    return c, len(u)
+
+
 def _grid_codes(cells, keys: list[str], *, one_per_cell: bool = False):
     """Each facet's level codes and counts when the rows are the complete grid of ``keys``, one row per cell (the
     engine's GROUP BY of a balanced block gives exactly that; ``one_per_cell`` when already grouped); None when
@@ -187,9 +212,9 @@ def _grid_codes(cells, keys: list[str], *, one_per_cell: bool = False):
 
     codes, shape = [], []
     for name in keys:
-        c, u = pd.factorize(cells[name], sort=True)
+        c, size = _level_codes(cells[name])
         codes.append(c)
-        shape.append(len(u))
+        shape.append(size)
     if one_per_cell:
         return codes, shape
     if len(cells.columns) != len(keys) + 3 or len(cells) != int(np.prod(shape)) or not len(cells):

@@ -4,10 +4,11 @@ Every estimator needs only cell statistics (REML: each cell's count, sum and sum
 log larger than memory is reduced by an engine on the files and only the cells reach Python. The reduction is
 one SQL text (:func:`cells_sql`) that both engines execute over a view of the rows with plain column names: a
 ``GROUP BY`` of every facet column with, per cell, the count, sum and sum of squares of the score, and in the
-same scan the counts the checks need (rows, empty scores, scores that are not numbers). A part whose columns or
-column types differ from the others' is named before the scan, from the parts' schemas. Only when the counts
-find a bad score does a second query (:func:`first_bad_sql`, stopping at its first row) name its file and value:
-a clean log is read once.
+same scan the judgments without a numeric score. A part whose columns or column types differ from the others' is
+named before the scan, from the parts' schemas. Only when a judgment has no numeric score do further queries
+count the empty and the non-numeric ones (:func:`checks_sql`) and name the first file and value
+(:func:`first_bad_sql`, stopping at its first row): a clean log is read once. DuckDB works within
+:data:`DUCKDB_MEMORY` and spills its group-by to disk beyond it.
 
 This module is an edge (it reads files); :func:`evalgauge.estimate.estimate_from_sums` fits the cells.
 """
@@ -21,11 +22,15 @@ from typing import Any
 import pandas as pd
 
 from .. import vocabulary
-from ..errors import DataError
+from ..errors import DataError, EvalGaugeError
 from .datasets import PART_KINDS, dataset_parts, is_dataset
 
 #: the columns of the reduced table besides the facets
 N, SUM, SQUARES = "n", "sum", "sum_squares"
+#: the input size (bytes, a dataset's parts together) above which engine "auto" reduces on DuckDB
+ENGINE_ABOVE = 2 * 1024**3
+#: DuckDB's memory limit: a group-by with more cells than fit in it spills to a temporary file
+DUCKDB_MEMORY = "1GB"
 #: the engines that reduce rows to cells where they live (vocabulary.ENGINES adds pandas and auto)
 CELL_ENGINES = ("duckdb", "spark")
 #: the view's fixed column names (the facets are f0, f1, ...): plain identifiers both SQL dialects read alike
@@ -34,15 +39,20 @@ _SCORE, _FILE = "s", "src_file"
 
 def cells_sql(n_facets: int, table: str = "judgments") -> str:
     """The one SQL text both engines run: rows of ``table`` (columns ``f0..f{k-1}``, the score ``s`` as text or
-    number) grouped by the facets, with each cell's count, sum and sum of squares of the numeric scores, and the
-    checks' counts (rows, empty scores, scores that are not numbers)."""
+    number) grouped by the facets, with each cell's count, sum and sum of squares of the numeric scores and its
+    judgments without one (``unread``: empty or not a number)."""
     keys = ", ".join(f"f{k}" for k in range(n_facets))
     value = f"TRY_CAST({_SCORE} AS DOUBLE)"
     return (f"SELECT {', '.join(f'CAST(f{k} AS STRING) AS f{k}' for k in range(n_facets))}, "
-            f"COUNT({value}) AS {N}, SUM({value}) AS {SUM}, SUM({value} * {value}) AS {SQUARES}, "
-            f"COUNT(*) AS rows_read, COUNT(*) - COUNT({_SCORE}) AS empty, "
-            f"COUNT({_SCORE}) - COUNT({value}) AS not_numbers "
-            f"FROM {table} GROUP BY {keys}")
+            f"CAST(COUNT({value}) AS INT) AS {N}, SUM({value}) AS {SUM}, SUM({value} * {value}) AS {SQUARES}, "
+            f"CAST(COUNT(*) - COUNT({value}) AS INT) AS unread FROM {table} GROUP BY {keys}")
+
+
+def checks_sql(table: str = "judgments") -> str:
+    """Run only when some judgment has no numeric score: how many scores are empty and how many not numbers."""
+    value = f"TRY_CAST({_SCORE} AS DOUBLE)"
+    return (f"SELECT COUNT(*) - COUNT({_SCORE}) AS empty, COUNT({_SCORE}) - COUNT({value}) AS not_numbers "
+            f"FROM {table}")
 
 
 def first_bad_sql(table: str = "judgments", *, empty: bool) -> str:
@@ -150,24 +160,33 @@ def _facets(columns: list[str], score: str, source) -> list[str]:
     return facets
 
 
-def _finish(raw: pd.DataFrame, facets: list[str], score: str, source, drop_missing: bool, files: int,
-            first_bad) -> tuple[pd.DataFrame, dict]:
-    """The engine's cells checked (a non-numeric or empty score named with its file, found by ``first_bad(empty)``
-    only when the counts say there is one) and renamed to the facets."""
-    not_numbers = int(raw["not_numbers"].sum())
+def _check_scores(n: int, unread: int, score: str, source, drop_missing: bool, query) -> int:
+    """The judgments without a numeric score (``unread`` of ``n + unread``): none, or empty ones dropped (their
+    number returned), or a :class:`DataError` naming the first file holding one. Only then does ``query(sql)``
+    (returning its first row) count the empty and non-numeric scores and find that file and value."""
+    if not unread:
+        return 0
+    empty, not_numbers = (int(v) for v in query(checks_sql()))
     if not_numbers:
-        where, value = first_bad(False)
+        where, value = query(first_bad_sql(empty=False))
         # the value is the file's text, shown escaped and cut short
         raise DataError(f"{_path(where)}: column '{score}' holds {str(value)[:80]!r}, which is not a number "
                         f"({not_numbers} such value(s)); fix or remove them (every score is a number).")
-    rows, empty = int(raw["rows_read"].sum()), int(raw["empty"].sum())
-    if empty and not drop_missing:
-        where = _path(first_bad(True)[0])
-        raise DataError(f"{source}: {empty} of {rows} judgment(s) have an empty '{score}' (the first in {where}); "
-                        "pass --drop-missing to leave them out, or fill them in.")
-    cells = raw[raw[N] > 0][[f"f{k}" for k in range(len(facets))] + [N, SUM, SQUARES]]
-    cells = cells.rename(columns={f"f{k}": c for k, c in enumerate(facets)}).reset_index(drop=True)
-    cells[N] = cells[N].astype("int64")
+    if not drop_missing:
+        where = _path(query(first_bad_sql(empty=True))[0])
+        raise DataError(f"{source}: {empty} of {n + unread} judgment(s) have an empty '{score}' (the first in "
+                        f"{where}); pass --drop-missing to leave them out, or fill them in.")
+    return empty
+
+
+def _cells(raw: pd.DataFrame, facets: list[str], rows: int, empty: int, files: int) -> tuple[pd.DataFrame, dict]:
+    """The engine's checked groups renamed to the facets (cells whose every score was empty left out)."""
+    kept = raw[N].to_numpy() > 0
+    if not kept.all():
+        raw = raw[kept].reset_index(drop=True)
+    cells = pd.DataFrame({c: raw[f"f{k}"] for k, c in enumerate(facets)})
+    cells[N] = raw[N].to_numpy(dtype="int64")
+    cells[SUM], cells[SQUARES] = raw[SUM].to_numpy(), raw[SQUARES].to_numpy()
     return cells, {"rows": rows, "files": files, "empty_dropped": empty, "cells": len(cells)}
 
 
@@ -180,20 +199,42 @@ def _path(name) -> str:
 
 
 def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool):
-    import duckdb
+    import pyarrow.compute as pc
 
-    con = duckdb.connect()
+    con = _duckdb_connect()
     try:
         rel = _duckdb_relation(con, parts, root)
         facets = _facets(list(rel.columns), score, source)
         view = rel.select(", ".join([f'"{c}" AS f{k}' for k, c in enumerate(facets)]
                                     + [f'"{score}" AS {_SCORE}', f"filename AS {_FILE}"]))
         con.register("judgments", view)
-        raw = con.execute(cells_sql(len(facets))).df()
-        return _finish(raw, facets, score, source, drop_missing, len(parts),
-                       lambda empty: con.execute(first_bad_sql(empty=empty)).fetchone())
+        # through Arrow with the facets dictionary-encoded: ten million cells' labels as codes, not Python strings
+        table = _arrow(con, cells_sql(len(facets)))
+        n, unread = (int(pc.sum(table[c]).as_py() or 0) for c in (N, "unread"))
+        empty = _check_scores(n, unread, score, source, drop_missing, lambda sql: con.execute(sql).fetchone())
     finally:
-        con.close()
+        con.close()  # DuckDB's buffers go before the cells become a frame
+    raw = table.to_pandas(strings_to_categorical=True, self_destruct=True, split_blocks=True)
+    del table
+    return _cells(raw, facets, n + unread, empty, len(parts))
+
+
+def _duckdb_connect():
+    """A DuckDB connection within :data:`DUCKDB_MEMORY` (its group-by spills beyond it), rows in any order."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")
+    con.execute("SET preserve_insertion_order = false")
+    return con
+
+
+def _arrow(con, sql: str):
+    """A query's result as an Arrow table, without a copy through the DB-API (``to_arrow_table`` from DuckDB 1.4,
+    ``arrow`` before)."""
+    rel = con.sql(sql)
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
+    return fetch()
 
 
 def spark_session(master: str = "local[*]"):
@@ -246,8 +287,10 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
         with warnings.catch_warnings():  # pyspark's notices about pandas versions: the cells are plain columns
             warnings.simplefilter("ignore")
             raw = spark.sql(cells_sql(len(facets), table=name)).toPandas()
-        return _finish(raw, facets, score, source, drop_missing, files,
-                       lambda empty: tuple(spark.sql(first_bad_sql(name, empty=empty)).first()))
+        n, unread = int(raw[N].sum()), int(raw["unread"].sum())
+        empty = _check_scores(n, unread, score, source, drop_missing,
+                              lambda sql: tuple(spark.sql(sql.replace("FROM judgments", f"FROM {name}")).first()))
+        return _cells(raw, facets, n + unread, empty, files)
     finally:
         spark.catalog.dropTempView(name)
 
@@ -274,6 +317,196 @@ def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = Fals
     if engine == "spark":
         return _reduce_spark(parts, root, score, source, drop_missing, master)
     return _reduce_duckdb(parts, root, score, source, drop_missing)
+
+
+# ---------------------------------------------------------------------------
+# Pairwise judgments: counts of (slot-A system, slot-B system, verdict[, item][, weight])
+# ---------------------------------------------------------------------------
+
+#: the roles of a pairwise log and the view's plain names for them
+_PAIR_VIEW = {"model_a": "pa", "model_b": "pb", "winner": "pw", "item": "pi", "weight": "pwt"}
+
+
+def pairs_sql(roles: list[str], table: str = "battles") -> str:
+    """The one SQL text both engines run for a pairwise log: its rows (columns ``pa, pb, pw`` and, when present,
+    ``pi`` for the item and ``pwt`` for the weight) grouped by every role, with the judgments per group. The
+    verdicts are coded afterwards, on the distinct values, by the rule the rows use."""
+    keys = [_PAIR_VIEW[r] for r in roles]
+    return (f"SELECT {', '.join(f'CAST({k} AS STRING) AS {r}' for k, r in zip(keys, roles, strict=True))}, "
+            f"COUNT(*) AS rows_read FROM {table} GROUP BY {', '.join(keys)}")
+
+
+def _pair_roles(columns: list[str], rename: dict[str, str], source) -> tuple[dict[str, str], bool]:
+    """Each role's column in the file (model_a, model_b, winner required; item and weight when present) and
+    whether an order/position column says slot A is the order shown."""
+    roles = {}
+    for role in _PAIR_VIEW:
+        column = rename.get(role, role)
+        if column in columns:
+            roles[role] = column
+        elif role in ("model_a", "model_b", "winner"):
+            named = ", ".join(c for c in columns if c != "filename")
+            raise DataError(f"{source}: no column '{column}' (columns: {named}); a pairwise log has model_a, "
+                            "model_b and winner columns (name others with --model-a, --model-b, --winner).")
+    return roles, any(c in columns for c in ("order", "position"))
+
+
+def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, files: int, first_file):
+    """The engine's groups checked with the rows' rule (an empty system or verdict, a verdict that is not
+    model_a, model_b, tie or a system's name, a self-comparison, a bad weight: named with the first file holding
+    it, found by ``first_file(kind, role, value)`` only then; kinds in :func:`_bad_pair_sql`) and coded as
+    :class:`~evalgauge.pairwise.BattleCounts`."""
+    import numpy as np
+
+    from ..pairwise import _winner_codes, battle_counts
+
+    raw = raw.copy()
+    for role in ("model_a", "model_b", "winner"):
+        text = raw[role].astype("string").str.strip()
+        empty = text.isna() | (text == "")
+        if empty.any():
+            n = int(raw.loc[empty, "rows_read"].sum())
+            where = _path(first_file("empty", role, None))
+            raise DataError(f"{where}: column '{role}' is empty on {n} row(s). Every battle needs both systems and "
+                            "a verdict; fill these in or remove the rows.")
+        raw[role] = text.astype(object)
+    systems = sorted(set(raw["model_a"]) | set(raw["model_b"]))
+    index = {s: k for k, s in enumerate(systems)}
+    labels, codes = np.unique(raw["winner"].to_numpy(str), return_inverse=True)
+    value, named = _winner_codes(labels, index)
+    a, b = raw["model_a"].map(index).to_numpy(), raw["model_b"].map(index).to_numpy()
+    outcome, win_sys = value[codes], named[codes]
+    outcome[(win_sys >= 0) & (win_sys == a)] = 1.0
+    outcome[(win_sys >= 0) & (win_sys == b)] = 0.0
+    bad = np.flatnonzero(np.isnan(outcome))
+    if bad.size:
+        label = raw["winner"].iloc[bad[0]]
+        n = int(raw["rows_read"].iloc[bad].sum())
+        where = _path(first_file("verdict", "winner", label))
+        raise DataError(f"{where}: column 'winner' must be model_a, model_b or tie (or a system's name); it holds "
+                        f"{str(label)[:80]!r} ({n} such rows).")
+    same = np.flatnonzero(a == b)
+    if same.size:
+        name = raw["model_a"].iloc[same[0]]
+        where = _path(first_file("self", "model_a", name))
+        raise DataError(f"{where}: a row compares {str(name)[:80]!r} with itself; remove self-comparisons.")
+    frame = pd.DataFrame({"model_a": raw["model_a"], "model_b": raw["model_b"], "outcome": outcome,
+                          "rows": raw["rows_read"].to_numpy(np.int64)})
+    if "item" in roles:
+        frame["item"] = raw["item"].to_numpy()
+    if "weight" in roles:
+        weight = pd.to_numeric(raw["weight"], errors="coerce").to_numpy(float)
+        bad = np.flatnonzero(~(np.isfinite(weight) & (weight >= 0)))
+        if bad.size:
+            label = raw["weight"].iloc[bad[0]]
+            where = _path(first_file("equals", "weight", label))
+            raise DataError(f"{where}: column 'weight' holds {str(label)[:80]!r}; it must hold non-negative numbers "
+                            "on every row.")
+        frame["weight"] = weight
+    counts = battle_counts(frame, presentation_order=order)
+    battles = int(counts.entries.frame["battle"].max()) + 1 if len(frame) else 0
+    return counts, {"rows": counts.judgments, "files": files, "entries": len(counts.rows),
+                    "battles": counts.judgments if counts.battles_are_rows else battles}
+
+
+def _bad_pair_sql(kind: str, role: str) -> str:
+    """Where a bad battle is (both engines' SQL; each ``?`` stands for the value): an empty ``role``; ``role``
+    equal to the value; a self-comparison; a verdict equal to the value naming neither system of its row."""
+    text = f"TRIM(CAST({_PAIR_VIEW[role]} AS STRING))"
+    a, b = (f"TRIM(CAST({_PAIR_VIEW[r]} AS STRING))" for r in ("model_a", "model_b"))
+    if kind == "empty":
+        return f"{_PAIR_VIEW[role]} IS NULL OR {text} = ''"
+    if kind == "self":
+        return f"{a} = {b}"
+    if kind == "verdict":
+        return f"{text} = ? AND {a} <> ? AND {b} <> ?"
+    return f"{text} = ?"
+
+
+def _reduce_pairs_duckdb(parts: list[Path], root: Path | None, rename: dict[str, str], source):
+    con = _duckdb_connect()
+    try:
+        rel = _duckdb_relation(con, parts, root)
+        found, order = _pair_roles(list(rel.columns), rename, source)
+        view = rel.select(", ".join([f'"{c}" AS {_PAIR_VIEW[r]}' for r, c in found.items()]
+                                    + [f"filename AS {_FILE}"]))
+        con.register("battles", view)
+        raw = con.execute(pairs_sql(list(found))).df()
+
+        def first_file(kind, role, value):
+            where = _bad_pair_sql(kind, role)
+            return con.execute(f"SELECT {_FILE} FROM battles WHERE {where} LIMIT 1",
+                               [str(value)] * where.count("?")).fetchone()[0]
+
+        return _finish_pairs(raw, list(found), source, order, len(parts), first_file)
+    finally:
+        con.close()
+
+
+def reduce_spark_pairs(frame, *, rename: dict[str, str] | None = None, source: str = "the Spark frame",
+                       files: int = 0):
+    """A pyspark DataFrame of pairwise judgments reduced on its cluster by :func:`pairs_sql`."""
+    from pyspark.sql import functions as F
+
+    columns = list(frame.columns)
+    found, order = _pair_roles(columns, rename or {}, source)
+    file_col = F.col("filename") if "filename" in columns else F.lit(source)
+    view = frame.select(*[F.col(c).alias(_PAIR_VIEW[r]) for r, c in found.items()], file_col.alias(_FILE))
+    name = f"evalgauge_battles_{id(view)}"
+    view.createOrReplaceTempView(name)
+    spark = view.sparkSession
+
+    def first_file(kind, role, value):
+        # the value as a column, not spliced into the SQL text: it is the file's untrusted text
+        probe = view.withColumn("evalgauge_value", F.lit(str(value)))
+        return probe.filter(F.expr(_bad_pair_sql(kind, role).replace("?", "evalgauge_value"))).select(_FILE).first()[0]
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw = spark.sql(pairs_sql(list(found), table=name)).toPandas()
+        return _finish_pairs(raw, list(found), source, order, files, first_file)
+    finally:
+        spark.catalog.dropTempView(name)
+
+
+def reduce_battles(source: Any, *, engine: str = "duckdb", master: str = "local[*]",
+                   columns: dict[str, str] | None = None):
+    """A pairwise log (model_a, model_b, winner; optional item and weight) of a file, a dataset or a pyspark
+    DataFrame reduced where it lives to :class:`~evalgauge.pairwise.BattleCounts` (the distinct slot-A system,
+    slot-B system, verdict, item and weight with their judgments), and what was read. ``columns`` maps a role to
+    the file's column (``{"winner": "verdict"}``)."""
+    rename = columns or {}
+    if engine not in CELL_ENGINES:
+        raise DataError(f"engine '{engine}': choose one of {', '.join(CELL_ENGINES)}.")
+    if _is_spark_frame(source):
+        return reduce_spark_pairs(source, rename=rename)
+    parts = _parts(source)
+    root = Path(str(source)) if Path(str(source)).is_dir() else None
+    check_schemas(parts)
+    if engine == "spark":
+        frame = _spark_frame(spark_session(master), parts, root)
+        return reduce_spark_pairs(frame, rename=rename, source=str(source), files=len(parts))
+    return _reduce_pairs_duckdb(parts, root, rename, source)
+
+
+def use_engine(engine: str, data: Any) -> bool:
+    """Whether ``data`` is reduced by an engine: ``duckdb`` or ``spark`` asked for, a pyspark DataFrame, or
+    (``auto``) a file or dataset above :data:`ENGINE_ABOVE`; a run database and a frame are read in memory."""
+    if engine not in vocabulary.ENGINES:
+        raise DataError(f"engine '{engine}': choose one of {', '.join(vocabulary.ENGINES)}.")
+    if _is_spark_frame(data):
+        return True
+    if engine != "auto" or not isinstance(data, (str, Path)):
+        return engine in CELL_ENGINES
+    path = Path(data)
+    if path.suffix.lower() in (".sqlite", ".db"):
+        return False
+    try:
+        parts = dataset_parts(data) if is_dataset(data) else [path]
+        return sum(p.stat().st_size for p in parts) > ENGINE_ABOVE
+    except (OSError, EvalGaugeError):
+        return False  # the in-memory reader says what is wrong
 
 
 def _is_spark_frame(obj) -> bool:
