@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_reml_bootstrap.py
 	$(BIN)/python bench/bench_large.py
 	$(BIN)/python bench/bench_engine.py
+	$(BIN)/python bench/bench_engine_pairwise.py
 	$(BIN)/python bench/bench_cli.py
 	$(BIN)/python bench/bench_dstudy.py
 	$(BIN)/python bench/bench_collector.py

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
-from scipy import integrate, stats
+
+# scipy.special, not scipy.stats: the quantiles are the same functions, and every command imports this
+from scipy.special import ndtr, ndtri, stdtrit
 
 from . import vocabulary
 from .components import Component, VarianceComponents
@@ -35,7 +37,7 @@ from .errors import DesignError
 from .results import Result, json_safe
 
 RESIDUAL = vocabulary.RESIDUAL
-Z95 = stats.norm.ppf(0.975)
+Z95 = ndtri(0.975)
 
 
 # ---------------------------------------------------------------------------
@@ -220,7 +222,7 @@ def mdd(projection: Projection, level: float = 0.95, df: float | None = None) ->
     App. D: 1.96 sqrt(2 sigma2_delta) assumes normality of the difference; at
     small item counts substitute a t quantile on the error degrees of freedom.
     """
-    q = stats.norm.ppf(0.5 + level / 2) if df is None else stats.t.ppf(0.5 + level / 2, df)
+    q = ndtri(0.5 + level / 2) if df is None else stdtrit(df, 0.5 + level / 2)
     return float(q * math.sqrt(2 * projection.sigma2_delta))
 
 
@@ -505,7 +507,9 @@ def expected_max_normal(k: int) -> float:
         return 0.0
 
     def integrand(x):
-        return x * k * stats.norm.pdf(x) * stats.norm.cdf(x) ** (k - 1)
+        return x * k * math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi) * ndtr(x) ** (k - 1)
+
+    from scipy import integrate  # only for the expected maximum
 
     value, _ = integrate.quad(integrand, -12, 12, limit=200, epsabs=1e-13, epsrel=1e-12)
     return float(value)
@@ -535,7 +539,7 @@ def rank_inversion(separation: float, projection: Projection) -> float:
     if not projection.object:
         raise DesignError("rank inversion needs an object of measurement.")
     sd = math.sqrt(2 * projection.sigma2_delta)
-    return 0.5 if sd == 0 and separation == 0 else float(stats.norm.cdf(-abs(separation) / sd)) if sd else 0.0
+    return 0.5 if sd == 0 and separation == 0 else float(ndtr(-abs(separation) / sd)) if sd else 0.0
 
 
 # ---------------------------------------------------------------------------

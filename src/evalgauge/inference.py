@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy.special import ndtri, stdtrit
 
 from . import dstudy, vocabulary
 from .components import VarianceComponents
@@ -102,13 +102,13 @@ def theta_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: 
         for c in vc.components
     ])
     df = satterthwaite_df(vc, coef)
-    q = float(stats.norm.ppf(0.5 + level / 2) if not math.isfinite(df) else stats.t.ppf(0.5 + level / 2, df))
+    q = float(ndtri(0.5 + level / 2) if not math.isfinite(df) else stdtrit(df, 0.5 + level / 2))
     est = theta_hat(vc)
     se = projection.se
     naive_var = sum(projection.contributions[c.name] for c in vc.components
                     if c.name in projection.contributions and facet in dstudy.term_facets(c, vc))
     naive_se = math.sqrt(max(naive_var, 0.0))
-    z = float(stats.norm.ppf(0.5 + level / 2))
+    z = float(ndtri(0.5 + level / 2))
     return ThetaInterval(est, se, df, est - q * se, est + q * se, naive_se, est - z * naive_se, est + z * naive_se,
                          level, facet)
 
@@ -140,8 +140,8 @@ class ObjectInterval(Result):
     def half_widths(self) -> tuple[float, float]:
         """(full, naive) half-widths: t_df SE and z SE."""
         p = 0.5 + self.level / 2
-        q = float(stats.norm.ppf(p) if not math.isfinite(self.df) else stats.t.ppf(p, self.df))
-        return q * self.se, float(stats.norm.ppf(p)) * self.naive_se
+        q = float(ndtri(p) if not math.isfinite(self.df) else stdtrit(self.df, p))
+        return q * self.se, float(ndtri(p)) * self.naive_se
 
     def to_dict(self) -> dict:
         full, naive = self.half_widths()
@@ -358,7 +358,7 @@ def single_run_interval(y: np.ndarray, item: str, *, level: float = 0.95, assume
     var_assumed = sum(v / (n if item in name.split(":") else 1.0) for name, v in assumed.items())
     se = math.sqrt(var_items + var_assumed)
     df = (n - 1) * (se**2 / var_items) ** 2 if var_items > 0 else math.inf
-    q = float(stats.t.ppf(0.5 + level / 2, df)) if math.isfinite(df) else float(stats.norm.ppf(0.5 + level / 2))
+    q = float(stdtrit(df, 0.5 + level / 2)) if math.isfinite(df) else float(ndtri(0.5 + level / 2))
     mean = float(y.mean())
     low, high, how = bounded_interval(np.array([mean]), np.array([se]), np.array([q]), score_bounds(y))
     unmeasured = []

@@ -337,6 +337,28 @@ class RunStore:
     def calls(self) -> pd.DataFrame:
         return self._frame("SELECT * FROM calls ORDER BY rowid")
 
+    def call_columns(self) -> dict[str, str]:
+        """The calls table's columns and their declared types (TEXT, REAL, INTEGER)."""
+        with self._guard():
+            return {name: kind.upper() for _, name, kind, *_ in self.db.execute("PRAGMA table_info(calls)")}
+
+    def call_chunks(self, columns: list[str], size: int = 100_000) -> Iterator[list[tuple]]:
+        """The calls' ``columns`` in the order they were stored, ``size`` rows at a time: a run of millions of
+        calls is read in pieces, never whole."""
+        # the names come from call_columns (the table's own): quoted as identifiers, never spliced from input
+        cols = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+        with self._guard():
+            cursor = self.db.execute(f"SELECT {cols} FROM calls ORDER BY rowid")
+            while rows := cursor.fetchmany(size):
+                yield rows
+
+    def distinct_counts(self, columns: list[str]) -> dict[str, int]:
+        """How many distinct non-empty values each of ``columns`` holds (one scan of the calls)."""
+        quoted = ['"' + c.replace('"', '""') + '"' for c in columns]
+        with self._guard():
+            row = self.db.execute(f"SELECT {', '.join(f'COUNT(DISTINCT {q})' for q in quoted)} FROM calls").fetchone()
+        return dict(zip(columns, (int(v) for v in row), strict=True))
+
     def failures(self) -> pd.DataFrame:
         return self._frame("SELECT * FROM failures ORDER BY rowid")
 

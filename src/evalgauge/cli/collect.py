@@ -262,8 +262,7 @@ def export_cmd(database, fmt, out, judgments, force) -> None:
       evalgauge export demo-output/sim.sqlite --format parquet
       evalgauge export demo-output/sim.sqlite --judgments -o demo-output/judgments.csv
     """
-    from ..io.runs import read_run
-    from ..store import RunStore
+    from ..io.runs import read_run, write_calls_csv, write_calls_parquet
 
     path = Path(database)
     if not path.exists():
@@ -274,22 +273,36 @@ def export_cmd(database, fmt, out, judgments, force) -> None:
         check_new("--out", target, force)
     if judgments:
         frame = read_run(Path(path))
-    else:
-        store = RunStore(path)
-        try:
-            frame = store.calls()
-        finally:
-            store.close()
+        write = (lambda dest: frame.to_parquet(dest, index=False)) if fmt == "parquet" else \
+            (lambda dest: frame.to_csv(dest, index=False))
+        rows = len(frame)
+    else:  # every call, streamed: a run of millions of calls is written in pieces
+        write = (lambda dest: write_calls_parquet(path, dest)) if fmt == "parquet" else \
+            (lambda dest: _csv_to(dest, lambda stream: write_calls_csv(path, stream)))
+        rows = None
     if str(target) == "-":
         if fmt == "parquet":
-            sys.stdout.buffer.write(frame.to_parquet(index=False))
+            import pyarrow as pa
+
+            sink = pa.BufferOutputStream()  # Parquet's footer comes last: built whole, then written
+            n = write(sink)
+            sys.stdout.buffer.write(sink.getvalue().to_pybytes())
         else:
-            click.echo(frame.to_csv(index=False), nl=False)
-        _console(stderr=True).print(f"{len(frame)} rows written to stdout")
+            n = write(sys.stdout)
+        sys.stdout.flush()
+        _console(stderr=True).print(f"{rows if rows is not None else n} rows written to stdout")
         return
-    atomic_write_with(target, lambda tmp: frame.to_parquet(tmp, index=False) if fmt == "parquet"
-                      else frame.to_csv(tmp, index=False))
-    _console().print(f"{len(frame)} rows written to {target}")
+    counted = {}
+    atomic_write_with(target, lambda tmp: counted.setdefault("n", write(tmp)))
+    _console().print(f"{rows if rows is not None else counted['n']} rows written to {target}")
+
+
+def _csv_to(dest, write_rows) -> int:
+    """``write_rows(stream)`` onto ``dest``, a path (opened as UTF-8 text) or a text stream."""
+    if hasattr(dest, "write"):
+        return write_rows(dest)
+    with open(dest, "w", encoding="utf-8", newline="") as stream:
+        return write_rows(stream)
 
 
 def _sim_components(path: Path) -> dict[str, float]:

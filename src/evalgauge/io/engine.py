@@ -135,9 +135,17 @@ def check_schemas(parts: list[Path]) -> None:
 
 def scan_size(source) -> tuple[int | None, int, int]:
     """(rows, files, bytes) of what a scan will read, before it starts: the rows from the Parquet parts' metadata
-    (None when a part is text, whose rows are known only by reading it)."""
+    or a run database's count of calls (None when a part is text, whose rows are known only by reading it)."""
     import pyarrow.parquet as pq
 
+    if is_run_database(source):
+        from ..store import RunStore
+
+        store = RunStore(Path(str(source)))
+        try:
+            return store.count(), 1, Path(str(source)).stat().st_size
+        finally:
+            store.close()
     parts = _parts(source)
     size = sum(p.stat().st_size for p in parts)
     if _kind(parts) != "parquet":
@@ -160,10 +168,11 @@ def _facets(columns: list[str], score: str, source) -> list[str]:
     return facets
 
 
-def _check_scores(n: int, unread: int, score: str, source, drop_missing: bool, query) -> int:
+def _check_scores(n: int, unread: int, score: str, source, drop_missing: bool, query, label: str | None = None) -> int:
     """The judgments without a numeric score (``unread`` of ``n + unread``): none, or empty ones dropped (their
-    number returned), or a :class:`DataError` naming the first file holding one. Only then does ``query(sql)``
-    (returning its first row) count the empty and non-numeric scores and find that file and value."""
+    number returned), or a :class:`DataError` naming the first file holding one (or ``label``, what the parts were
+    made from). Only then does ``query(sql)`` (returning its first row) count the empty and non-numeric scores
+    and find that file and value."""
     if not unread:
         return 0
     empty, not_numbers = (int(v) for v in query(checks_sql()))
@@ -173,7 +182,7 @@ def _check_scores(n: int, unread: int, score: str, source, drop_missing: bool, q
         raise DataError(f"{_path(where)}: column '{score}' holds {str(value)[:80]!r}, which is not a number "
                         f"({not_numbers} such value(s)); fix or remove them (every score is a number).")
     if not drop_missing:
-        where = _path(query(first_bad_sql(empty=True))[0])
+        where = label or _path(query(first_bad_sql(empty=True))[0])
         raise DataError(f"{source}: {empty} of {n + unread} judgment(s) have an empty '{score}' (the first in "
                         f"{where}); pass --drop-missing to leave them out, or fill them in.")
     return empty
@@ -198,7 +207,8 @@ def _path(name) -> str:
     return unquote(urlparse(text).path) if text.startswith("file:") else text
 
 
-def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool):
+def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool,
+                   label: str | None = None):
     import pyarrow.compute as pc
 
     con = _duckdb_connect()
@@ -211,7 +221,7 @@ def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, dro
         # through Arrow with the facets dictionary-encoded: ten million cells' labels as codes, not Python strings
         table = _arrow(con, cells_sql(len(facets)))
         n, unread = (int(pc.sum(table[c]).as_py() or 0) for c in (N, "unread"))
-        empty = _check_scores(n, unread, score, source, drop_missing, lambda sql: con.execute(sql).fetchone())
+        empty = _check_scores(n, unread, score, source, drop_missing, lambda sql: con.execute(sql).fetchone(), label)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
     raw = table.to_pandas(strings_to_categorical=True, self_destruct=True, split_blocks=True)
@@ -302,21 +312,43 @@ def _reduce_spark(parts: list[Path], root: Path | None, score: str, source, drop
 
 def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = False, engine: str = "duckdb",
                  master: str = "local[*]") -> tuple[pd.DataFrame, dict]:
-    """The judgments of a file, a dataset (folder, glob, hive partitions) or a pyspark DataFrame grouped by every
-    facet column (every column but the score, the replicate index and the file name) where they live: one row
-    per cell with its count, sum and sum of squares of the score, and what was read (rows, files, empty scores
-    dropped, cells). ``engine`` is ``duckdb`` (this machine) or ``spark`` (at ``master``); a pyspark DataFrame
-    is reduced on its own session."""
+    """The judgments of a file, a dataset (folder, glob, hive partitions), a run database or a pyspark DataFrame
+    grouped by every facet column (every column but the score, the replicate index and the file name) where they
+    live: one row per cell with its count, sum and sum of squares of the score, and what was read (rows, files,
+    empty scores dropped, cells). ``engine`` is ``duckdb`` (this machine) or ``spark`` (at ``master``); a pyspark
+    DataFrame is reduced on its own session. A run database's judgments are first streamed, a piece at a time,
+    to a temporary Parquet file that DuckDB reduces."""
     if engine not in CELL_ENGINES:
         raise DataError(f"engine '{engine}': choose one of {', '.join(CELL_ENGINES)}.")
     if _is_spark_frame(source):
         return reduce_spark_frame(source, score=score, drop_missing=drop_missing)
+    if is_run_database(source):
+        return _reduce_run(Path(str(source)), score, drop_missing, engine)
     parts = _parts(source)
     root = Path(str(source)) if Path(str(source)).is_dir() else None
     check_schemas(parts)
     if engine == "spark":
         return _reduce_spark(parts, root, score, source, drop_missing, master)
     return _reduce_duckdb(parts, root, score, source, drop_missing)
+
+
+def is_run_database(source: Any) -> bool:
+    return isinstance(source, (str, Path)) and Path(str(source)).suffix.lower() in (".sqlite", ".db")
+
+
+def _reduce_run(path: Path, score: str, drop_missing: bool, engine: str) -> tuple[pd.DataFrame, dict]:
+    import tempfile
+
+    from ..inputs import check_input_file
+    from .runs import write_judgments_parquet
+
+    if engine != "duckdb":
+        raise DataError(f"{path}: a run database is a file on this machine; reduce it with --engine duckdb.")
+    check_input_file(path)
+    with tempfile.TemporaryDirectory(prefix="evalgauge-run-") as tmp:
+        part = Path(tmp) / "judgments.parquet"
+        write_judgments_parquet(path, str(part))
+        return _reduce_duckdb([part], None, score, path, drop_missing, label=f"{path} (calls)")
 
 
 # ---------------------------------------------------------------------------

@@ -83,3 +83,81 @@ def judgments_from_calls(calls: pd.DataFrame, path: Path) -> pd.DataFrame:
                         "database was changed by hand or is damaged.")
     return frame
 
+
+
+#: a calls column's declared SQLite type as an Arrow type (Parquet export)
+_ARROW_TYPES = {"TEXT": "string", "REAL": "float64", "INTEGER": "int64"}
+
+
+def write_calls_parquet(path: str | Path, target, *, columns: list[str] | None = None,
+                        size: int = 100_000) -> int:
+    """The calls of a run database written to Parquet (``target``: a path or a writable stream), ``size`` rows
+    at a time with the schema the table declares, so memory holds one piece, not the run. A value that is not of
+    its column's type (a database changed by hand) raises :class:`DataError` naming its row and column. Returns the
+    rows written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    store = RunStore(path)
+    try:
+        declared = store.call_columns()
+        columns = columns or list(declared)
+        schema = pa.schema([(c, getattr(pa, _ARROW_TYPES.get(declared[c], "string"))()) for c in columns])
+        written = 0
+        with pq.ParquetWriter(target, schema) as writer:
+            for rows in store.call_chunks(columns, size):
+                arrays = [_typed(path, column, values, field.type, written)
+                          for column, values, field in zip(columns, zip(*rows, strict=True), schema, strict=True)]
+                writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
+                written += len(rows)
+    finally:
+        store.close()
+    return written
+
+
+def _typed(path: Path, column: str, values: tuple, kind, offset: int):
+    import pyarrow as pa
+
+    try:
+        return pa.array(values, type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        python = {pa.string(): str, pa.float64(): (int, float), pa.int64(): int}[kind]
+        row = next(k for k, v in enumerate(values) if v is not None and not isinstance(v, python))
+        raise DataError(f"{path}: calls row {offset + row + 1}, column '{column}' holds {str(values[row])[:80]!r}, "
+                        f"not {kind}; the run database was changed by hand or is damaged.") from None
+
+
+def write_calls_csv(path: str | Path, stream, *, size: int = 100_000) -> int:
+    """The calls of a run database as CSV on ``stream`` (a text file), ``size`` rows at a time; an empty value
+    is an empty field. Returns the rows written."""
+    import csv
+
+    store = RunStore(Path(path))
+    try:
+        columns = list(store.call_columns())
+        writer = csv.writer(stream, lineterminator="\n")
+        writer.writerow(columns)
+        written = 0
+        for rows in store.call_chunks(columns, size):
+            writer.writerows(rows)
+            written += len(rows)
+    finally:
+        store.close()
+    return written
+
+
+def write_judgments_parquet(path: str | Path, target, *, size: int = 100_000) -> int:
+    """The judgments of a run database (its facets that vary and the score, as :func:`judgments_from_calls`
+    keeps them; the replicate index is left out, an engine sums over it) written to Parquet ``size`` calls at a
+    time, for an engine to reduce. Returns the calls written."""
+    path = Path(path)
+    store = RunStore(path)
+    try:
+        distinct = store.distinct_counts([c for c in FACETS if c != "replicate"])
+    finally:
+        store.close()
+    if not any(distinct.values()):
+        raise DataError(f"{path}: the run database has no completed calls yet; run `evalgauge run CONFIG` first.")
+    keep = [c for c, n in distinct.items() if n > 1 or (n == 1 and c in ("judge", "item"))]
+    return write_calls_parquet(path, target, columns=[*keep, "score"], size=size)
