@@ -176,13 +176,13 @@ def _anova_from_sums(cells, design: Design, n: str, total: str, squares: str) ->
     if coded is None:  # other columns besides the facets, or a cell given twice: summed to the design's cells
         grouped = cells.groupby(keys, sort=True, observed=True)[[n, total, squares]].sum().reset_index()
         coded = _grid_codes(grouped, keys, one_per_cell=True)
-    codes, shape = coded
+    flat, shape = coded
     counts = grouped[n].to_numpy(dtype=np.float64)
     if len(grouped) != int(np.prod(shape)) or counts.min() != counts.max():
         return None
     sums = grouped[total].to_numpy(dtype=np.float64)
-    mean = np.zeros(shape)
-    mean[tuple(codes)] = sums / counts
+    mean = np.empty(shape)
+    mean.reshape(-1)[flat] = sums / counts  # every cell is written: the grid is complete
     within = float(np.clip(grouped[squares].to_numpy(dtype=np.float64) - sums**2 / counts, 0.0, None).sum())
     vc = anova_from_cell_means(design, mean, int(counts[0]), within)
     return _replace(vc, method_reason="a complete balanced block reduced from the files (engine): closed-form ANOVA "
@@ -205,9 +205,9 @@ def _level_codes(column: pd.Series):
 
 
 def _grid_codes(cells, keys: list[str], *, one_per_cell: bool = False):
-    """Each facet's level codes and counts when the rows are the complete grid of ``keys``, one row per cell (the
-    engine's GROUP BY of a balanced block gives exactly that; ``one_per_cell`` when already grouped); None when
-    other columns, a repeated combination or a missing one need a group-by first."""
+    """Each row's flat index in the grid of ``keys`` and the grid's shape when the rows are the complete grid, one
+    row per cell (the engine's GROUP BY of a balanced block gives exactly that; ``one_per_cell`` when already
+    grouped); None when other columns, a repeated combination or a missing one need a group-by first."""
     import numpy as np
 
     codes, shape = [], []
@@ -215,14 +215,15 @@ def _grid_codes(cells, keys: list[str], *, one_per_cell: bool = False):
         c, size = _level_codes(cells[name])
         codes.append(c)
         shape.append(size)
+    flat = np.ravel_multi_index(codes, shape) if codes else np.zeros(len(cells), dtype=np.intp)
     if one_per_cell:
-        return codes, shape
+        return flat, shape
     if len(cells.columns) != len(keys) + 3 or len(cells) != int(np.prod(shape)) or not len(cells):
         return None
     # as many rows as the grid has cells: the complete grid exactly when no combination repeats
-    if np.bincount(np.ravel_multi_index(codes, shape), minlength=len(cells)).max() > 1:
+    if np.bincount(flat, minlength=len(cells)).max() > 1:
         return None
-    return codes, shape
+    return flat, shape
 
 
 def _moment_start(coded) -> dict[frozenset, float] | None:

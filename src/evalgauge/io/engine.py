@@ -193,9 +193,10 @@ def _cells(raw: pd.DataFrame, facets: list[str], rows: int, empty: int, files: i
     kept = raw[N].to_numpy() > 0
     if not kept.all():
         raw = raw[kept].reset_index(drop=True)
-    cells = pd.DataFrame({c: raw[f"f{k}"] for k, c in enumerate(facets)})
-    cells[N] = raw[N].to_numpy(dtype="int64")
-    cells[SUM], cells[SQUARES] = raw[SUM].to_numpy(), raw[SQUARES].to_numpy()
+    # renamed where they are: ten million cells are not copied for a name
+    cells = raw.drop(columns="unread")
+    cells.columns = [*facets, N, SUM, SQUARES]
+    cells[N] = cells[N].astype("int64")
     return cells, {"rows": rows, "files": files, "empty_dropped": empty, "cells": len(cells)}
 
 
