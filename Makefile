@@ -60,7 +60,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -o addopts="-ra --ignore=tests/live" -m "slow or subprocess"
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[collect,test,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[collect,test,bench,spark]'
 	$(BIN)/python bench/bench_anova.py
 	$(BIN)/python bench/bench_reml.py
 	$(BIN)/python bench/bench_glmm.py
@@ -68,6 +68,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_large.py
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_engine_pairwise.py
+	$(BIN)/python bench/bench_engine_reml.py
+	$(BIN)/python bench/bench_engine_spark.py
+	$(BIN)/python bench/bench_engine_scaling.py
 	$(BIN)/python bench/bench_cli.py
 	$(BIN)/python bench/bench_dstudy.py
 	$(BIN)/python bench/bench_collector.py

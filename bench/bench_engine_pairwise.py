@@ -1,7 +1,7 @@
 """`evalgauge pairwise DIR --engine duckdb` on an arena-sized Parquet folder, against DuckDB's own group-by.
 
 Writes N battles (100 models, 20% ties, a first-slot advantage, one vote per battle as in Chatbot Arena) as
-Parquet parts, then measures two whole processes, like with like:
+Parquet parts, then measures two whole processes, like with like, each the fastest of three runs taken in turns:
 
 * the floor: a Python process in which DuckDB, with its own defaults, groups the battles to pair counts
   (slot-A system, slot-B system, verdict) and hands them over as Arrow;
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_engine import best_of, measure
 
 FLOOR = """
 import sys, duckdb
@@ -57,13 +58,6 @@ def write_battles(folder: Path, battles: int, models: int, seed: int, per_part: 
                        folder / f"part-{part:03d}.parquet")
 
 
-def timed(cmd: list[str]) -> float:
-    """Wall seconds of a child process."""
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return time.perf_counter() - start
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--battles", type=int, default=20_000_000)
@@ -79,15 +73,14 @@ def main() -> None:
         print(f"{args.battles:,} battles among {args.models} models in {size / 2**20:,.0f} MiB of Parquet")
         out_json = Path(tmp) / "pairwise.json"
         cli = [sys.executable, "-m", "evalgauge.cli", "pairwise", str(folder), "--engine", "duckdb"]
-        ours_s = timed([*cli, "--bootstrap", "0", "--json", str(out_json)])
-        ours_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2
-        floor_s = timed([sys.executable, "-c", FLOOR, str(folder)])
+        ours_s, floor_s, ours_peak = best_of([*cli, "--bootstrap", "0", "--json", str(out_json)],
+                                             [sys.executable, "-c", FLOOR, str(folder)])
         ratio = ours_s / floor_s
-        print(f"DuckDB's own group-by to pair counts (the floor), whole process: {floor_s:7.2f} s")
-        print(f"evalgauge pairwise --engine duckdb --bootstrap 0, whole process: {ours_s:7.2f} s   "
+        print(f"DuckDB's own group-by to pair counts (the floor), whole process, best of 3: {floor_s:7.2f} s")
+        print(f"evalgauge pairwise --engine duckdb --bootstrap 0, whole process, best of 3: {ours_s:7.2f} s   "
               f"ratio {ratio:.2f}x (target <= 2x: {'met' if ratio <= 2 else 'NOT met'})")
         print(f"evalgauge's peak memory: {ours_peak:.2f} GiB")
-        boot_s = timed([*cli, "--json", str(Path(tmp) / "boot.json")])
+        boot_s = measure([*cli, "--json", str(Path(tmp) / "boot.json")])[0]
         print(f"the default run (both bootstraps, 200 resamples each, on the counts), whole process: {boot_s:.2f} s")
         if args.check:
             import pandas as pd

@@ -139,3 +139,16 @@ def test_eg_fit_on_the_engine_fits_the_cells(tmp_path):
         eg.fit(folder, engine="duckdb", formula="score ~ (1|system) + (1|item)")
     # auto keeps a small dataset in memory
     assert eg.fit(folder).judgments is not None
+
+
+def test_balance_on_the_engine_reports_what_the_rows_report(tmp_path):
+    frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7)
+    gappy = frame.drop(frame.index[(frame["item"] == frame["item"].iloc[0]) & (frame["system"] == "s1")]) \
+        if "s1" in set(frame["system"]) else frame.iloc[6:]
+    runner = CliRunner()
+    for name, data in (("full", frame), ("gappy", gappy)):
+        folder = _parts(data, tmp_path / name)
+        rows = runner.invoke(main, ["balance", str(folder), "--engine", "pandas"])
+        cells = runner.invoke(main, ["balance", str(folder), "--engine", "duckdb"])
+        assert rows.exit_code == cells.exit_code == (0 if name == "full" else 3), cells.output
+        assert cells.stdout == rows.stdout  # the same counts, the same missing cells, the same words

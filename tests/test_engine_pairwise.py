@@ -181,3 +181,6 @@ def test_a_log_without_a_verdict_column_or_with_a_bad_weight(tmp_path):
     frame.assign(weight=["3"] * 199 + ["-1"]).to_csv(tmp_path / "w.csv", index=False)
     with pytest.raises(DataError, match=r"w\.csv: column 'weight' holds '-1'"):
         reduce_battles(tmp_path / "w.csv")
+    frame.assign(weight=["3"] * 199 + [""]).to_csv(tmp_path / "w2.csv", index=False)
+    with pytest.raises(DataError, match=r"w2\.csv: column 'weight' is empty on a row"):
+        reduce_battles(tmp_path / "w2.csv")

@@ -158,3 +158,5 @@ def test_a_pairwise_log_is_fitted_as_win_indicators_and_pairwise_is_its_verb():
         scores.pairwise()
     with pytest.raises(DesignError, match=r"need an 'item' column.*evalgauge pairwise FILE"):
         eg.fit(log.drop(columns=["item"]))
+    with pytest.raises(DesignError, match=r"fit: object, facets do\(es\) not apply to a pairwise log"):
+        eg.fit(log, object="judge", facets=["judge", "item"])

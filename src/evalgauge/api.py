@@ -203,6 +203,11 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
                                        "method": method != "auto"}, **design_options)
     judgments = read(judgments)
     if design is None and formula is None and _is_battle_log(judgments):
+        given = [name for name, value in (("object", object), ("facets", facets), *design_options.items()) if value]
+        if given:
+            raise DesignError(f"fit: {', '.join(given)} do(es) not apply to a pairwise log, whose design is its win "
+                              "indicators' (system the object, the slot fixed, item, judge and variant random); "
+                              "leave them out, or pass design= or formula= for another model.")
         return _fit_battles(judgments, method=method, n_boot=n_boot, seed=seed)
     spec = resolve_model(judgments, design, formula, object=object, facets=facets, **design_options)
     vc = estimate_components(judgments, spec, method=method, drop_missing=drop_missing, n_boot=n_boot, seed=seed)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -751,6 +751,15 @@ def balance_report(coded: CodedData) -> BalanceReport:
         unequal_nesting=unequal,
         example_missing=tuple(examples),
     )
+
+
+def balance_of_cells(cells: pd.DataFrame, design: Design, n: str = "n") -> BalanceReport:
+    """The balance report of per-cell counts (one row per observed combination of the facets with its number of
+    judgments ``n``, as an engine reduces them): the same report as the rows' (:func:`balance_report`)."""
+    coded = code_data(cells.assign(**{design.score: 0.0}), replace(design, replicate=None))
+    count = np.bincount(coded.cell, weights=cells[n].to_numpy(dtype=float), minlength=coded.cell_count.size)
+    report = balance_report(replace(coded, cell_count=count.astype(np.int64)))
+    return replace(report, n_obs=int(cells[n].sum()))
 
 
 def _valid_cells(coded: CodedData) -> np.ndarray:

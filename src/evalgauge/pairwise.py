@@ -143,8 +143,8 @@ def battle_counts(frame: pd.DataFrame, *, presentation_order: bool = False) -> B
     if not weighted:
         frame["weight"] = 1.0
     items = "item" in frame
-    if items:
-        frame["item"] = frame["item"].astype(str)
+    if items:  # a missing item is one label, "", however the rows or the engine spelt it
+        frame["item"] = frame["item"].where(frame["item"].notna(), "").astype(str)
     frame = frame.groupby(["model_a", "model_b", "outcome", "weight"] + (["item"] if items else []),
                           sort=False, observed=True)["rows"].sum().reset_index()
     systems = tuple(sorted(set(frame["model_a"]) | set(frame["model_b"])))
@@ -176,7 +176,7 @@ def count_battles(battles: Battles, weights: np.ndarray | None = None) -> Battle
                           "model_b": np.asarray(battles.systems)[battles.b], "outcome": battles.outcome,
                           "rows": np.ones(battles.n, dtype=np.int64)})
     if "item" in f:
-        frame["item"] = f["item"].astype(str).to_numpy()
+        frame["item"] = f["item"].to_numpy()
     if weights is not None:
         frame["weight"] = np.asarray(weights, float)
     return battle_counts(frame, presentation_order=any(c in f for c in ("order", "position")))

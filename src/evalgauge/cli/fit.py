@@ -142,26 +142,53 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
 @click.argument("data", type=click.Path(path_type=str))
 @design_options
 @click.option("--drop-missing", is_flag=True, help="Drop rows whose score is empty first (and say how many).")
+@engine_options
 @read_options
 @user_errors
-def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_order, drop_missing, **read) -> None:
+def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_order, drop_missing, engine,
+            spark_master, **read) -> None:
     """Report whether DATA is a complete balanced block, and which cells are missing.
 
     \b
     Example:
       evalgauge balance judgments.csv --drop-missing     # exit 0: balanced; 3: not
+      evalgauge balance judgments/ --engine duckdb       # from the cells DuckDB counts over the files
     """
     source = data
-    data, _ = _load(data, **read)
-    design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
-    if drop_missing:
-        data = _drop_empty(data, design.score)
-    report = code_data(data, design).balance()
+    if _use_engine(engine, data):
+        report, design = _balance_on_engine(data, score, facets, nest, fixed, object_, terms, max_order,
+                                            drop_missing, engine, spark_master, read)
+    else:
+        data, _ = _load(data, **read)
+        design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
+        if drop_missing:
+            data = _drop_empty(data, design.score)
+        report = code_data(data, design).balance()
     console = _console()
     console.print(f"{source}: {report.n_obs} observations; facets "
                   + ", ".join(f"{f.name} ({f.role}{', in ' + f.parent if f.parent else ''})" for f in design.facets))
     console.print(report.summary())
     sys.exit(0 if report.balanced else 3)
+
+
+def _balance_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, drop_missing, engine, master,
+                       read):
+    """`balance --engine duckdb|spark`: the report from the cells' counts, the rows never in Python."""
+    from ..design import balance_of_cells
+    from ..estimate import cells_design
+    from ..io.engine import reduce_cells
+
+    renamed = [f"--{k.removeprefix('col_')}" for k, v in read.items() if v and k.startswith("col_")]
+    if renamed:
+        raise EvalGaugeError(f"--engine {engine} reads the columns by their names; {', '.join(renamed)} need(s) the "
+                             "rows: use --engine pandas.")
+    _scan_line(data)
+    name = score or "score"
+    cells, _ = reduce_cells(data, score=name, drop_missing=drop_missing,
+                            engine="spark" if engine == "spark" else "duckdb", master=master)
+    design = cells_design(cells, score=name, facets=facets, nest=nest, fixed=fixed, object=object_, terms=terms,
+                          max_order=max_order)
+    return balance_of_cells(cells, design), design
 
 
 @main.command()

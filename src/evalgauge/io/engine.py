@@ -248,21 +248,44 @@ def _arrow(con, sql: str):
     return fetch()
 
 
+#: Spark's log while evalgauge drives it: errors only, on stderr (its default prints a page of notices at start)
+_SPARK_LOG = """rootLogger.level = error
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
 def spark_session(master: str = "local[*]"):
     """A Spark session at ``master`` (``local[*]``: every core of this machine; a cluster's ``spark://`` or
-    ``yarn`` URL), quiet: no web UI, no progress bars, errors only in its log."""
+    ``yarn`` URL), quiet: no web UI, no progress bars, and a log of errors only from the driver's start."""
+    import tempfile
+
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise DataError("--engine spark needs pyspark and a Java runtime: pip install 'evalgauge[spark]' (and, on "
                         "Debian, apt install default-jre-headless).") from None
-    try:
-        spark = (SparkSession.builder.master(master).appName("evalgauge")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "8").getOrCreate())
-    except Exception as exc:  # no Java, a master that does not answer
-        raise DataError(f"Spark could not start at '{master}' ({str(exc).splitlines()[0][:200]}); check the "
-                        "master URL and that Java is installed (java -version).") from None
+    with tempfile.TemporaryDirectory(prefix="evalgauge-spark-") as tmp:
+        log = Path(tmp) / "log4j2.properties"
+        log.write_text(_SPARK_LOG, encoding="utf-8")
+        try:
+            with warnings.catch_warnings():  # pyspark's notice about pandas versions: the cells are plain columns
+                warnings.simplefilter("ignore")
+                spark = (SparkSession.builder.master(master).appName("evalgauge")
+                         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log}")
+                         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                         .config("spark.sql.shuffle.partitions", "8")
+                         # the cells come back as Arrow batches, not one pickled row at a time
+                         .config("spark.sql.execution.arrow.pyspark.enabled", "true").getOrCreate())
+        except Exception as exc:  # no Java, a master that does not answer
+            raise DataError(f"Spark could not start at '{master}' ({str(exc).splitlines()[0][:200]}); check the "
+                            "master URL and that Java is installed (java -version).") from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -393,13 +416,17 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
 
     from ..pairwise import _winner_codes, battle_counts
 
+    def locate(kind, role, value) -> str:
+        found = first_file(kind, role, value)
+        return _path(found) if found is not None else str(source)
+
     raw = raw.copy()
     for role in ("model_a", "model_b", "winner"):
         text = raw[role].astype("string").str.strip()
         empty = text.isna() | (text == "")
         if empty.any():
             n = int(raw.loc[empty, "rows_read"].sum())
-            where = _path(first_file("empty", role, None))
+            where = locate("empty", role, None)
             raise DataError(f"{where}: column '{role}' is empty on {n} row(s). Every battle needs both systems and "
                             "a verdict; fill these in or remove the rows.")
         raw[role] = text.astype(object)
@@ -415,13 +442,13 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
     if bad.size:
         label = raw["winner"].iloc[bad[0]]
         n = int(raw["rows_read"].iloc[bad].sum())
-        where = _path(first_file("verdict", "winner", label))
+        where = locate("verdict", "winner", label)
         raise DataError(f"{where}: column 'winner' must be model_a, model_b or tie (or a system's name); it holds "
                         f"{str(label)[:80]!r} ({n} such rows).")
     same = np.flatnonzero(a == b)
     if same.size:
         name = raw["model_a"].iloc[same[0]]
-        where = _path(first_file("self", "model_a", name))
+        where = locate("self", "model_a", name)
         raise DataError(f"{where}: a row compares {str(name)[:80]!r} with itself; remove self-comparisons.")
     frame = pd.DataFrame({"model_a": raw["model_a"], "model_b": raw["model_b"], "outcome": outcome,
                           "rows": raw["rows_read"].to_numpy(np.int64)})
@@ -432,9 +459,9 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
         bad = np.flatnonzero(~(np.isfinite(weight) & (weight >= 0)))
         if bad.size:
             label = raw["weight"].iloc[bad[0]]
-            where = _path(first_file("equals", "weight", label))
-            raise DataError(f"{where}: column 'weight' holds {str(label)[:80]!r}; it must hold non-negative numbers "
-                            "on every row.")
+            held = "is empty on a row" if pd.isna(label) else f"holds {str(label)[:80]!r}"
+            where = locate("empty", "weight", None) if pd.isna(label) else locate("equals", "weight", label)
+            raise DataError(f"{where}: column 'weight' {held}; it must hold non-negative numbers on every row.")
         frame["weight"] = weight
     counts = battle_counts(frame, presentation_order=order)
     battles = int(counts.entries.frame["battle"].max()) + 1 if len(frame) else 0
@@ -468,8 +495,9 @@ def _reduce_pairs_duckdb(parts: list[Path], root: Path | None, rename: dict[str,
 
         def first_file(kind, role, value):
             where = _bad_pair_sql(kind, role)
-            return con.execute(f"SELECT {_FILE} FROM battles WHERE {where} LIMIT 1",
-                               [str(value)] * where.count("?")).fetchone()[0]
+            row = con.execute(f"SELECT {_FILE} FROM battles WHERE {where} LIMIT 1",
+                              [str(value)] * where.count("?")).fetchone()
+            return row[0] if row else None
 
         return _finish_pairs(raw, list(found), source, order, len(parts), first_file)
     finally:
@@ -492,7 +520,8 @@ def reduce_spark_pairs(frame, *, rename: dict[str, str] | None = None, source: s
     def first_file(kind, role, value):
         # the value as a column, not spliced into the SQL text: it is the file's untrusted text
         probe = view.withColumn("evalgauge_value", F.lit(str(value)))
-        return probe.filter(F.expr(_bad_pair_sql(kind, role).replace("?", "evalgauge_value"))).select(_FILE).first()[0]
+        row = probe.filter(F.expr(_bad_pair_sql(kind, role).replace("?", "evalgauge_value"))).select(_FILE).first()
+        return row[0] if row else None
 
     try:
         with warnings.catch_warnings():
