@@ -134,39 +134,47 @@ class BattleCounts:
 def battle_counts(frame: pd.DataFrame, *, presentation_order: bool = False) -> BattleCounts:
     """Entries from a table of distinct judgments: ``model_a``, ``model_b``, ``outcome`` (1, 0, 0.5 for slot A),
     optionally ``item`` (the battle is the pair on it) and ``weight``, and ``rows`` (judgments per row). Sorted
-    canonically (pair, item, slot, outcome, weight), so any reduction of the same judgments gives the same
-    entries."""
-    frame = frame.copy()
-    frame["model_a"] = frame["model_a"].astype(str)
-    frame["model_b"] = frame["model_b"].astype(str)
+    canonically (pair, item, slot, outcome, weight, by the labels' sorted order), so any reduction of the same
+    judgments gives the same entries."""
     weighted = "weight" in frame
-    if not weighted:
-        frame["weight"] = 1.0
     items = "item" in frame
+    a_codes, a_names = pd.factorize(frame["model_a"].astype(str), sort=True)
+    b_codes, b_names = pd.factorize(frame["model_b"].astype(str), sort=True)
+    systems = tuple(sorted(set(a_names) | set(b_names)))
+    a = np.searchsorted(systems, np.asarray(a_names, dtype=object))[a_codes].astype(np.int64)
+    b = np.searchsorted(systems, np.asarray(b_names, dtype=object))[b_codes].astype(np.int64)
+    outcome = frame["outcome"].to_numpy(float)
+    weight = frame["weight"].to_numpy(float) if weighted else np.ones(len(frame))
+    rows = frame["rows"].to_numpy(np.int64)
     if items:  # a missing item is one label, "", however the rows or the engine spelt it
-        frame["item"] = frame["item"].where(frame["item"].notna(), "").astype(str)
-    frame = frame.groupby(["model_a", "model_b", "outcome", "weight"] + (["item"] if items else []),
-                          sort=False, observed=True)["rows"].sum().reset_index()
-    systems = tuple(sorted(set(frame["model_a"]) | set(frame["model_b"])))
-    index = {s: k for k, s in enumerate(systems)}
-    a = frame["model_a"].map(index).to_numpy(np.int64)
-    b = frame["model_b"].map(index).to_numpy(np.int64)
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    keys = [lo, hi] + ([frame["item"].to_numpy()] if items else []) + [a, frame["outcome"].to_numpy(float),
-                                                                        frame["weight"].to_numpy(float)]
-    order = np.lexsort(keys[::-1])
-    a, b = a[order], b[order]
-    frame = frame.iloc[order].reset_index(drop=True)
-    if items:
-        battle = pd.MultiIndex.from_arrays([np.minimum(a, b), np.maximum(a, b), frame["item"]]).factorize()[0]
+        item_codes, item_labels = pd.factorize(frame["item"].where(frame["item"].notna(), "").astype(str), sort=True)
     else:
-        battle = np.arange(len(frame))
-    out = pd.DataFrame({"model_a": frame["model_a"], "model_b": frame["model_b"], "battle": battle})
+        item_codes, item_labels = np.zeros(len(frame), dtype=np.int64), np.array([""], dtype=object)
+    # integer keys only: the sort and the grouping never compare strings row by row
+    keys = [np.minimum(a, b), np.maximum(a, b), item_codes, a, outcome, weight]
+    order = np.lexsort(keys[::-1])
+    keys = [k[order] for k in keys]
+    rows = rows[order]
+    # the same (pair, item, slot, outcome, weight) given twice (pieces of a reduction): summed into one entry
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = np.any([k[1:] != k[:-1] for k in keys], axis=0) if len(rows) > 1 else new[1:]
+    starts = np.flatnonzero(new)
+    rows = np.add.reduceat(rows, starts) if len(rows) else rows
+    lo, hi, item_codes, a, outcome, weight = (k[starts] for k in keys)
+    b = lo + hi - a
     if items:
-        out["item"] = frame["item"]
-    entries = Battles(systems, a, b, frame["outcome"].to_numpy(float), out)
-    return BattleCounts(entries, frame["rows"].to_numpy(np.int64), frame["weight"].to_numpy(float),
-                        battles_are_rows=not items, presentation_order=presentation_order, weighted=weighted)
+        battle_start = np.ones(len(a), dtype=bool)
+        battle_start[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1]) | (item_codes[1:] != item_codes[:-1])
+        battle = np.cumsum(battle_start) - 1
+    else:
+        battle = np.arange(len(a))
+    names = np.asarray(systems, dtype=object)
+    out = pd.DataFrame({"model_a": names[a], "model_b": names[b], "battle": battle})
+    if items:
+        out["item"] = np.asarray(item_labels, dtype=object)[item_codes]
+    entries = Battles(systems, a, b, outcome, out)
+    return BattleCounts(entries, rows.astype(np.int64), weight, battles_are_rows=not items,
+                        presentation_order=presentation_order, weighted=weighted)
 
 
 def count_battles(battles: Battles, weights: np.ndarray | None = None) -> BattleCounts:
@@ -563,9 +571,18 @@ def _bootstrap_counts(counts: BattleCounts, fit, method, n_boot, level, seed, po
         def resample():
             drawn = np.bincount(rng.integers(0, n_battles, n_battles), minlength=n_battles)
             return within.draw(rng, drawn) if within is not None else drawn[battle] * n_k
+    # the likelihood sees a resample only through its (slot A, slot B, outcome) totals: the entries are collapsed
+    # to those once, and each resample's weights summed onto them, so a refit costs the same for a million battles
+    # on items as for the pair table
+    m = len(counts.systems)
+    key = (entries.a * m + entries.b) * 3 + np.rint(entries.outcome * 2).astype(np.int64)
+    totals, onto = np.unique(key, return_inverse=True)
+    a, rest = np.divmod(totals, m * 3)
+    b, y_code = np.divmod(rest, 3)
+    collapsed = Battles(counts.systems, a, b, y_code / 2.0, pd.DataFrame({"battle": np.arange(totals.size)}))
     for r in range(n_boot):
-        weights = resample() * counts.weight
-        draws[r] = fit_bt(entries, reference=fit.reference, ties=ties, position=position, weights=weights,
+        weights = np.bincount(onto, weights=resample() * counts.weight, minlength=totals.size)
+        draws[r] = fit_bt(collapsed, reference=fit.reference, ties=ties, position=position, weights=weights,
                           start=fit, se=False, ridge=ridge).theta
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
     return BTBootstrap(method, n_boot, lo, hi, draws.std(axis=0, ddof=1), draws)
