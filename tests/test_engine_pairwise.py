@@ -68,7 +68,8 @@ def test_the_counts_give_the_rows_fit_and_bootstraps(tmp_path):
                     .groupby(["lo", "hi", "item"]).ngroups}
     assert counts.presentation_order and not counts.battles_are_rows and len(counts.rows) < len(frame)
     on_counts = analyze_battle_counts(counts, n_boot=120, seed=5)
-    on_rows = analyze_pairwise(read_judgments(folder), n_boot=120, seed=5)
+    on_rows = analyze_pairwise(read_judgments(folder), n_boot=120, seed=5, components=False)
+    assert on_rows.components is None and on_counts.components is None  # the win indicators' G-study: rows only
     # the same entries in the same order: the fit, both Elo scales and both seeded bootstraps agree exactly
     _same_analysis(on_counts, on_rows)
     assert on_counts.comparison is not None

@@ -36,9 +36,9 @@ def read(data: Any, *, encoding: str | None = None, sep: str | None = None,
     ``columns`` maps a role to the file's column (``{"system": "exam_model"}``). A log larger than memory is not
     read but fitted where it lives: ``eg.fit(path, engine="duckdb")``.
     """
-    from .io.engine import _is_spark_frame
+    from .io.engine import is_spark_frame
 
-    if _is_spark_frame(data):
+    if is_spark_frame(data):
         import warnings
 
         with warnings.catch_warnings():  # pyspark's notices about pandas versions

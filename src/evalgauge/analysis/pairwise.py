@@ -65,11 +65,12 @@ class PairwiseAnalysis(Result):
 
 def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, baseline: str | None = None,
                      position: bool = True, n_boot: int = 200, seed: int | None = 0, human: str | None = None,
-                     method: str = "auto") -> PairwiseAnalysis:
+                     method: str = "auto", components: bool = True) -> PairwiseAnalysis:
     """Analyse model_a / model_b / winner rows (a judgments table); see the module docstring.
 
     ``reference`` is the system at log strength 0; ``baseline`` a fixed opponent left out of the
-    components; ``human`` a column with human votes (TEE Table 17's agreement).
+    components; ``human`` a column with human votes (TEE Table 17's agreement); ``components=False`` leaves
+    out the win indicators' G-study (a REML fit over every judgment twice, the costly part on a large log).
     """
     battles = code_battles(judgments)
     for name, param in ((baseline, "baseline"), (reference, "reference")):
@@ -80,7 +81,7 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
     notes: list[str] = []
     counts = count_battles(battles, _weights(battles, judgments.source, notes))
     return _analyze(counts, battles, judgments.source, notes, reference=reference, baseline=baseline,
-                    position=position, n_boot=n_boot, seed=seed, human=human, method=method)
+                    position=position, n_boot=n_boot, seed=seed, human=human, method=method, components=components)
 
 
 def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", reference: str | None = None,
@@ -92,11 +93,11 @@ def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", r
         raise DataError(f"`reference` '{reference}' is not among the systems ({', '.join(counts.systems)}).")
     notes = ["each row counts 'weight' times (arena-hard: a >> verdict is 3 battles)."] if counts.weighted else []
     return _analyze(counts, None, source, notes, reference=reference, baseline=None, position=position,
-                    n_boot=n_boot, seed=seed, human=None, method="auto")
+                    n_boot=n_boot, seed=seed, human=None, method="auto", components=False)
 
 
 def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: list[str], *, reference, baseline,
-             position, n_boot, seed, human, method) -> PairwiseAnalysis:
+             position, n_boot, seed, human, method, components) -> PairwiseAnalysis:
     """Everything from the counts; the win-indicator components and human agreement from the rows when given."""
     entries, weights = counts.entries, counts.weights
     _connected(entries, source)
@@ -124,7 +125,7 @@ def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: 
         payload["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread,
                                     "max": bias.maximum, "per_system": bias.per_system}
     comps = None
-    if battles is not None:
+    if battles is not None and components:
         if baseline is None and len(counts.systems) == 2:
             baseline = fit.reference  # two systems: one's win indicator mirrors the other's
         comps = _win_components(battles, baseline, method, notes, payload)

@@ -344,7 +344,7 @@ def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = Fals
     to a temporary Parquet file that DuckDB reduces."""
     if engine not in CELL_ENGINES:
         raise DataError(f"engine '{engine}': choose one of {', '.join(CELL_ENGINES)}.")
-    if _is_spark_frame(source):
+    if is_spark_frame(source):
         return reduce_spark_frame(source, score=score, drop_missing=drop_missing)
     if is_run_database(source):
         return _reduce_run(Path(str(source)), score, drop_missing, engine)
@@ -543,7 +543,7 @@ def reduce_battles(source: Any, *, engine: str = "duckdb", master: str = "local[
     rename = columns or {}
     if engine not in CELL_ENGINES:
         raise DataError(f"engine '{engine}': choose one of {', '.join(CELL_ENGINES)}.")
-    if _is_spark_frame(source):
+    if is_spark_frame(source):
         return reduce_spark_pairs(source, rename=rename)
     parts = _parts(source)
     root = Path(str(source)) if Path(str(source)).is_dir() else None
@@ -559,7 +559,7 @@ def use_engine(engine: str, data: Any) -> bool:
     (``auto``) a file or dataset above :data:`ENGINE_ABOVE`; a run database and a frame are read in memory."""
     if engine not in vocabulary.ENGINES:
         raise DataError(f"engine '{engine}': choose one of {', '.join(vocabulary.ENGINES)}.")
-    if _is_spark_frame(data):
+    if is_spark_frame(data):
         return True
     if engine != "auto" or not isinstance(data, (str, Path)):
         return engine in CELL_ENGINES
@@ -573,5 +573,6 @@ def use_engine(engine: str, data: Any) -> bool:
         return False  # the in-memory reader says what is wrong
 
 
-def _is_spark_frame(obj) -> bool:
+def is_spark_frame(obj) -> bool:
+    """Whether ``obj`` is a pyspark DataFrame (told by its type's module and name: pyspark is not imported)."""
     return type(obj).__module__.startswith("pyspark.sql") and type(obj).__name__ == "DataFrame"
