@@ -357,6 +357,7 @@ def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = Fals
 
 
 def is_run_database(source: Any) -> bool:
+    """Whether ``source`` names an `evalgauge run` database (by its suffix, as the readers tell files apart)."""
     return isinstance(source, (str, Path)) and Path(str(source)).suffix.lower() in (".sqlite", ".db")
 
 
