@@ -68,14 +68,22 @@ def test_the_counts_give_the_rows_fit_and_bootstraps(tmp_path):
                     .groupby(["lo", "hi", "item"]).ngroups}
     assert counts.presentation_order and not counts.battles_are_rows and len(counts.rows) < len(frame)
     on_counts = analyze_battle_counts(counts, n_boot=120, seed=5)
-    on_rows = analyze_pairwise(read_judgments(folder), n_boot=120, seed=5, components=False)
-    assert on_rows.components is None and on_counts.components is None  # the win indicators' G-study: rows only
+    on_rows = analyze_pairwise(read_judgments(folder), n_boot=120, seed=5)
     # the same entries in the same order: the fit, both Elo scales and both seeded bootstraps agree exactly
     _same_analysis(on_counts, on_rows)
     assert on_counts.comparison is not None
     pd.testing.assert_frame_equal(on_counts.comparison.pairs, on_rows.comparison.pairs)
     # the strengths are recovered: the last system is the strongest
     assert on_counts.table["system"].iloc[0] == "sys-5"
+    # the win indicators' G-study from the engine's cells (system x item x judge x slot) is the rows' REML
+    assert on_counts.components.method == on_rows.components.method == "reml"
+    assert on_counts.components.reml.criterion == pytest.approx(on_rows.components.reml.criterion, abs=1e-6)
+    for comp in on_rows.components.components:
+        assert on_counts.components.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-6, abs=1e-9)
+    assert on_counts.payload["mdd95_win_rate_points"] == pytest.approx(on_rows.payload["mdd95_win_rate_points"],
+                                                                        rel=1e-6)
+    # without the G-study when asked
+    assert analyze_pairwise(read_judgments(folder), n_boot=0, components=False).components is None
 
 
 def test_a_log_without_items_is_one_battle_per_judgment_with_weights(tmp_path):
@@ -141,10 +149,20 @@ def test_pairwise_cli_on_the_engine(tmp_path):
     assert out.exit_code == 0, out.output
     on_rows = json.loads((tmp_path / "p.json").read_text())
     assert on_engine["bradley_terry"] == on_rows["bradley_terry"]
-    # what needs the rows is refused on the engine, with the option to use
-    for extra in (["--human", "human"], ["--baseline", "sys-0"], ["--components-json", str(tmp_path / "c.json")]):
-        out = runner.invoke(main, ["pairwise", str(folder), "--engine", "duckdb", *extra])
-        assert out.exit_code == 2 and "use --engine pandas" in out.output
+    # the win-indicator components for `plan`, with a baseline left out, as from the rows
+    for engine in ("duckdb", "pandas"):
+        out = runner.invoke(main, ["pairwise", str(folder), "--engine", engine, "--bootstrap", "0", "--baseline",
+                                   "sys-0", "--components-json", str(tmp_path / f"c-{engine}.json")])
+        assert out.exit_code == 0, out.output
+    cells_fit = json.loads((tmp_path / "c-duckdb.json").read_text())
+    rows_fit = json.loads((tmp_path / "c-pandas.json").read_text())
+    assert cells_fit["levels"]["system"] == rows_fit["levels"]["system"] == 5
+    got = {c["component"]: c["variance"] for c in cells_fit["components"]}
+    for comp in rows_fit["components"]:
+        assert got[comp["component"]] == pytest.approx(comp["variance"], rel=1e-6, abs=1e-9)
+    # what needs every judgment's row is refused on the engine, with the option to use
+    out = runner.invoke(main, ["pairwise", str(folder), "--engine", "duckdb", "--human", "human"])
+    assert out.exit_code == 2 and "use --engine pandas" in out.output
     # columns named otherwise
     renamed = frame.rename(columns={"model_a": "left", "model_b": "right", "winner": "verdict"})
     renamed.to_parquet(tmp_path / "renamed.parquet", index=False)

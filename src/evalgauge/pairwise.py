@@ -116,6 +116,9 @@ class BattleCounts:
     battles_are_rows: bool  # no item column: every judgment is its own battle
     presentation_order: bool = False  # an order/position column says slot A is the order shown
     weighted: bool = False  # a weight column was given
+    #: an engine's distinct judgments (model_a, model_b, outcome, rows, and item, judge, variant where present):
+    #: the win indicators' cell statistics come from them (analysis.pairwise.win_indicator_cells)
+    judgments_counted: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
     def systems(self) -> tuple[str, ...]:
@@ -131,11 +134,12 @@ class BattleCounts:
         return self.rows * self.weight
 
 
-def battle_counts(frame: pd.DataFrame, *, presentation_order: bool = False) -> BattleCounts:
+def battle_counts(frame: pd.DataFrame, *, presentation_order: bool = False, keep: bool = False) -> BattleCounts:
     """Entries from a table of distinct judgments: ``model_a``, ``model_b``, ``outcome`` (1, 0, 0.5 for slot A),
-    optionally ``item`` (the battle is the pair on it) and ``weight``, and ``rows`` (judgments per row). Sorted
-    canonically (pair, item, slot, outcome, weight, by the labels' sorted order), so any reduction of the same
-    judgments gives the same entries."""
+    optionally ``item`` (the battle is the pair on it) and ``weight``, and ``rows`` (judgments per row); other
+    columns (judge, variant) are summed over. Sorted canonically (pair, item, slot, outcome, weight, by the
+    labels' sorted order), so any reduction of the same judgments gives the same entries. ``keep`` keeps the
+    table as ``judgments_counted``."""
     weighted = "weight" in frame
     items = "item" in frame
     a_codes, a_names = pd.factorize(frame["model_a"].astype(str), sort=True)
@@ -174,7 +178,8 @@ def battle_counts(frame: pd.DataFrame, *, presentation_order: bool = False) -> B
         out["item"] = np.asarray(item_labels, dtype=object)[item_codes]
     entries = Battles(systems, a, b, outcome, out)
     return BattleCounts(entries, rows.astype(np.int64), weight, battles_are_rows=not items,
-                        presentation_order=presentation_order, weighted=weighted)
+                        presentation_order=presentation_order, weighted=weighted,
+                        judgments_counted=frame if keep else None)
 
 
 def count_battles(battles: Battles, weights: np.ndarray | None = None) -> BattleCounts:

@@ -85,15 +85,24 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
 
 
 def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", reference: str | None = None,
-                          position: bool = True, n_boot: int = 200, seed: int | None = 0) -> PairwiseAnalysis:
+                          baseline: str | None = None, position: bool = True, n_boot: int = 200,
+                          seed: int | None = 0) -> PairwiseAnalysis:
     """The same analysis from judgments reduced to counts (an engine over the files, :mod:`evalgauge.io.engine`):
     Bradley-Terry, both Elo scales, both bootstraps and position bias, equal to :func:`analyze_pairwise` on the
-    rows; the win-indicator components and human agreement need the rows and are left out."""
-    if reference is not None and reference not in counts.systems:
-        raise DataError(f"`reference` '{reference}' is not among the systems ({', '.join(counts.systems)}).")
+    rows; from an engine's distinct judgments (``counts.judgments_counted``, item, judge and variant kept) also
+    the win indicators' components, from their cell statistics. Human agreement needs the rows."""
+    for name, param in ((baseline, "baseline"), (reference, "reference")):
+        if name is not None and name not in counts.systems:
+            raise DataError(f"`{param}` '{name}' is not among the systems ({', '.join(counts.systems)}).")
     notes = ["each row counts 'weight' times (arena-hard: a >> verdict is 3 battles)."] if counts.weighted else []
-    return _analyze(counts, None, source, notes, reference=reference, baseline=None, position=position,
-                    n_boot=n_boot, seed=seed, human=None, method="auto", components=False)
+    result = _analyze(counts, None, source, notes, reference=reference, baseline=baseline, position=position,
+                      n_boot=n_boot, seed=seed, human=None, method="auto", components=False)
+    if counts.judgments_counted is not None:
+        if baseline is None and len(counts.systems) == 2:
+            baseline = result.fit.reference  # two systems: one's win indicator mirrors the other's
+        result.components = _win_components_from_cells(counts.judgments_counted, baseline, result.notes,
+                                                       result.payload)
+    return result
 
 
 def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: list[str], *, reference, baseline,
@@ -206,17 +215,66 @@ def win_indicator_rows(battles: Battles, baseline: str | None = None) -> tuple[p
     return rows, design
 
 
+def win_indicator_cells(judgments: pd.DataFrame, baseline: str | None = None) -> tuple[pd.DataFrame, Design]:
+    """The win indicators' cell statistics from distinct judgments counted by an engine (``model_a``, ``model_b``,
+    ``outcome``, ``rows`` and the item, judge and variant columns present): per system x item x judge x variant x
+    slot, the count, sum and sum of squares of the indicator, and the design :func:`win_indicator_rows` gives the
+    rows (the replicates summed within cells). :class:`DesignError` as there."""
+    extra = [c for c in ("item", "judge", "variant") if c in judgments]
+    n = judgments["rows"].to_numpy(float)
+    parts = []
+    for slot, column, score in (("A", "model_a", judgments["outcome"].to_numpy(float)),
+                                ("B", "model_b", 1.0 - judgments["outcome"].to_numpy(float))):
+        part = judgments[extra].copy()
+        part.insert(0, "system", judgments[column].to_numpy())
+        part["position"] = slot
+        part["n"], part["sum"], part["sum_squares"] = n, n * score, n * score * score
+        parts.append(part)
+    both = pd.concat(parts, ignore_index=True)
+    if baseline:
+        both = both[both["system"] != baseline]
+    facets = [c for c in ("system", *extra, "position") if both[c].nunique() > 1]
+    if not ("item" in facets and "system" in facets):
+        raise DesignError("the win indicators need an 'item' column and two or more systems for their components.")
+    cells = both.groupby(facets, observed=True, sort=True)[["n", "sum", "sum_squares"]].sum().reset_index()
+    cells["n"] = cells["n"].astype(np.int64)
+    design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
+                          for f in facets))
+    return cells, design
+
+
 def _win_components(battles, baseline, method, notes, payload) -> VarianceComponents | None:
     """The variance components of the win indicators (position a fixed facet), their MDD and ceiling."""
-    from .. import dstudy  # only for logs with items: an arena's battles without them never load the G-study
     from ..estimate import estimate_components
 
     try:
         rows, design = win_indicator_rows(battles, baseline)
     except DesignError:
         return None
+    return _components_payload(lambda: estimate_components(rows, design, method=method), design, notes, payload)
+
+
+def _win_components_from_cells(judgments, baseline, notes, payload) -> VarianceComponents | None:
+    """The same components from an engine's distinct judgments (:func:`win_indicator_cells`)."""
+    from ..estimate import estimate_from_sums
+
+    empty = [c for c in ("item", "judge", "variant") if c in judgments and judgments[c].isna().any()]
+    if empty:
+        notes.append(f"the win-indicator components could not be estimated: column '{empty[0]}' is empty on some "
+                     "rows; fill it in for the G-study.")
+        return None
     try:
-        comps = estimate_components(rows, design, method=method)
+        cells, design = win_indicator_cells(judgments, baseline)
+    except DesignError:
+        return None
+    return _components_payload(lambda: estimate_from_sums(cells, design=design), design, notes, payload)
+
+
+def _components_payload(fit, design, notes, payload) -> VarianceComponents | None:
+    from .. import dstudy  # only for logs with items: an arena's battles without them never load the G-study
+
+    try:
+        comps = fit()
     except EvalGaugeError as exc:
         notes.append(f"the win-indicator components could not be estimated: {exc}")
         return None

@@ -124,9 +124,8 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     columns = {k: v for k, v in roles.items() if v}
     if _use_engine(engine, data):
         result = _pairwise_on_engine(data, columns, engine="spark" if engine == "spark" else "duckdb",
-                                     master=spark_master, reference=reference, position=position, n_boot=n_boot,
-                                     seed=seed, refused={"--baseline": baseline, "--human": human,
-                                                         "--components-json": components_json})
+                                     master=spark_master, reference=reference, baseline=baseline, position=position,
+                                     n_boot=n_boot, seed=seed, refused={"--human": human})
     else:
         judgments = read_judgments(data, encoding=encoding, sep=sep, columns=columns or None)
         from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit
@@ -181,14 +180,13 @@ def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, mast
 
     unsupported = [name for name, value in refused.items() if value]
     if unsupported:
-        raise EvalGaugeError(f"--engine {engine} analyses the battles' counts; {', '.join(unsupported)} need(s) the "
-                             "rows (the win indicators per judge and item): use --engine pandas.")
+        raise EvalGaugeError(f"--engine {engine} analyses the battles' counts; {', '.join(unsupported)} need(s) "
+                             "every judgment's row: use --engine pandas.")
     _scan_line(data)
     counts, info = reduce_battles(data, engine=engine, master=master, columns=columns)
     result = analyze_battle_counts(counts, source=data, **options)
     result.notes.append(f"engine: {engine} reduced {info['rows']:,} judgments in {info['files']} file(s) to "
-                        f"{info['entries']:,} distinct battles x verdicts; the win-indicator components need the rows "
-                        "(--engine pandas).")
+                        f"{info['entries']:,} distinct battles x verdicts.")
     result.payload["engine"] = {"name": engine, **info}
     return result
 

@@ -381,20 +381,23 @@ def _reduce_run(path: Path, score: str, drop_missing: bool, engine: str) -> tupl
 # ---------------------------------------------------------------------------
 
 #: the roles of a pairwise log and the view's plain names for them
-_PAIR_VIEW = {"model_a": "pa", "model_b": "pb", "winner": "pw", "item": "pi", "weight": "pwt"}
+_PAIR_VIEW = {"model_a": "pa", "model_b": "pb", "winner": "pw", "item": "pi", "weight": "pwt", "judge": "pj",
+              "variant": "pv"}
 
 
 def pairs_sql(roles: list[str], table: str = "battles") -> str:
     """The one SQL text both engines run for a pairwise log: its rows (columns ``pa, pb, pw`` and, when present,
-    ``pi`` for the item and ``pwt`` for the weight) grouped by every role, with the judgments per group. The
-    verdicts are coded afterwards, on the distinct values, by the rule the rows use."""
+    ``pi`` for the item, ``pwt`` for the weight, ``pj`` and ``pv`` for the judge and variant) grouped by every
+    role, with the judgments per group. The verdicts are coded afterwards, on the distinct values, by the rule
+    the rows use."""
     keys = [_PAIR_VIEW[r] for r in roles]
     return (f"SELECT {', '.join(f'CAST({k} AS STRING) AS {r}' for k, r in zip(keys, roles, strict=True))}, "
             f"COUNT(*) AS rows_read FROM {table} GROUP BY {', '.join(keys)}")
 
 
 def _pair_roles(columns: list[str], rename: dict[str, str], source) -> tuple[dict[str, str], bool]:
-    """Each role's column in the file (model_a, model_b, winner required; item and weight when present) and
+    """Each role's column in the file (model_a, model_b, winner required; item, weight, judge and variant when
+    present) and
     whether an order/position column says slot A is the order shown."""
     roles = {}
     for role in _PAIR_VIEW:
@@ -455,8 +458,9 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
         raise DataError(f"{where}: a row compares {str(name)[:80]!r} with itself; remove self-comparisons.")
     frame = pd.DataFrame({"model_a": raw["model_a"], "model_b": raw["model_b"], "outcome": outcome,
                           "rows": raw["rows_read"].to_numpy(np.int64)})
-    if "item" in roles:
-        frame["item"] = raw["item"].to_numpy()
+    for role in ("item", "judge", "variant"):
+        if role in roles:
+            frame[role] = raw[role].to_numpy()
     if "weight" in roles:
         weight = pd.to_numeric(raw["weight"], errors="coerce").to_numpy(float)
         bad = np.flatnonzero(~(np.isfinite(weight) & (weight >= 0)))
@@ -466,7 +470,7 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
             where = locate("empty", "weight", None) if pd.isna(label) else locate("equals", "weight", label)
             raise DataError(f"{where}: column 'weight' {held}; it must hold non-negative numbers on every row.")
         frame["weight"] = weight
-    counts = battle_counts(frame, presentation_order=order)
+    counts = battle_counts(frame, presentation_order=order, keep="item" in roles)
     battles = int(counts.entries.frame["battle"].max()) + 1 if len(frame) else 0
     return counts, {"rows": counts.judgments, "files": files, "entries": len(counts.rows),
                     "battles": counts.judgments if counts.battles_are_rows else battles}
