@@ -104,3 +104,10 @@ def test_a_value_of_the_wrong_type_is_named_with_its_row_and_column(tmp_path):
         write_calls_parquet(db, str(tmp_path / "x.parquet"))
     out = CliRunner().invoke(main, ["export", str(db), "--format", "parquet", "-o", str(tmp_path / "y.parquet")])
     assert out.exit_code == 2 and "calls row 3" in out.output and not (tmp_path / "y.parquet").exists()
+    con = sqlite3.connect(db)
+    con.execute("UPDATE calls SET score = 3.0, input_tokens = 99999999999999999999 WHERE key = '0|2|0|1'")
+    con.commit()
+    con.close()
+    # SQLite keeps an integer beyond 64 bits as a real: named as a value of the wrong kind
+    with pytest.raises(DataError, match=r"calls row 3, column 'input_tokens' holds '1e\+20', not int64"):
+        write_calls_parquet(db, str(tmp_path / "z.parquet"))

@@ -84,7 +84,6 @@ def judgments_from_calls(calls: pd.DataFrame, path: Path) -> pd.DataFrame:
     return frame
 
 
-
 #: a calls column's declared SQLite type as an Arrow type (Parquet export)
 _ARROW_TYPES = {"TEXT": "string", "REAL": "float64", "INTEGER": "int64"}
 
@@ -123,7 +122,11 @@ def _typed(path: Path, column: str, values: tuple, kind, offset: int):
         return pa.array(values, type=kind)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         python = {pa.string(): str, pa.float64(): (int, float), pa.int64(): int}[kind]
-        row = next(k for k, v in enumerate(values) if v is not None and not isinstance(v, python))
+        row = next((k for k, v in enumerate(values) if v is not None and not isinstance(v, python)), None)
+        if row is None:  # every value of the right kind, yet refused: named by its rows' range
+            raise DataError(f"{path}: column '{column}' holds a value out of the range of {kind} in calls rows "
+                            f"{offset + 1}-{offset + len(values)}; the run database was changed by hand or is "
+                            "damaged.") from None
         raise DataError(f"{path}: calls row {offset + row + 1}, column '{column}' holds {str(values[row])[:80]!r}, "
                         f"not {kind}; the run database was changed by hand or is damaged.") from None
 
