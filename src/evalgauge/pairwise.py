@@ -452,19 +452,25 @@ def aggregate(battles: Battles, weights: np.ndarray | None = None) -> tuple[Batt
     Sufficient for the Bradley-Terry fit and the battle-resampling (naive) bootstrap: a million battles
     among 100 models become at most 100 x 99 x 3 rows.
     """
+    collapsed, onto = _collapse(battles)
     w = np.ones(battles.n) if weights is None else np.asarray(weights, float)
+    return collapsed, np.bincount(onto, weights=w, minlength=collapsed.n)
+
+
+def _collapse(battles: Battles) -> tuple[Battles, np.ndarray]:
+    """The distinct (slot-A system, slot-B system, outcome) of ``battles``, in key order, and which of them each
+    battle is: weights are summed onto them with one bincount (linear, no sort)."""
     m = len(battles.systems)
     y_code = np.rint(battles.outcome * 2).astype(np.int64)  # 0 (B wins), 1 (tie), 2 (A wins)
     key = (battles.a * m + battles.b) * 3 + y_code
-    counts = np.bincount(key, weights=w, minlength=m * m * 3)
     present = np.flatnonzero(np.bincount(key, minlength=m * m * 3))
-    counts = counts[present]
+    position = np.zeros(m * m * 3, dtype=np.int64)
+    position[present] = np.arange(present.size)
     a, rest = np.divmod(present, m * 3)
     b, y_code = np.divmod(rest, 3)
-    y = y_code / 2.0
     frame = pd.DataFrame({"model_a": np.asarray(battles.systems)[a], "model_b": np.asarray(battles.systems)[b],
                           "battle": np.arange(len(a))})
-    return Battles(battles.systems, a, b, y, frame), counts
+    return Battles(battles.systems, a, b, y_code / 2.0, frame), position[key]
 
 
 def comparison_groups(battles: Battles) -> list[list[str]]:
@@ -579,14 +585,9 @@ def _bootstrap_counts(counts: BattleCounts, fit, method, n_boot, level, seed, po
     # the likelihood sees a resample only through its (slot A, slot B, outcome) totals: the entries are collapsed
     # to those once, and each resample's weights summed onto them, so a refit costs the same for a million battles
     # on items as for the pair table
-    m = len(counts.systems)
-    key = (entries.a * m + entries.b) * 3 + np.rint(entries.outcome * 2).astype(np.int64)
-    totals, onto = np.unique(key, return_inverse=True)
-    a, rest = np.divmod(totals, m * 3)
-    b, y_code = np.divmod(rest, 3)
-    collapsed = Battles(counts.systems, a, b, y_code / 2.0, pd.DataFrame({"battle": np.arange(totals.size)}))
+    collapsed, onto = _collapse(entries)
     for r in range(n_boot):
-        weights = np.bincount(onto, weights=resample() * counts.weight, minlength=totals.size)
+        weights = np.bincount(onto, weights=resample() * counts.weight, minlength=collapsed.n)
         draws[r] = fit_bt(collapsed, reference=fit.reference, ties=ties, position=position, weights=weights,
                           start=fit, se=False, ridge=ridge).theta
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
