@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import best_of, measure
+from bench_engine import best_of, measure, print_ratio
 
 FLOOR = """
 import sys, duckdb
@@ -75,10 +75,8 @@ def main() -> None:
         cli = [sys.executable, "-m", "evalgauge.cli", "pairwise", str(folder), "--engine", "duckdb"]
         ours_s, floor_s, ours_peak = best_of([*cli, "--bootstrap", "0", "--json", str(out_json)],
                                              [sys.executable, "-c", FLOOR, str(folder)])
-        ratio = ours_s / floor_s
-        print(f"DuckDB's own group-by to pair counts (the floor), whole process, best of 3: {floor_s:7.2f} s")
-        print(f"evalgauge pairwise --engine duckdb --bootstrap 0, whole process, best of 3: {ours_s:7.2f} s   "
-              f"ratio {ratio:.2f}x (target <= 2x: {'met' if ratio <= 2 else 'NOT met'})")
+        print_ratio("DuckDB's own group-by to pair counts (the floor), whole process, best of 3:", floor_s,
+                    "evalgauge pairwise --engine duckdb --bootstrap 0, whole process, best of 3:", ours_s)
         print(f"evalgauge's peak memory: {ours_peak:.2f} GiB")
         boot_s = measure([*cli, "--json", str(Path(tmp) / "boot.json")])[0]
         print(f"the default run (both bootstraps, 200 resamples each, on the counts), whole process: {boot_s:.2f} s")

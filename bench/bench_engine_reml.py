@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_engine import measure
 
 IN_MEMORY = """
 import json, sys
@@ -70,20 +70,6 @@ def write_log(folder: Path, systems: int, items: int, judges: int, reps: int, mi
     return rows
 
 
-def run(cmd: list[str]) -> tuple[str, float, float]:
-    """stdout, wall seconds and peak resident memory (GiB) of a child process."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        out.seek(0)
-        err.seek(0)
-        if status:
-            raise SystemExit(err.read()[-2000:])
-        return out.read(), wall, usage.ru_maxrss / 1024**2
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", type=int, default=100)
@@ -100,9 +86,9 @@ def main() -> None:
         print(f"{rows:,} rows ({args.systems} systems x {args.items:,} items x {args.judges} judges x {args.reps} "
               f"replicates, {100 * args.missing:g}% of the cells absent)")
         out_json = Path(tmp) / "components.json"
-        _, engine_s, engine_mem = run([sys.executable, "-m", "evalgauge.cli", "components", str(folder), "--engine",
-                                       "duckdb", "--json", str(out_json)])
-        text, memory_s, memory_mem = run([sys.executable, "-c", IN_MEMORY, str(folder)])
+        engine_s, engine_mem, _ = measure([sys.executable, "-m", "evalgauge.cli", "components", str(folder),
+                                           "--engine", "duckdb", "--json", str(out_json)])
+        memory_s, memory_mem, text = measure([sys.executable, "-c", IN_MEMORY, str(folder)])
         rows_fit = json.loads(text.strip().splitlines()[-1])
         cells_fit = json.loads(out_json.read_text())
         got = {c["component"]: c["variance"] for c in cells_fit["components"]}

@@ -92,22 +92,24 @@ def test_export_streams_the_calls_in_pieces_with_the_tables_types(tmp_path):
     assert csv["score"].isna().sum() == 1 and csv["replicate"].dtype == np.int64
 
 
-def test_a_value_of_the_wrong_type_is_named_with_its_row_and_column(tmp_path):
+def _edit(db, sql: str) -> None:
+    """A hand edit of the run database, as a user might make one."""
     import sqlite3
 
-    db = run_database(tmp_path / "run.sqlite", systems=1, items=4, judges=1, reps=1)
     con = sqlite3.connect(db)
-    con.execute("UPDATE calls SET score = 'three' WHERE key = '0|2|0|1'")
+    con.execute(sql)
     con.commit()
     con.close()
+
+
+def test_a_value_of_the_wrong_type_is_named_with_its_row_and_column(tmp_path):
+    db = run_database(tmp_path / "run.sqlite", systems=1, items=4, judges=1, reps=1)
+    _edit(db, "UPDATE calls SET score = 'three' WHERE key = '0|2|0|1'")
     with pytest.raises(DataError, match=r"run\.sqlite: calls row 3, column 'score' holds 'three', not double"):
         write_calls_parquet(db, str(tmp_path / "x.parquet"))
     out = CliRunner().invoke(main, ["export", str(db), "--format", "parquet", "-o", str(tmp_path / "y.parquet")])
     assert out.exit_code == 2 and "calls row 3" in out.output and not (tmp_path / "y.parquet").exists()
-    con = sqlite3.connect(db)
-    con.execute("UPDATE calls SET score = 3.0, input_tokens = 99999999999999999999 WHERE key = '0|2|0|1'")
-    con.commit()
-    con.close()
+    _edit(db, "UPDATE calls SET score = 3.0, input_tokens = 99999999999999999999 WHERE key = '0|2|0|1'")
     # SQLite keeps an integer beyond 64 bits as a real: named as a value of the wrong kind
     with pytest.raises(DataError, match=r"calls row 3, column 'input_tokens' holds '1e\+20', not int64"):
         write_calls_parquet(db, str(tmp_path / "z.parquet"))

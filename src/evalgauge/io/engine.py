@@ -342,18 +342,27 @@ def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = Fals
     empty scores dropped, cells). ``engine`` is ``duckdb`` (this machine) or ``spark`` (at ``master``); a pyspark
     DataFrame is reduced on its own session. A run database's judgments are first streamed, a piece at a time,
     to a temporary Parquet file that DuckDB reduces."""
-    if engine not in CELL_ENGINES:
-        raise DataError(f"engine '{engine}': choose one of {', '.join(CELL_ENGINES)}.")
+    _check_engine(engine)
     if is_spark_frame(source):
         return reduce_spark_frame(source, score=score, drop_missing=drop_missing)
     if is_run_database(source):
         return _reduce_run(Path(str(source)), score, drop_missing, engine)
-    parts = _parts(source)
-    root = Path(str(source)) if Path(str(source)).is_dir() else None
-    check_schemas(parts)
+    parts, root = _checked_parts(source)
     if engine == "spark":
         return _reduce_spark(parts, root, score, source, drop_missing, master)
     return _reduce_duckdb(parts, root, score, source, drop_missing)
+
+
+def _check_engine(engine: str) -> None:
+    if engine not in CELL_ENGINES:
+        raise DataError(f"engine '{engine}': choose one of {', '.join(CELL_ENGINES)}.")
+
+
+def _checked_parts(source) -> tuple[list[Path], Path | None]:
+    """A file's or a dataset's parts, their root folder (for hive partitions) and their schemas compared."""
+    parts = _parts(source)
+    check_schemas(parts)
+    return parts, Path(str(source)) if Path(str(source)).is_dir() else None
 
 
 def is_run_database(source: Any) -> bool:
@@ -546,13 +555,10 @@ def reduce_battles(source: Any, *, engine: str = "duckdb", master: str = "local[
     slot-B system, verdict, item and weight with their judgments), and what was read. ``columns`` maps a role to
     the file's column (``{"winner": "verdict"}``)."""
     rename = columns or {}
-    if engine not in CELL_ENGINES:
-        raise DataError(f"engine '{engine}': choose one of {', '.join(CELL_ENGINES)}.")
+    _check_engine(engine)
     if is_spark_frame(source):
         return reduce_spark_pairs(source, rename=rename)
-    parts = _parts(source)
-    root = Path(str(source)) if Path(str(source)).is_dir() else None
-    check_schemas(parts)
+    parts, root = _checked_parts(source)
     if engine == "spark":
         frame = _spark_frame(spark_session(master), parts, root)
         return reduce_spark_pairs(frame, rename=rename, source=str(source), files=len(parts))
