@@ -195,10 +195,11 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
     from them (``plan``, ``ceiling``, ``interval``); ``compare`` and ``report`` need the rows.
     """
     from .estimate import estimate_components, resolve_model
-    from .io.engine import use_engine
+    from .io.engine import engine_for
 
-    if use_engine(engine, judgments):
-        return _fit_on_engine(judgments, engine, spark_master, drop_missing, object=object, facets=facets,
+    chosen = engine_for(engine, judgments)
+    if chosen:
+        return _fit_on_engine(judgments, chosen, spark_master, drop_missing, object=object, facets=facets,
                               refused={"design": design, "formula": formula, "n_boot": n_boot,
                                        "method": method != "auto"}, **design_options)
     judgments = read(judgments)
@@ -225,8 +226,7 @@ def _fit_on_engine(data: Any, engine: str, master: str, drop_missing: bool, *, r
         raise DesignError(f"fit on an engine fits the design's cells; {', '.join(unsupported)} need(s) the rows: "
                           "engine='pandas'.")
     score = design_options.pop("score", "score")
-    cells, _ = reduce_cells(data, score=score, drop_missing=drop_missing,
-                            engine="spark" if engine == "spark" else "duckdb", master=master)
+    cells, _ = reduce_cells(data, score=score, drop_missing=drop_missing, engine=engine, master=master)
     source = "the Spark frame" if not isinstance(data, (str, Path)) else str(data)
     design = cells_design(cells, score=score, **design_options)
     vc = estimate_from_sums(cells, score=score, source=source, design=design)

@@ -264,11 +264,11 @@ def engine_options(func: Callable) -> Callable:
                              "--spark-master), auto (duckdb for a file or dataset above 2 GiB).")(func)
 
 
-def _use_engine(engine: str, data: str) -> bool:
-    """Whether DATA is reduced by an engine (:func:`evalgauge.io.engine.use_engine`)."""
-    from ..io.engine import use_engine
+def _engine_for(engine: str, data: str) -> str | None:
+    """The engine that reduces DATA, or None to read it (:func:`evalgauge.io.engine.engine_for`)."""
+    from ..io.engine import engine_for
 
-    return use_engine(engine, data)
+    return engine_for(engine, data)
 
 
 def _scan_line(data: str) -> None:

@@ -15,8 +15,8 @@ from .base import (
     _console,
     _drop_empty,
     _emit,
+    _engine_for,
     _scan_line,
-    _use_engine,
     _write_frame,
     engine_options,
     estimate_components,
@@ -122,10 +122,11 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     """
     roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
     columns = {k: v for k, v in roles.items() if v}
-    if _use_engine(engine, data):
-        result = _pairwise_on_engine(data, columns, engine="spark" if engine == "spark" else "duckdb",
-                                     master=spark_master, reference=reference, baseline=baseline, position=position,
-                                     n_boot=n_boot, seed=seed, refused={"--human": human})
+    chosen = _engine_for(engine, data)
+    if chosen:
+        result = _pairwise_on_engine(data, columns, engine=chosen, master=spark_master, reference=reference,
+                                     baseline=baseline, position=position, n_boot=n_boot, seed=seed,
+                                     refused={"--human": human})
     else:
         judgments = read_judgments(data, encoding=encoding, sep=sep, columns=columns or None)
         from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit

@@ -32,6 +32,7 @@ from .base import (
     _design,
     _drop_empty,
     _emit,
+    _engine_for,
     _fit_progress,
     _int_list,
     _load,
@@ -39,7 +40,6 @@ from .base import (
     _name_values,
     _refuse_unusable,
     _scan_line,
-    _use_engine,
     code_data,
     design_options,
     engine_options,
@@ -89,10 +89,11 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
       evalgauge components triviaqa.csv --system exam_model --item question_id --judge judge_model
     """
     boot = {"n_boot": n_boot, "level": level, "seed": seed}
-    if _use_engine(engine, data):
+    chosen = _engine_for(engine, data)
+    if chosen:
         _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
-                              drop_missing, n_boot, by, glmm, keep, json_out, read,
-                              engine="spark" if engine == "spark" else "duckdb", master=spark_master)
+                              drop_missing, n_boot, by, glmm, keep, json_out, read, engine=chosen,
+                              master=spark_master)
         return
     data, _ = _load(data, keep=keep, **read)
     model = _model(data, formula, score, facets, nest, replicate, fixed, object_, terms, max_order)
@@ -155,9 +156,10 @@ def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
       evalgauge balance judgments/ --engine duckdb       # from the cells DuckDB counts over the files
     """
     source = data
-    if _use_engine(engine, data):
+    chosen = _engine_for(engine, data)
+    if chosen:
         report, design = _balance_on_engine(data, score, facets, nest, fixed, object_, terms, max_order,
-                                            drop_missing, engine, spark_master, read)
+                                            drop_missing, chosen, spark_master, read)
     else:
         data, _ = _load(data, **read)
         design = _design(data, score, facets, nest, replicate, fixed, object_, terms, max_order)
@@ -184,8 +186,7 @@ def _balance_on_engine(data, score, facets, nest, fixed, object_, terms, max_ord
                              "rows: use --engine pandas.")
     _scan_line(data)
     name = score or "score"
-    cells, _ = reduce_cells(data, score=name, drop_missing=drop_missing,
-                            engine="spark" if engine == "spark" else "duckdb", master=master)
+    cells, _ = reduce_cells(data, score=name, drop_missing=drop_missing, engine=engine, master=master)
     design = cells_design(cells, score=name, facets=facets, nest=nest, fixed=fixed, object=object_, terms=terms,
                           max_order=max_order)
     return balance_of_cells(cells, design), design

@@ -565,23 +565,24 @@ def reduce_battles(source: Any, *, engine: str = "duckdb", master: str = "local[
     return _reduce_pairs_duckdb(parts, root, rename, source)
 
 
-def use_engine(engine: str, data: Any) -> bool:
-    """Whether ``data`` is reduced by an engine: ``duckdb`` or ``spark`` asked for, a pyspark DataFrame, or
-    (``auto``) a file or dataset above :data:`ENGINE_ABOVE`; a run database and a frame are read in memory."""
+def engine_for(engine: str, data: Any) -> str | None:
+    """The engine that reduces ``data`` (``duckdb`` or ``spark``), or None to read it in memory: the engine asked
+    for, ``spark`` for a pyspark DataFrame, and for ``auto`` DuckDB on a file or dataset above
+    :data:`ENGINE_ABOVE` (a run database and a frame are read in memory)."""
     if engine not in vocabulary.ENGINES:
         raise DataError(f"engine '{engine}': choose one of {', '.join(vocabulary.ENGINES)}.")
     if is_spark_frame(data):
-        return True
+        return "spark"
     if engine != "auto" or not isinstance(data, (str, Path)):
-        return engine in CELL_ENGINES
+        return engine if engine in CELL_ENGINES else None
     path = Path(data)
     if path.suffix.lower() in (".sqlite", ".db"):
-        return False
+        return None
     try:
         parts = dataset_parts(data) if is_dataset(data) else [path]
-        return sum(p.stat().st_size for p in parts) > ENGINE_ABOVE
+        return "duckdb" if sum(p.stat().st_size for p in parts) > ENGINE_ABOVE else None
     except (OSError, EvalGaugeError):
-        return False  # the in-memory reader says what is wrong
+        return None  # the in-memory reader says what is wrong
 
 
 def is_spark_frame(obj) -> bool:
