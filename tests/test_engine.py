@@ -91,6 +91,27 @@ def bad_logs(tmp_path):
     return frame, bad, texty, holes
 
 
+def unnamed_judges(tmp_path, frame):
+    """``frame`` in two parts, three judgments of b.parquet without a judge."""
+    folder = tmp_path / "unnamed"
+    folder.mkdir()
+    frame.iloc[:200].to_parquet(folder / "a.parquet", index=False)
+    rest = frame.iloc[200:].copy()
+    rest.loc[rest.index[[4, 9, 30]], "judge"] = None
+    rest.to_parquet(folder / "b.parquet", index=False)
+    return folder
+
+
+def test_an_empty_facet_label_is_named_by_file_and_column(tmp_path):
+    frame, *_ = bad_logs(tmp_path)
+    folder = unnamed_judges(tmp_path, frame)
+    out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb"])
+    assert out.exit_code == 2, out.output
+    assert f"{folder / 'b.parquet'}: column 'judge' is empty in 3 of 480 judgment(s)" in out.output
+    out = CliRunner().invoke(main, ["balance", str(folder), "--engine", "duckdb"])
+    assert out.exit_code == 2 and "column 'judge' is empty" in out.output
+
+
 def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     frame, bad, texty, holes = bad_logs(tmp_path)
     out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])

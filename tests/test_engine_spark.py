@@ -22,7 +22,7 @@ from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
 from evalgauge.io.engine import reduce_cells, spark_session
 from evalgauge.simulate import simulate, sizing_preset
-from test_engine import bad_logs
+from test_engine import bad_logs, unnamed_judges
 
 pytestmark = pytest.mark.subprocess
 
@@ -97,12 +97,15 @@ def test_spark_reduces_to_duckdbs_cells_and_the_rows_components(spark, tmp_path)
 
 
 def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
-    _, _, texty, holes = bad_logs(tmp_path)  # the same datasets as DuckDB's checks
+    frame, _, texty, holes = bad_logs(tmp_path)  # the same datasets as DuckDB's checks
     with pytest.raises(DataError, match=rf"^{texty / 'b.csv'}: column 'score' holds 'n/a'"):
         reduce_cells(texty, engine="spark", master="local[2]")
     with pytest.raises(DataError, match=r"7 of 480 judgment\(s\) have an empty 'score' \(the first in .*a\.parquet\)"):
         reduce_cells(holes, engine="spark", master="local[2]")
     assert reduce_cells(holes, engine="spark", master="local[2]", drop_missing=True)[1]["empty_dropped"] == 7
+    unnamed = unnamed_judges(tmp_path, frame)
+    with pytest.raises(DataError, match=r"b\.parquet: column 'judge' is empty in 3 of 480 judgment\(s\)"):
+        reduce_cells(unnamed, engine="spark", master="local[2]")
     out = CliRunner().invoke(main, ["components", str(holes), "--engine", "spark", "--spark-master", "local[2]",
                                     "--bootstrap", "100"])
     assert out.exit_code == 2 and "--engine spark fits REML on the cells alone" in out.output

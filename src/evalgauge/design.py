@@ -356,7 +356,7 @@ def infer_design(
 
 
 def _levels(values, shown: int = 4) -> str:
-    levels = [str(v) for v in dict.fromkeys(values.dropna())]
+    levels = [str(v) for v in values.dropna().unique()]  # in order of appearance
     return ", ".join(levels[:shown]) + (f" and {len(levels) - shown} more" if len(levels) > shown else "")
 
 

@@ -128,8 +128,11 @@ def cells_design(cells, *, score: str = "score", n: str = "n", total: str = "sum
     (:func:`evalgauge.design.infer_design` on the cell means)."""
     from ..design import infer_design
 
-    view = cells.drop(columns=[n, total, squares]).assign(**{score: cells[total] / cells[n]})
-    return infer_design(view, score=score, **design_options)
+    # the design is read from the column names and each facet's levels, never from the scores: the view shares
+    # the cells' columns (no copy of ten million cells) and stands the counts in for the score column
+    view = pd.DataFrame({**{c: cells[c] for c in cells.columns if c not in (n, total, squares)}, score: cells[n]},
+                        copy=False)
+    return infer_design(Judgments(view, "the cells"), score=score, **design_options)
 
 
 def estimate_from_sums(cells, *, score: str = "score", n: str = "n", total: str = "sum",
@@ -177,20 +180,35 @@ def _anova_from_sums(cells, design: Design, n: str, total: str, squares: str) ->
         grouped = cells.groupby(keys, sort=True, observed=True)[[n, total, squares]].sum().reset_index()
         coded = _grid_codes(grouped, keys, one_per_cell=True)
     flat, shape = coded
-    counts = grouped[n].to_numpy(dtype=np.float64)
-    if len(grouped) != int(np.prod(shape)) or counts.min() != counts.max():
+    counts = grouped[n].to_numpy()
+    if len(grouped) != int(np.prod(shape)) or counts.min() != counts.max() or counts.min() <= 0:
         return None
+    per_cell = float(counts[0])
     sums = grouped[total].to_numpy(dtype=np.float64)
     mean = np.empty(shape)
-    mean.reshape(-1)[flat] = sums / counts  # every cell is written: the grid is complete
-    # sum of squares within each cell, squares - sum^2 / n, in place: ten million cells make no temporaries
-    within_cell = np.square(sums)
-    within_cell /= counts
-    np.subtract(grouped[squares].to_numpy(dtype=np.float64), within_cell, out=within_cell)
-    within = float(np.clip(within_cell, 0.0, None, out=within_cell).sum())
-    vc = anova_from_cell_means(design, mean, int(counts[0]), within)
+    mean.reshape(-1)[flat] = sums  # every cell is written: the grid is complete
+    mean /= per_cell
+    within = _within_cells(sums, grouped[squares].to_numpy(dtype=np.float64), per_cell)
+    vc = anova_from_cell_means(design, mean, int(per_cell), within)
     return _replace(vc, method_reason="a complete balanced block reduced from the files (engine): closed-form ANOVA "
                                       "on the cell means")
+
+
+def _within_cells(sums, squares, per_cell: float, slab: int = 1 << 18) -> float:
+    """The within-cell sum of squares, the sum over cells of ``squares - sums^2 / n`` (each cell's difference
+    taken on its own and a rounding below zero counted as zero: subtracting the totals instead would lose the
+    digits a large mean takes), a slab of cells at a time so that no temporary is the size of the cells."""
+    import numpy as np
+
+    total = 0.0
+    buffer = np.empty(min(slab, sums.size))
+    for start in range(0, sums.size, slab):
+        part = buffer[: min(slab, sums.size - start)]
+        np.square(sums[start:start + slab], out=part)
+        part /= -per_cell
+        part += squares[start:start + slab]
+        total += float(np.maximum(part, 0.0, out=part).sum())
+    return total
 
 
 def _level_codes(column: pd.Series):
@@ -224,8 +242,10 @@ def _grid_codes(cells, keys: list[str], *, one_per_cell: bool = False):
         return flat, shape
     if len(cells.columns) != len(keys) + 3 or len(cells) != int(np.prod(shape)) or not len(cells):
         return None
-    # as many rows as the grid has cells: the complete grid exactly when no combination repeats
-    if np.bincount(flat, minlength=len(cells)).max() > 1:
+    # as many rows as the grid has cells: the complete grid exactly when every cell is reached
+    seen = np.zeros(len(cells), dtype=bool)
+    seen[flat] = True
+    if not seen.all():
         return None
     return flat, shape
 

@@ -205,7 +205,7 @@ def anova_table(design: Design, cell_mean: np.ndarray, replicates: int,
     df: dict[frozenset[str], float] = {}
     for e in every:
         key = frozenset(e.facets)
-        ss[key] = (n_obs / _cells(key, levels)) * float(np.sum(means.effect(e) ** 2))
+        ss[key] = (n_obs / _cells(key, levels)) * means.sum_of_squares(e)
         df[key] = float(np.prod([levels[f] - 1 for f in e.primary]) * np.prod([levels[f] for f in e.nesting]))
 
     host_of = {frozenset(e.facets): _host(e, included_sets) for e in every if frozenset(e.facets) not in included_sets}
@@ -302,25 +302,42 @@ class _MarginalMeans:
     def __init__(self, centred: np.ndarray, names: tuple[str, ...]):
         self._a = centred
         self._axis = {n: k for k, n in enumerate(names)}
-        self._cache: dict[frozenset[str], np.ndarray] = {}
+        self._cache: dict[frozenset[str], np.ndarray] = {frozenset(names): centred}
 
     def mean(self, facets: frozenset[str]) -> np.ndarray:
         if facets not in self._cache:
-            drop = tuple(k for n, k in self._axis.items() if n not in facets)
-            self._cache[facets] = self._a.mean(axis=drop, keepdims=True) if drop else self._a
+            # from the smallest cached margin that holds these facets: in a complete block the mean of means is
+            # the mean, and a margin is far smaller than the cells
+            source = min((k for k in self._cache if facets <= k), key=lambda k: self._cache[k].size)
+            drop = tuple(self._axis[n] for n in source - facets)
+            self._cache[facets] = self._cache[source].mean(axis=drop, keepdims=True)
         return self._cache[facets]
 
-    def effect(self, effect: Effect) -> np.ndarray:
-        """The effect's estimated level effects: Moebius inversion over its primary facets."""
+    def sum_of_squares(self, effect: Effect) -> float:
+        """The sum over the effect's levels of its squared estimated level effects: the Moebius inversion over
+        its primary facets, accumulated in place a slab at a time (the highest interaction spans every cell: a
+        slab that stays in the processor's cache instead of temporaries the size of the cell array)."""
         nesting = frozenset(effect.nesting)
         primary = effect.primary
-        out = None
-        for r in range(len(primary) + 1):
-            sign = -1.0 if (len(primary) - r) % 2 else 1.0
-            for sub in itertools.combinations(primary, r):
-                term = self.mean(nesting | frozenset(sub))
-                out = sign * term if out is None else out + sign * term
-        return out
+        top = self.mean(nesting | frozenset(primary))
+        signed = [(self.mean(nesting | frozenset(sub)), (len(primary) - r) % 2 == 0)
+                  for r in range(len(primary)) for sub in itertools.combinations(primary, r)]
+        # slabs along the first axis with more than one level (the rest of the axes whole in each slab)
+        axis = next((k for k, size in enumerate(top.shape) if size > 1), 0)
+        step = max(1, _SLAB * top.shape[axis] // max(1, top.size))
+        total = 0.0
+        for start in range(0, top.shape[axis], step):
+            slab = (slice(None),) * axis + (slice(start, start + step),)
+            out = np.array(top[slab], dtype=np.float64, copy=True)
+            for term, add in signed:
+                (np.add if add else np.subtract)(out, term if term.shape[axis] == 1 else term[slab], out=out)
+            flat = out.reshape(-1)
+            total += float(flat @ flat)
+        return total
+
+
+#: cells per slab of the in-place effect sums (2 MB of doubles)
+_SLAB = 1 << 18
 
 
 def _cells(facets: frozenset[str], levels: dict[str, int]) -> int:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
-from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
 from .criterion import Evaluation, RemlProblem
@@ -176,6 +175,8 @@ def _newton_step(hess: np.ndarray, g: np.ndarray) -> np.ndarray | None:
 
 
 def _lbfgsb(theta, cur, ev):
+    from scipy.optimize import minimize  # here: a closed-form fit never pays for importing the optimiser
+
     def fun(t):
         e = ev(np.maximum(t, 0.0))
         return e.deviance, e.gradient

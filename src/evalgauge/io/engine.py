@@ -188,15 +188,28 @@ def _check_scores(n: int, unread: int, score: str, source, drop_missing: bool, q
     return empty
 
 
+def _check_labels(empty: list[int], facets: list[str], rows: int, query, label: str | None = None) -> None:
+    """``empty[k]``: the judgments whose facet ``k`` is empty (counted from the cells). Any is a
+    :class:`DataError` naming the facet's column and the first file holding one (or ``label``), found by a query
+    that runs only then and stops at that row."""
+    k = next((k for k, count in enumerate(empty) if count), None)
+    if k is None:
+        return
+    where = label or _path(query(f"SELECT {_FILE} FROM judgments WHERE f{k} IS NULL LIMIT 1")[0])
+    raise DataError(f"{where}: column '{facets[k]}' is empty in {empty[k]} of {rows} judgment(s); every judgment "
+                    f"names its {facets[k]}: fill these in or remove the rows.")
+
+
 def _cells(raw: pd.DataFrame, facets: list[str], rows: int, empty: int, files: int) -> tuple[pd.DataFrame, dict]:
     """The engine's checked groups renamed to the facets (cells whose every score was empty left out)."""
     kept = raw[N].to_numpy() > 0
     if not kept.all():
         raw = raw[kept].reset_index(drop=True)
     # renamed where they are: ten million cells are not copied for a name
-    cells = raw.drop(columns="unread")
+    cells = raw.drop(columns="unread") if "unread" in raw.columns else raw
     cells.columns = [*facets, N, SUM, SQUARES]
-    cells[N] = cells[N].astype("int64")
+    if cells[N].dtype != "int64":
+        cells[N] = cells[N].astype("int64")
     return cells, {"rows": rows, "files": files, "empty_dropped": empty, "cells": len(cells)}
 
 
@@ -219,15 +232,49 @@ def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, dro
         view = rel.select(", ".join([f'"{c}" AS f{k}' for k, c in enumerate(facets)]
                                     + [f'"{score}" AS {_SCORE}', f"filename AS {_FILE}"]))
         con.register("judgments", view)
-        # through Arrow with the facets dictionary-encoded: ten million cells' labels as codes, not Python strings
+        # through Arrow: ten million cells' labels never become Python strings (see _categorical_frame)
         table = _arrow(con, cells_sql(len(facets)))
         n, unread = (int(pc.sum(table[c]).as_py() or 0) for c in (N, "unread"))
-        empty = _check_scores(n, unread, score, source, drop_missing, lambda sql: con.execute(sql).fetchone(), label)
+        query = lambda sql: con.execute(sql).fetchone()  # noqa: E731 - the checks' one way to ask
+        judged = pc.add(table[N], table["unread"])
+        _check_labels([int(pc.sum(pc.filter(judged, pc.is_null(table.column(k)))).as_py() or 0)
+                       if table.column(k).null_count else 0 for k in range(len(facets))],
+                      facets, n + unread, query, label)
+        empty = _check_scores(n, unread, score, source, drop_missing, query, label)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
-    raw = table.to_pandas(strings_to_categorical=True, self_destruct=True, split_blocks=True)
+    raw = _categorical_frame(table, len(facets))
     del table
     return _cells(raw, facets, n + unread, empty, len(parts))
+
+
+def _categorical_frame(table, n_facets: int) -> pd.DataFrame:
+    """The engine's cells (facets, count, sum, sum of squares) as a frame whose facet labels are categoricals:
+    each batch's labels dictionary-encoded by Arrow and the batches' dictionaries unified (the facets side by side
+    on two threads; Arrow's kernels leave the interpreter free), so ten million cells' labels never become Python
+    strings."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def categorical(k: int) -> pd.Categorical:
+        column = table.column(k)
+        encoded = pa.chunked_array([pc.dictionary_encode(chunk) for chunk in column.chunks],
+                                   type=pa.dictionary(pa.int32(), column.type)).unify_dictionaries()
+        if not encoded.num_chunks:
+            return pd.Categorical([])
+        codes = np.concatenate([chunk.indices.fill_null(-1).to_numpy() for chunk in encoded.chunks])
+        return pd.Categorical.from_codes(codes, categories=encoded.chunk(0).dictionary.to_pandas(), validate=False)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        columns = dict(zip(table.column_names[:n_facets], pool.map(categorical, range(n_facets)), strict=True))
+    # the counts widened while the batches are joined (one copy, not two); the unread count stays behind
+    for name, dtype in ((N, np.int64), (SUM, np.float64), (SQUARES, np.float64)):
+        chunks = [chunk.to_numpy(zero_copy_only=False) for chunk in table.column(name).chunks]
+        columns[name] = np.concatenate(chunks, dtype=dtype) if chunks else np.empty(0, dtype)
+    return pd.DataFrame(columns, copy=False)
 
 
 def _duckdb_connect():
@@ -322,8 +369,11 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
             warnings.simplefilter("ignore")
             raw = spark.sql(cells_sql(len(facets), table=name)).toPandas()
         n, unread = int(raw[N].sum()), int(raw["unread"].sum())
-        empty = _check_scores(n, unread, score, source, drop_missing,
-                              lambda sql: tuple(spark.sql(sql.replace("FROM judgments", f"FROM {name}")).first()))
+        query = lambda sql: tuple(spark.sql(sql.replace("FROM judgments", f"FROM {name}")).first())  # noqa: E731
+        judged = raw[N] + raw["unread"]
+        _check_labels([int(judged[raw[f"f{k}"].isna()].sum()) for k in range(len(facets))], facets, n + unread,
+                      query)
+        empty = _check_scores(n, unread, score, source, drop_missing, query)
         return _cells(raw, facets, n + unread, empty, files)
     finally:
         spark.catalog.dropTempView(name)
