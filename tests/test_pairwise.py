@@ -232,3 +232,40 @@ def test_arena_elo_is_chatbot_arenas_logistic_regression():
     ref = minimize(nll, np.zeros(6), method="BFGS", options={"gtol": 1e-10}).x
     ref_elo = 400 * (ref - ref.mean()) + 1000
     assert np.max(np.abs(ours - ref_elo)) < 0.1
+
+
+def test_connectivity_checks_agree_with_scipys_labelling():
+    """comparison_groups and separated_systems answer the usual connected case by frontier steps and leave the
+    rest to scipy: on random graphs (sparse, chains longer than the step limit, isolated parts) both agree with
+    scipy's connected components."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from evalgauge.pairwise import Battles, comparison_groups, separated_systems
+
+    rng = np.random.default_rng(11)
+    graphs = [(m, e) for m in (1, 2, 5, 30) for e in (0, 1, 3, m, 4 * m)]
+    graphs += [(200, "chain"), (200, "two chains")]
+    for m, e in graphs:
+        for _ in range(5):
+            if e == "chain":  # a directed path 0 -> 1 -> ... plus one edge back: strongly connected, 200 long
+                a, b, y = np.arange(m), np.roll(np.arange(m), -1), np.ones(m)
+            elif e == "two chains":
+                a, b = np.arange(m - 1), np.arange(1, m)
+                a, b, y = a[a != m // 2], b[a != m // 2], np.ones(m - 2)
+            else:
+                a = rng.integers(0, m, e)
+                b = rng.integers(0, m, e)
+                a, b = a[a != b], b[a != b]
+                y = rng.choice([0.0, 0.5, 1.0], a.size)
+            battles = Battles(tuple(f"s{k}" for k in range(m)), a, b, y, pd.DataFrame({"battle": np.arange(a.size)}))
+            n, labels = connected_components(coo_matrix((np.ones(a.size), (a, b)), shape=(m, m)), directed=False)
+            want = sorted(sorted(f"s{k}" for k in np.flatnonzero(labels == g)) for g in range(n))
+            assert sorted(sorted(g) for g in comparison_groups(battles)) == want
+            src = np.concatenate([a[y >= 0.5], b[y <= 0.5]])
+            dst = np.concatenate([b[y >= 0.5], a[y <= 0.5]])
+            n, labels = connected_components(coo_matrix((np.ones(src.size), (src, dst)), shape=(m, m)),
+                                             directed=True, connection="strong")
+            big = np.bincount(labels).argmax()
+            want = [] if n == 1 else [f"s{k}" for k in range(m) if labels[k] != big]
+            assert separated_systems(battles) == want

@@ -473,12 +473,33 @@ def _collapse(battles: Battles) -> tuple[Battles, np.ndarray]:
     return Battles(battles.systems, a, b, y_code / 2.0, frame), position[key]
 
 
+def _reaches_all(m: int, src: np.ndarray, dst: np.ndarray, *, both_ways: bool, rounds: int = 64) -> bool | None:
+    """Whether every system is reached from the first along the edges ``src -> dst`` (``both_ways``: along
+    either direction): True or False when the search settles within ``rounds`` frontier steps (an arena's graph
+    settles in two or three), None when it has not (a long chain: the caller asks scipy instead)."""
+    reached = np.zeros(m, dtype=bool)
+    reached[0] = True
+    for _ in range(rounds):
+        if reached.all():
+            return True
+        new = dst[reached[src] & ~reached[dst]]
+        if both_ways:
+            new = np.concatenate([new, src[reached[dst] & ~reached[src]]])
+        if not new.size:
+            return bool(reached.all())
+        reached[new] = True
+    return True if reached.all() else None
+
+
 def comparison_groups(battles: Battles) -> list[list[str]]:
     """The connected parts of the comparison graph: strengths in different parts are not comparable."""
+    m = len(battles.systems)
+    # the usual case, one connected graph, found by a few vectorised frontier steps; scipy labels the parts
+    if m and _reaches_all(m, battles.a, battles.b, both_ways=True):
+        return [list(battles.systems)]
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    m = len(battles.systems)
     graph = coo_matrix((np.ones(battles.n), (battles.a, battles.b)), shape=(m, m))
     n, labels = connected_components(graph, directed=False)
     return [[battles.systems[k] for k in np.flatnonzero(labels == g)] for g in range(n)]
@@ -491,15 +512,18 @@ def separated_systems(battles: Battles, weights: np.ndarray | None = None) -> li
     at least once" (a tie counts both ways) is strongly connected (Zermelo 1929; Ford 1957); otherwise
     some strengths run off to +-infinity. Returns the systems outside the largest strongly connected part.
     """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
     m = len(battles.systems)
     w = np.ones(battles.n) if weights is None else np.asarray(weights, float)
     y, a, b = battles.outcome, battles.a, battles.b
     keep = w > 0
     src = np.concatenate([a[keep & (y >= 0.5)], b[keep & (y <= 0.5)]])
     dst = np.concatenate([b[keep & (y >= 0.5)], a[keep & (y <= 0.5)]])
+    # strongly connected exactly when the first system reaches every other and every other reaches it
+    if m <= 1 or (_reaches_all(m, src, dst, both_ways=False) and _reaches_all(m, dst, src, both_ways=False)):
+        return []
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     graph = coo_matrix((np.ones(src.size), (src, dst)), shape=(m, m))
     n, labels = connected_components(graph, directed=True, connection="strong")
     if n == 1:

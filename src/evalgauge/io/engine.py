@@ -100,35 +100,62 @@ def _numeric(type_name: str) -> bool:
 def check_schemas(parts: list[Path]) -> None:
     """Every part has the first part's columns, and (Parquet, JSONL) numbers where the first has numbers: a
     missing or extra column, or text among numbers, is named with its file and column before the scan, from the
-    parts' schemas (DuckDB reads a Parquet part's footer, a text part's header)."""
+    parts' schemas (a Parquet part's footer, read by Arrow; a text part's header, read by DuckDB)."""
+    schemas = _parquet_schemas(parts) if _kind(parts) == "parquet" else _text_schemas(parts)
+    first = None
+    for part, schema in zip(parts, schemas, strict=True):
+        if first is None:
+            first = (part, schema)
+            continue
+        missing = [c for c in first[1] if c not in schema]
+        extra = [c for c in schema if c not in first[1]]
+        if missing or extra:
+            what = f"has no column '{missing[0]}'" if missing else f"has a column '{extra[0]}'"
+            raise DataError(f"{part}: {what} that {first[0]} " + ("has" if missing else "does not have")
+                            + "; every part of a dataset has the same columns.")
+        # a column of nothing but nulls has no type of its own: it is not text among numbers
+        odd = next((c for c in schema if first[1][c][1] and not schema[c][1] and schema[c][0] != "null"), None)
+        if odd is not None:
+            raise DataError(f"{part}: column '{odd}' holds {schema[odd][0]} where {first[0]} holds numbers "
+                            f"({first[1][odd][0]}); a value that is not a number is in this part.")
+
+
+def _parquet_schemas(parts: list[Path]):
+    """Each part's columns as {name: (type, is a number)} from its footer (a few kilobytes, no rows read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for part in parts:
+        try:
+            schema = pq.ParquetFile(part).schema_arrow
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"{part}: not a readable Parquet file ({str(exc).splitlines()[0][:200]}).") from None
+        yield {f.name: (_type_word(str(f.type)), pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+                        or pa.types.is_decimal(f.type)) for f in schema}
+
+
+def _type_word(name: str) -> str:
+    """A column type as the messages name it: text for any string type (Arrow's, DuckDB's), null for a column
+    of nulls, the engine's own name otherwise."""
+    plain = name.strip('"').lower()
+    if plain in ("string", "large_string", "string_view", "varchar", "utf8", "large_utf8"):
+        return "text"
+    return plain if plain == "null" else name
+
+
+def _text_schemas(parts: list[Path]):
+    """Each text part's columns as {name: (type, is a number)}, as DuckDB reads its header (JSONL: its types)."""
     import duckdb
 
     kind = _kind(parts)
     con = duckdb.connect()
     try:
-        first = None
         for part in parts:
-            if kind == "parquet":
-                rel = con.read_parquet(str(part))
-            elif kind == "jsonl":
+            if kind == "jsonl":
                 rel = con.read_json(str(part), format="newline_delimited")
             else:
                 rel = con.read_csv(str(part), all_varchar=True, header=True, delimiter="\t" if kind == "tsv" else ",")
-            schema = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
-            if first is None:
-                first = (part, schema)
-                continue
-            missing = [c for c in first[1] if c not in schema]
-            extra = [c for c in schema if c not in first[1]]
-            if missing or extra:
-                what = f"has no column '{missing[0]}'" if missing else f"has a column '{extra[0]}'"
-                raise DataError(f"{part}: {what} that {first[0]} " + ("has" if missing else "does not have")
-                                + "; every part of a dataset has the same columns.")
-            odd = next((c for c in schema if _numeric(first[1][c]) and not _numeric(schema[c])
-                        and schema[c].upper() != '"NULL"'), None)
-            if odd is not None:
-                raise DataError(f"{part}: column '{odd}' holds {schema[odd]} where {first[0]} holds numbers "
-                                f"({first[1][odd]}); a value that is not a number is in this part.")
+            yield {c: (_type_word(str(t)), _numeric(str(t))) for c, t in zip(rel.columns, rel.types, strict=True)}
     finally:
         con.close()
 
@@ -557,7 +584,7 @@ def _reduce_pairs_duckdb(parts: list[Path], root: Path | None, rename: dict[str,
         view = rel.select(", ".join([f'"{c}" AS {_PAIR_VIEW[r]}' for r, c in found.items()]
                                     + [f"filename AS {_FILE}"]))
         con.register("battles", view)
-        raw = con.execute(pairs_sql(list(found))).df()
+        raw = _arrow(con, pairs_sql(list(found))).to_pandas()  # Arrow is the cheaper hand-over from DuckDB
 
         def first_file(kind, role, value):
             where = _bad_pair_sql(kind, role)
