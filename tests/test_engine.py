@@ -116,6 +116,7 @@ def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     frame, bad, texty, holes = bad_logs(tmp_path)
     out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])
     assert out.exit_code == 2 and "b.csv: column 'score' holds 'n/a'" in out.output
+    assert "(1 such value(s))" in out.output  # counted by the scan itself, per cell
     hostile = tmp_path / "hostile"  # a score cell holding terminal escapes: shown escaped, never printed raw
     hostile.mkdir()
     bad.assign(score=bad["score"].where(bad["score"] != "n/a", "\x1b[2J9")).to_csv(hostile / "b.csv", index=False)

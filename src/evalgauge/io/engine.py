@@ -4,10 +4,10 @@ Every estimator needs only cell statistics (REML: each cell's count, sum and sum
 log larger than memory is reduced by an engine on the files and only the cells reach Python. The reduction is
 one SQL text (:func:`cells_sql`) that both engines execute over a view of the rows with plain column names: a
 ``GROUP BY`` of every facet column with, per cell, the count, sum and sum of squares of the score, and in the
-same scan the judgments without a numeric score. A part whose columns or column types differ from the others' is
-named before the scan, from the parts' schemas. Only when a judgment has no numeric score do further queries
-count the empty and the non-numeric ones (:func:`checks_sql`) and name the first file and value
-(:func:`first_bad_sql`, stopping at its first row): a clean log is read once. DuckDB works within
+same scan its judgments with an empty score and with one that is not a number. A part whose columns or column
+types differ from the others' is named before the scan, from the parts' schemas. Only when a judgment has no
+numeric score (or no facet label) does a further query name the first file (and value) holding one
+(:func:`first_bad_sql`), stopping at its first such row: the log is scanned once. DuckDB works within
 :data:`DUCKDB_MEMORY` and spills its group-by to disk beyond it.
 
 This module is an edge (it reads files); :func:`evalgauge.estimate.estimate_from_sums` fits the cells.
@@ -33,26 +33,25 @@ ENGINE_ABOVE = 2 * 1024**3
 DUCKDB_MEMORY = "1GB"
 #: the engines that reduce rows to cells where they live (vocabulary.ENGINES adds pandas and auto)
 CELL_ENGINES = ("duckdb", "spark")
+#: the scan's per-cell counts of judgments without a numeric score (checked, then left behind)
+_CHECKS = ("empty", "not_numbers")
 #: the view's fixed column names (the facets are f0, f1, ...): plain identifiers both SQL dialects read alike
 _SCORE, _FILE = "s", "src_file"
 
 
-def cells_sql(n_facets: int, table: str = "judgments") -> str:
+def cells_sql(n_facets: int, table: str = "judgments", *, text_scores: bool = True) -> str:
     """The one SQL text both engines run: rows of ``table`` (columns ``f0..f{k-1}``, the score ``s`` as text or
-    number) grouped by the facets, with each cell's count, sum and sum of squares of the numeric scores and its
-    judgments without one (``unread``: empty or not a number)."""
+    number) grouped by the facets, with each cell's count, sum and sum of squares of the numeric scores and, in
+    the same scan, its judgments with an empty score (``empty``) and, when the scores are stored as text
+    (``text_scores``), with a score that is not a number (``not_numbers``; a number column has none)."""
     keys = ", ".join(f"f{k}" for k in range(n_facets))
-    value = f"TRY_CAST({_SCORE} AS DOUBLE)"
+    value = f"TRY_CAST({_SCORE} AS DOUBLE)" if text_scores else f"CAST({_SCORE} AS DOUBLE)"
+    checks = f"CAST(COUNT(*) - COUNT({_SCORE}) AS INT) AS empty"
+    if text_scores:
+        checks += f", CAST(COUNT({_SCORE}) - COUNT({value}) AS INT) AS not_numbers"
     return (f"SELECT {', '.join(f'CAST(f{k} AS STRING) AS f{k}' for k in range(n_facets))}, "
             f"CAST(COUNT({value}) AS INT) AS {N}, SUM({value}) AS {SUM}, SUM({value} * {value}) AS {SQUARES}, "
-            f"CAST(COUNT(*) - COUNT({value}) AS INT) AS unread FROM {table} GROUP BY {keys}")
-
-
-def checks_sql(table: str = "judgments") -> str:
-    """Run only when some judgment has no numeric score: how many scores are empty and how many not numbers."""
-    value = f"TRY_CAST({_SCORE} AS DOUBLE)"
-    return (f"SELECT COUNT(*) - COUNT({_SCORE}) AS empty, COUNT({_SCORE}) - COUNT({value}) AS not_numbers "
-            f"FROM {table}")
+            f"{checks} FROM {table} GROUP BY {keys}")
 
 
 def first_bad_sql(table: str = "judgments", *, empty: bool) -> str:
@@ -93,7 +92,7 @@ def _duckdb_relation(con, parts: list[Path], root: Path | None):
 
 
 def _numeric(type_name: str) -> bool:
-    return type_name.upper().split("(")[0] in {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT",
+    return type_name.upper().split("(")[0] in {"TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT",
                                                "DOUBLE", "DECIMAL", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
 
 
@@ -195,22 +194,20 @@ def _facets(columns: list[str], score: str, source) -> list[str]:
     return facets
 
 
-def _check_scores(n: int, unread: int, score: str, source, drop_missing: bool, query, label: str | None = None) -> int:
-    """The judgments without a numeric score (``unread`` of ``n + unread``): none, or empty ones dropped (their
-    number returned), or a :class:`DataError` naming the first file holding one (or ``label``, what the parts were
-    made from). Only then does ``query(sql)`` (returning its first row) count the empty and non-numeric scores
-    and find that file and value."""
-    if not unread:
-        return 0
-    empty, not_numbers = (int(v) for v in query(checks_sql()))
+def _check_scores(n: int, empty: int, not_numbers: int, score: str, source, drop_missing: bool, query,
+                  label: str | None = None) -> int:
+    """The judgments without a numeric score (``empty`` ones and ``not_numbers``, of ``n + empty + not_numbers``,
+    counted by the scan): none, or empty ones dropped (their number returned), or a :class:`DataError` naming the
+    first file holding one (or ``label``, what the parts were made from) and, for a value, the value. Only then
+    does ``query(sql)`` (returning its first row) look for that file, stopping at its first such row."""
     if not_numbers:
         where, value = query(first_bad_sql(empty=False))
         # the value is the file's text, shown escaped and cut short
         raise DataError(f"{_path(where)}: column '{score}' holds {str(value)[:80]!r}, which is not a number "
                         f"({not_numbers} such value(s)); fix or remove them (every score is a number).")
-    if not drop_missing:
+    if empty and not drop_missing:
         where = label or _path(query(first_bad_sql(empty=True))[0])
-        raise DataError(f"{source}: {empty} of {n + unread} judgment(s) have an empty '{score}' (the first in "
+        raise DataError(f"{source}: {empty} of {n + empty} judgment(s) have an empty '{score}' (the first in "
                         f"{where}); pass --drop-missing to leave them out, or fill them in.")
     return empty
 
@@ -233,7 +230,7 @@ def _cells(raw: pd.DataFrame, facets: list[str], rows: int, empty: int, files: i
     if not kept.all():
         raw = raw[kept].reset_index(drop=True)
     # renamed where they are: ten million cells are not copied for a name
-    cells = raw.drop(columns="unread") if "unread" in raw.columns else raw
+    cells = raw.drop(columns=[c for c in _CHECKS if c in raw.columns])
     cells.columns = [*facets, N, SUM, SQUARES]
     if cells[N].dtype != "int64":
         cells[N] = cells[N].astype("int64")
@@ -260,19 +257,23 @@ def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, dro
                                     + [f'"{score}" AS {_SCORE}', f"filename AS {_FILE}"]))
         con.register("judgments", view)
         # through Arrow: ten million cells' labels never become Python strings (see _categorical_frame)
-        table = _arrow(con, cells_sql(len(facets)))
-        n, unread = (int(pc.sum(table[c]).as_py() or 0) for c in (N, "unread"))
+        text_scores = not _numeric(str(dict(zip(rel.columns, rel.types, strict=True))[score]))
+        table = _arrow(con, cells_sql(len(facets), text_scores=text_scores))
+        n, empty, not_numbers = (int(pc.sum(table[c]).as_py() or 0) if c in table.column_names else 0
+                                 for c in (N, *_CHECKS))
         query = lambda sql: con.execute(sql).fetchone()  # noqa: E731 - the checks' one way to ask
-        judged = pc.add(table[N], table["unread"])
+        judged = pc.add(table[N], table["empty"])
+        if text_scores:
+            judged = pc.add(judged, table["not_numbers"])
         _check_labels([int(pc.sum(pc.filter(judged, pc.is_null(table.column(k)))).as_py() or 0)
                        if table.column(k).null_count else 0 for k in range(len(facets))],
-                      facets, n + unread, query, label)
-        empty = _check_scores(n, unread, score, source, drop_missing, query, label)
+                      facets, n + empty + not_numbers, query, label)
+        dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query, label)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
     raw = _categorical_frame(table, len(facets))
     del table
-    return _cells(raw, facets, n + unread, empty, len(parts))
+    return _cells(raw, facets, n + empty, dropped, len(parts))
 
 
 def _categorical_frame(table, n_facets: int) -> pd.DataFrame:
@@ -297,7 +298,7 @@ def _categorical_frame(table, n_facets: int) -> pd.DataFrame:
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         columns = dict(zip(table.column_names[:n_facets], pool.map(categorical, range(n_facets)), strict=True))
-    # the counts widened while the batches are joined (one copy, not two); the unread count stays behind
+    # the counts widened while the batches are joined (one copy, not two); the checks' counts stay behind
     for name, dtype in ((N, np.int64), (SUM, np.float64), (SQUARES, np.float64)):
         chunks = [chunk.to_numpy(zero_copy_only=False) for chunk in table.column(name).chunks]
         columns[name] = np.concatenate(chunks, dtype=dtype) if chunks else np.empty(0, dtype)
@@ -394,14 +395,15 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
     try:
         with warnings.catch_warnings():  # pyspark's notices about pandas versions: the cells are plain columns
             warnings.simplefilter("ignore")
-            raw = spark.sql(cells_sql(len(facets), table=name)).toPandas()
-        n, unread = int(raw[N].sum()), int(raw["unread"].sum())
+            text_scores = not _numeric(view.schema[_SCORE].dataType.simpleString())
+            raw = spark.sql(cells_sql(len(facets), table=name, text_scores=text_scores)).toPandas()
+        n, empty, not_numbers = (int(raw[c].sum()) if c in raw.columns else 0 for c in (N, *_CHECKS))
         query = lambda sql: tuple(spark.sql(sql.replace("FROM judgments", f"FROM {name}")).first())  # noqa: E731
-        judged = raw[N] + raw["unread"]
-        _check_labels([int(judged[raw[f"f{k}"].isna()].sum()) for k in range(len(facets))], facets, n + unread,
-                      query)
-        empty = _check_scores(n, unread, score, source, drop_missing, query)
-        return _cells(raw, facets, n + unread, empty, files)
+        judged = raw[N] + raw["empty"] + (raw["not_numbers"] if text_scores else 0)
+        _check_labels([int(judged[raw[f"f{k}"].isna()].sum()) for k in range(len(facets))], facets,
+                      n + empty + not_numbers, query)
+        dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query)
+        return _cells(raw, facets, n + empty, dropped, files)
     finally:
         spark.catalog.dropTempView(name)
 
