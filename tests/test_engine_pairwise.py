@@ -160,9 +160,18 @@ def test_pairwise_cli_on_the_engine(tmp_path):
     got = {c["component"]: c["variance"] for c in cells_fit["components"]}
     for comp in rows_fit["components"]:
         assert got[comp["component"]] == pytest.approx(comp["variance"], rel=1e-6, abs=1e-9)
-    # what needs every judgment's row is refused on the engine, with the option to use
-    out = runner.invoke(main, ["pairwise", str(folder), "--engine", "duckdb", "--human", "human"])
-    assert out.exit_code == 2 and "use --engine pandas" in out.output
+    # the agreement with human votes from the distinct votes' counts: what the rows give
+    voted = frame.assign(vote=np.random.default_rng(3).choice(["model_a", "model_b", "tie"], len(frame)))
+    _hive(voted, tmp_path / "voted")
+    agreement = {}
+    for engine in ("duckdb", "pandas"):
+        out = runner.invoke(main, ["pairwise", str(tmp_path / "voted"), "--engine", engine, "--bootstrap", "0",
+                                   "--human", "vote", "--json", "-"])
+        assert out.exit_code == 0, out.output
+        agreement[engine] = json.loads(out.stdout)["human_agreement"]
+    assert agreement["duckdb"] == agreement["pandas"] and agreement["duckdb"]["n"] == len(frame)
+    out = runner.invoke(main, ["pairwise", str(folder), "--engine", "duckdb", "--human", "vote"])
+    assert out.exit_code == 2 and "no column 'vote'" in out.output
     # columns named otherwise
     renamed = frame.rename(columns={"model_a": "left", "model_b": "right", "winner": "verdict"})
     renamed.to_parquet(tmp_path / "renamed.parquet", index=False)

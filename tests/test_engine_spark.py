@@ -128,9 +128,14 @@ def test_spark_counts_battles_as_duckdb_does(spark, tmp_path):
     # the analysis on Spark's counts is the rows' analysis (entries in the same order: exactly)
     _same_analysis(analyze_battle_counts(on_spark, n_boot=50, seed=2),
                    analyze_pairwise(read_judgments(folder), n_boot=50, seed=2))
-    # a pyspark DataFrame is counted on its own session
-    counts, _ = reduce_spark_pairs(spark.createDataFrame(frame))
+    # a pyspark DataFrame is counted on its own session; a human vote column's agreement as DuckDB counts it
+    voted = frame.assign(vote=np.where(frame.index % 3 == 0, "tie", frame["winner"]))
+    counts, spark_votes = reduce_spark_pairs(spark.createDataFrame(voted), rename={"human": "vote"})
     np.testing.assert_array_equal(counts.rows, on_duck.rows)
+    voted.to_parquet(tmp_path / "voted.parquet", index=False)
+    duck_votes = reduce_battles(tmp_path / "voted.parquet", columns={"human": "vote"})[1]
+    assert spark_votes["human_agreement"] == duck_votes["human_agreement"]
+    assert 0 < duck_votes["human_agreement"]["overall"] < 1
     # a bad verdict is named with its file, as a path
     bad = frame.assign(winner=frame["winner"].where(frame.index != 1500, "A>>B"))
     (tmp_path / "bad").mkdir()

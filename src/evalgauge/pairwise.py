@@ -771,12 +771,17 @@ def alpacaeval_win_rate(preference: np.ndarray) -> tuple[float, float]:
     return 100.0 * float(p.mean()), 100.0 * float(p.std(ddof=1) / math.sqrt(p.size))
 
 
-def human_agreement(judge_winner: pd.Series, human_winner: pd.Series) -> dict[str, float]:
+def human_agreement(judge_winner: pd.Series, human_winner: pd.Series,
+                    judgments: np.ndarray | None = None) -> dict[str, float]:
     """Per-judgment agreement with human votes (TEE Table 17): overall (a tie matches a tie) and AB-only
-    (both decisive)."""
+    (both decisive). ``judgments``: how many judgments each row stands for (an engine's counts of distinct
+    votes); one each by default."""
     j = judge_winner.astype(str).str.lower().replace({"model_a": "a", "model_b": "b", "draw": "tie"})
     h = human_winner.astype(str).str.lower().replace({"model_a": "a", "model_b": "b", "draw": "tie"})
-    overall = float((j == h).mean())
-    decisive = j.isin(["a", "b"]) & h.isin(["a", "b"])
-    ab = float((j[decisive] == h[decisive]).mean()) if decisive.any() else math.nan
-    return {"overall": overall, "n": len(j), "ab_only": ab, "n_ab": int(decisive.sum())}
+    w = np.ones(len(j)) if judgments is None else np.asarray(judgments, dtype=float)
+    same = (j == h).to_numpy()
+    decisive = (j.isin(["a", "b"]) & h.isin(["a", "b"])).to_numpy()
+    n, n_ab = float(w.sum()), float(w[decisive].sum())
+    overall = float(w[same].sum() / n) if n else math.nan
+    ab = float(w[same & decisive].sum() / n_ab) if n_ab else math.nan
+    return {"overall": overall, "n": round(n), "ab_only": ab, "n_ab": round(n_ab)}

@@ -124,9 +124,9 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     columns = {k: v for k, v in roles.items() if v}
     chosen = _engine_for(engine, data)
     if chosen:
-        result = _pairwise_on_engine(data, columns, engine=chosen, master=spark_master, reference=reference,
-                                     baseline=baseline, position=position, n_boot=n_boot, seed=seed,
-                                     refused={"--human": human})
+        result = _pairwise_on_engine(data, {**columns, **({"human": human} if human else {})}, engine=chosen,
+                                     master=spark_master, reference=reference, baseline=baseline,
+                                     position=position, n_boot=n_boot, seed=seed)
     else:
         judgments = read_judgments(data, encoding=encoding, sep=sep, columns=columns or None)
         from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit
@@ -174,18 +174,17 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     _emit(payload, json_out, show)
 
 
-def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, master: str, refused: dict, **options):
-    """`pairwise --engine duckdb|spark`: the log counted over the files, the analysis on the counts."""
+def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, master: str, **options):
+    """`pairwise --engine duckdb|spark`: the log counted over the files, the analysis on the counts (the
+    agreement with a human vote column from its distinct votes' counts)."""
     from ..analysis.pairwise import analyze_battle_counts
     from ..io.engine import reduce_battles
 
-    unsupported = [name for name, value in refused.items() if value]
-    if unsupported:
-        raise EvalGaugeError(f"--engine {engine} analyses the battles' counts; {', '.join(unsupported)} need(s) "
-                             "every judgment's row: use --engine pandas.")
     _scan_line(data)
     counts, info = reduce_battles(data, engine=engine, master=master, columns=columns)
     result = analyze_battle_counts(counts, source=data, **options)
+    if "human_agreement" in info:
+        result.payload["human_agreement"] = info.pop("human_agreement")
     result.notes.append(f"engine: {engine} reduced {info['rows']:,} judgments in {info['files']} file(s) to "
                         f"{info['entries']:,} distinct battles x verdicts.")
     result.payload["engine"] = {"name": engine, **info}

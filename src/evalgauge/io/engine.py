@@ -470,14 +470,14 @@ def _reduce_run(path: Path, score: str, drop_missing: bool, engine: str) -> tupl
 
 #: the roles of a pairwise log and the view's plain names for them
 _PAIR_VIEW = {"model_a": "pa", "model_b": "pb", "winner": "pw", "item": "pi", "weight": "pwt", "judge": "pj",
-              "variant": "pv"}
+              "variant": "pv", "human": "ph"}
 
 
 def pairs_sql(roles: list[str], table: str = "battles") -> str:
     """The one SQL text both engines run for a pairwise log: its rows (columns ``pa, pb, pw`` and, when present,
-    ``pi`` for the item, ``pwt`` for the weight, ``pj`` and ``pv`` for the judge and variant) grouped by every
-    role, with the judgments per group. The verdicts are coded afterwards, on the distinct values, by the rule
-    the rows use."""
+    ``pi`` for the item, ``pwt`` for the weight, ``pj`` and ``pv`` for the judge and variant, ``ph`` for the human
+    vote when asked for) grouped by every role, with the judgments per group. The verdicts are coded afterwards,
+    on the distinct values, by the rule the rows use."""
     keys = [_PAIR_VIEW[r] for r in roles]
     return (f"SELECT {', '.join(f'CAST({k} AS STRING) AS {r}' for k, r in zip(keys, roles, strict=True))}, "
             f"COUNT(*) AS rows_read FROM {table} GROUP BY {', '.join(keys)}")
@@ -485,13 +485,18 @@ def pairs_sql(roles: list[str], table: str = "battles") -> str:
 
 def _pair_roles(columns: list[str], rename: dict[str, str], source) -> tuple[dict[str, str], bool]:
     """Each role's column in the file (model_a, model_b, winner required; item, weight, judge and variant when
-    present) and
-    whether an order/position column says slot A is the order shown."""
+    present; the human vote when named; a column named in ``rename`` must exist) and whether an order/position
+    column says slot A is the order shown."""
     roles = {}
     for role in _PAIR_VIEW:
+        if role == "human" and role not in rename:  # the human votes only when asked for, by their column
+            continue
         column = rename.get(role, role)
         if column in columns:
             roles[role] = column
+        elif role in rename:  # a column the user named: never left out in silence
+            named = ", ".join(c for c in columns if c != "filename")
+            raise DataError(f"{source}: no column '{column}' (for the {role}). The columns are: {named}.")
         elif role in ("model_a", "model_b", "winner"):
             named = ", ".join(c for c in columns if c != "filename")
             raise DataError(f"{source}: no column '{column}' (columns: {named}); a pairwise log has model_a, "
@@ -503,7 +508,8 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
     """The engine's groups checked with the rows' rule (an empty system or verdict, a verdict that is not
     model_a, model_b, tie or a system's name, a self-comparison, a bad weight: named with the first file holding
     it, found by ``first_file(kind, role, value)`` only then; kinds in :func:`_bad_pair_sql`) and coded as
-    :class:`~evalgauge.pairwise.BattleCounts`."""
+    :class:`~evalgauge.pairwise.BattleCounts`; with a human vote column, what was read carries the judge's
+    agreement with it (:func:`~evalgauge.pairwise.human_agreement` on the distinct votes and their judgments)."""
     import numpy as np
 
     from ..pairwise import _winner_codes, battle_counts
@@ -560,8 +566,15 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
         frame["weight"] = weight
     counts = battle_counts(frame, presentation_order=order, keep="item" in roles)
     battles = int(counts.entries.frame["battle"].max()) + 1 if len(frame) else 0
-    return counts, {"rows": counts.judgments, "files": files, "entries": len(counts.rows),
-                    "battles": counts.judgments if counts.battles_are_rows else battles}
+    info = {"rows": counts.judgments, "files": files, "entries": len(counts.rows),
+            "battles": counts.judgments if counts.battles_are_rows else battles}
+    if "human" in roles:  # the group-by kept each distinct human vote, with its judgments
+        from ..pairwise import human_agreement
+
+        judge_vote = pd.Series(np.where(outcome == 1.0, "a", np.where(outcome == 0.0, "b", "tie")))
+        info["human_agreement"] = human_agreement(judge_vote, raw["human"].reset_index(drop=True),
+                                                  raw["rows_read"].to_numpy(np.int64))
+    return counts, info
 
 
 def _bad_pair_sql(kind: str, role: str) -> str:
