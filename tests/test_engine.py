@@ -112,6 +112,46 @@ def test_an_empty_facet_label_is_named_by_file_and_column(tmp_path):
     assert out.exit_code == 2 and "column 'judge' is empty" in out.output
 
 
+def repeated_cells(tmp_path, frame):
+    """``frame`` without its replicate column, in two parts: every cell judged twice, nothing numbering them."""
+    folder = tmp_path / "repeated"
+    folder.mkdir()
+    bare = frame.drop(columns="replicate")
+    bare.iloc[:200].to_parquet(folder / "a.parquet", index=False)
+    bare.iloc[200:].to_parquet(folder / "b.parquet", index=False)
+    return folder
+
+
+def test_a_cell_judged_twice_needs_a_replicate_column_as_on_the_rows(tmp_path):
+    frame, *_ = bad_logs(tmp_path)
+    folder = repeated_cells(tmp_path, frame)
+    for engine in ("duckdb", "pandas"):  # the same refusal, from the cells and from the rows
+        out = CliRunner().invoke(main, ["components", str(folder), "--engine", engine])
+        assert out.exit_code == 2 and "480 rows share their facet levels with another row" in out.output, out.output
+        assert "--replicate" in out.output
+    assert "in " + str(folder) in CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb"]).output
+    out = CliRunner().invoke(main, ["balance", str(folder), "--engine", "duckdb"])
+    assert out.exit_code == 2 and "share their facet levels" in out.output
+    # --replicate auto counts them as replicates: the rows' fit
+    got = {}
+    for engine in ("duckdb", "pandas"):
+        out = CliRunner().invoke(main, ["components", str(folder), "--engine", engine, "--replicate", "auto",
+                                        "--json", "-"])
+        assert out.exit_code == 0, out.output
+        got[engine] = {c["component"]: c["variance"] for c in json.loads(out.stdout)["components"]}
+    assert got["duckdb"] == pytest.approx(got["pandas"], rel=1e-9)
+    # a replicate column of another name is left out of the facets when named
+    renamed = tmp_path / "renamed"
+    renamed.mkdir()
+    frame.rename(columns={"replicate": "call"}).to_parquet(renamed / "a.parquet", index=False)
+    out = CliRunner().invoke(main, ["components", str(renamed), "--engine", "duckdb", "--replicate", "call",
+                                    "--json", "-"])
+    assert out.exit_code == 0 and json.loads(out.stdout)["engine"]["cells"] == len(frame) // 2, out.output
+    out = CliRunner().invoke(main, ["components", str(renamed), "--engine", "duckdb", "--replicate", "run"])
+    assert out.exit_code == 2 and "no column 'run' for the replicate" in out.output
+    assert eg.fit(folder, engine="duckdb", replicate="auto").components.n_obs == len(frame)
+
+
 def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     frame, bad, texty, holes = bad_logs(tmp_path)
     out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])

@@ -22,7 +22,7 @@ from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
 from evalgauge.io.engine import reduce_cells, spark_session
 from evalgauge.simulate import simulate, sizing_preset
-from test_engine import bad_logs, unnamed_judges
+from test_engine import bad_logs, repeated_cells, unnamed_judges
 
 pytestmark = pytest.mark.subprocess
 
@@ -103,6 +103,8 @@ def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
     with pytest.raises(DataError, match=r"7 of 480 judgment\(s\) have an empty 'score' \(the first in .*a\.parquet\)"):
         reduce_cells(holes, engine="spark", master="local[2]")
     assert reduce_cells(holes, engine="spark", master="local[2]", drop_missing=True)[1]["empty_dropped"] == 7
+    with pytest.raises(DataError, match=r"480 rows share their facet levels with another row"):
+        reduce_cells(repeated_cells(tmp_path, frame), engine="spark", master="local[2]")
     unnamed = unnamed_judges(tmp_path, frame)
     with pytest.raises(DataError, match=r"b\.parquet: column 'judge' is empty in 3 of 480 judgment\(s\)"):
         reduce_cells(unnamed, engine="spark", master="local[2]")

@@ -93,7 +93,7 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     if chosen:
         _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
                               drop_missing, n_boot, by, glmm, keep, json_out, read, engine=chosen,
-                              master=spark_master)
+                              master=spark_master, replicate=replicate)
         return
     data, _ = _load(data, keep=keep, **read)
     model = _model(data, formula, score, facets, nest, replicate, fixed, object_, terms, max_order)
@@ -115,7 +115,7 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
 
 def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
                           drop_missing, n_boot, by, glmm, keep, json_out, read, *, engine: str,
-                          master: str) -> None:
+                          master: str, replicate: str | None = None) -> None:
     """`components --engine duckdb|spark`: the rows reduced to cells over the files, REML on the cells."""
     from ..analysis.gstudy import components_summary
     from ..estimate import estimate_from_sums
@@ -129,7 +129,8 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
         raise EvalGaugeError(f"--engine {engine} fits REML on the cells alone; {', '.join(unsupported)} need(s) the "
                              "rows: use --engine pandas.")
     _scan_line(data)
-    cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing, engine=engine, master=master)
+    cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing, engine=engine, master=master,
+                               replicate=replicate)
     result = estimate_from_sums(cells, score=score or "score", source=data, facets=facets, nest=nest, fixed=fixed,
                                 object=object_, terms=terms, max_order=max_order, progress=_fit_progress())
     payload = components_summary(result)
@@ -158,7 +159,7 @@ def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     source = data
     chosen = _engine_for(engine, data)
     if chosen:
-        report, design = _balance_on_engine(data, score, facets, nest, fixed, object_, terms, max_order,
+        report, design = _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, terms, max_order,
                                             drop_missing, chosen, spark_master, read)
     else:
         data, _ = _load(data, **read)
@@ -173,8 +174,8 @@ def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     sys.exit(0 if report.balanced else 3)
 
 
-def _balance_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, drop_missing, engine, master,
-                       read):
+def _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, terms, max_order, drop_missing, engine,
+                       master, read):
     """`balance --engine duckdb|spark`: the report from the cells' counts, the rows never in Python."""
     from ..design import balance_of_cells
     from ..estimate import cells_design
@@ -186,7 +187,8 @@ def _balance_on_engine(data, score, facets, nest, fixed, object_, terms, max_ord
                              "rows: use --engine pandas.")
     _scan_line(data)
     name = score or "score"
-    cells, _ = reduce_cells(data, score=name, drop_missing=drop_missing, engine=engine, master=master)
+    cells, _ = reduce_cells(data, score=name, drop_missing=drop_missing, engine=engine, master=master,
+                            replicate=replicate)
     design = cells_design(cells, score=name, facets=facets, nest=nest, fixed=fixed, object=object_, terms=terms,
                           max_order=max_order)
     return balance_of_cells(cells, design), design

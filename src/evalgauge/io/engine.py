@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .. import vocabulary
@@ -183,15 +184,39 @@ def scan_size(source) -> tuple[int | None, int, int]:
     return int(rows), len(parts), size
 
 
-def _facets(columns: list[str], score: str, source) -> list[str]:
+def _facets(columns: list[str], score: str, source, replicate: str | None = None) -> tuple[list[str], bool]:
+    """The facet columns (all but the score, the file's name and a replicate column) and whether repeated
+    judgments of a cell are replicates: a replicate column numbers them (``replicate`` names it, or one of the
+    usual names is present), or ``replicate`` is ``auto``."""
+    named = ", ".join(c for c in columns if c != "filename")
     if score not in columns:
-        named = ", ".join(c for c in columns if c != "filename")
         raise DataError(f"{source}: no column '{score}' (columns: {named}); name the score column with --score.")
-    skip = {score, "filename", *vocabulary.REPLICATE_COLUMNS}
-    facets = [c for c in columns if c not in skip]
+    if replicate not in (None, "auto") and replicate not in columns:
+        raise DataError(f"{source}: no column '{replicate}' for the replicate (columns: {named}).")
+    numbering = {*vocabulary.REPLICATE_COLUMNS, *([replicate] if replicate else [])} & set(columns)
+    facets = [c for c in columns if c not in {score, "filename", *numbering}]
     if not facets:
         raise DataError(f"{source}: no facet columns besides '{score}'.")
-    return facets
+    return facets, bool(numbering) or replicate == "auto"
+
+
+def _check_repeats(judged: list[int], first: int | None, labels: list, facets: list[str], source, query,
+                   label: str | None = None) -> None:
+    """Without a replicate column a cell is one judgment: ``judged`` of them (counted from the cells with more
+    than one; ``first`` the first such cell, with its ``labels``) share their facet levels with another, and
+    that is a :class:`DataError` worded as for rows, naming the cell and the first file holding it (found by a
+    query run only then, the labels passed as parameters)."""
+    if first is None:
+        return
+    cell = ", ".join(f"{f}={str(v)[:40]!r}" for f, v in zip(facets, labels, strict=True))
+    where = label or _path(query(f"SELECT {_FILE} FROM judgments WHERE "
+                                 + " AND ".join(f"CAST(f{k} AS STRING) = ?" for k in range(len(facets)))
+                                 + " LIMIT 1", [str(v) for v in labels])[0])
+    raise DataError(f"{source}: {sum(judged)} rows share their facet levels with another row (for example the "
+                    f"cell {cell}, in {where}), and there is no replicate column. If these are repeated calls, "
+                    "name the column that numbers them with --replicate COL (or --replicate=auto to count them as "
+                    "replicates); if a facet is missing, add it to --facets; if they are accidental duplicates, "
+                    "remove them.")
 
 
 def _check_scores(n: int, empty: int, not_numbers: int, score: str, source, drop_missing: bool, query,
@@ -246,13 +271,13 @@ def _path(name) -> str:
 
 
 def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool,
-                   label: str | None = None):
+                   label: str | None = None, replicate: str | None = None):
     import pyarrow.compute as pc
 
     con = _duckdb_connect()
     try:
         rel = _duckdb_relation(con, parts, root)
-        facets = _facets(list(rel.columns), score, source)
+        facets, numbered = _facets(list(rel.columns), score, source, replicate)
         view = rel.select(", ".join([f'"{c}" AS f{k}' for k, c in enumerate(facets)]
                                     + [f'"{score}" AS {_SCORE}', f"filename AS {_FILE}"]))
         con.register("judgments", view)
@@ -261,13 +286,19 @@ def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, dro
         table = _arrow(con, cells_sql(len(facets), text_scores=text_scores))
         n, empty, not_numbers = (int(pc.sum(table[c]).as_py() or 0) if c in table.column_names else 0
                                  for c in (N, *_CHECKS))
-        query = lambda sql: con.execute(sql).fetchone()  # noqa: E731 - the checks' one way to ask
+        query = lambda sql, params=(): con.execute(sql, list(params)).fetchone()  # noqa: E731 - the checks' way
         judged = pc.add(table[N], table["empty"])
         if text_scores:
             judged = pc.add(judged, table["not_numbers"])
         _check_labels([int(pc.sum(pc.filter(judged, pc.is_null(table.column(k)))).as_py() or 0)
                        if table.column(k).null_count else 0 for k in range(len(facets))],
                       facets, n + empty + not_numbers, query, label)
+        if not numbered:
+            repeated = pc.greater(judged, 1)
+            first = pc.index(repeated, True).as_py() if pc.any(repeated).as_py() else -1
+            _check_repeats([int(pc.sum(pc.filter(judged, repeated)).as_py() or 0)], None if first < 0 else first,
+                           [table.column(k)[max(first, 0)].as_py() for k in range(len(facets))], facets, source,
+                           query, label)
         dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query, label)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
@@ -380,12 +411,12 @@ def _spark_frame(spark, parts: list[Path], root: Path | None):
 
 
 def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = False, source: str = "the Spark frame",
-                       files: int = 0) -> tuple[pd.DataFrame, dict]:
+                       files: int = 0, replicate: str | None = None) -> tuple[pd.DataFrame, dict]:
     """A pyspark DataFrame of judgments reduced on its cluster by :func:`cells_sql`: only the cells travel."""
     from pyspark.sql import functions as F
 
     columns = list(frame.columns)
-    facets = _facets(columns, score, source)
+    facets, numbered = _facets(columns, score, source, replicate)
     file_col = F.col("filename") if "filename" in columns else F.lit(source)
     view = frame.select(*[F.col(c).alias(f"f{k}") for k, c in enumerate(facets)],
                         F.col(score).alias(_SCORE), file_col.alias(_FILE))
@@ -398,38 +429,49 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
             text_scores = not _numeric(view.schema[_SCORE].dataType.simpleString())
             raw = spark.sql(cells_sql(len(facets), table=name, text_scores=text_scores)).toPandas()
         n, empty, not_numbers = (int(raw[c].sum()) if c in raw.columns else 0 for c in (N, *_CHECKS))
-        query = lambda sql: tuple(spark.sql(sql.replace("FROM judgments", f"FROM {name}")).first())  # noqa: E731
+        def query(sql, params=()):
+            return tuple(spark.sql(sql.replace("FROM judgments", f"FROM {name}"), args=list(params) or None).first())
+
         judged = raw[N] + raw["empty"] + (raw["not_numbers"] if text_scores else 0)
         _check_labels([int(judged[raw[f"f{k}"].isna()].sum()) for k in range(len(facets))], facets,
                       n + empty + not_numbers, query)
+        if not numbered:
+            repeated = np.flatnonzero(judged.to_numpy() > 1)
+            _check_repeats([int(judged.iloc[repeated].sum())], repeated[0] if repeated.size else None,
+                           [raw[f"f{k}"].iloc[repeated[0]] if repeated.size else None for k in range(len(facets))],
+                           facets, source, query)
         dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query)
         return _cells(raw, facets, n + empty, dropped, files)
     finally:
         spark.catalog.dropTempView(name)
 
 
-def _reduce_spark(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool, master: str):
+def _reduce_spark(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool, master: str,
+                  replicate: str | None):
     frame = _spark_frame(spark_session(master), parts, root)
-    return reduce_spark_frame(frame, score=score, drop_missing=drop_missing, source=str(source), files=len(parts))
+    return reduce_spark_frame(frame, score=score, drop_missing=drop_missing, source=str(source), files=len(parts),
+                              replicate=replicate)
 
 
 def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = False, engine: str = "duckdb",
-                 master: str = "local[*]") -> tuple[pd.DataFrame, dict]:
+                 master: str = "local[*]", replicate: str | None = None) -> tuple[pd.DataFrame, dict]:
     """The judgments of a file, a dataset (folder, glob, hive partitions), a run database or a pyspark DataFrame
     grouped by every facet column (every column but the score, the replicate index and the file name) where they
     live: one row per cell with its count, sum and sum of squares of the score, and what was read (rows, files,
     empty scores dropped, cells). ``engine`` is ``duckdb`` (this machine) or ``spark`` (at ``master``); a pyspark
     DataFrame is reduced on its own session. A run database's judgments are first streamed, a piece at a time,
-    to a temporary Parquet file that DuckDB reduces."""
+    to a temporary Parquet file that DuckDB reduces. ``replicate`` names the column numbering a cell's repeated
+    judgments (by default one of the usual names, ``replicate``, ``rep``, ...), or is ``auto`` to count repeated
+    judgments as replicates; without either, a cell judged twice is refused, as the rows' reader refuses it."""
     _check_engine(engine)
     if is_spark_frame(source):
-        return reduce_spark_frame(source, score=score, drop_missing=drop_missing)
+        return reduce_spark_frame(source, score=score, drop_missing=drop_missing, replicate=replicate)
     if is_run_database(source):
         return _reduce_run(Path(str(source)), score, drop_missing, engine)
     parts, root = _checked_parts(source)
     if engine == "spark":
-        return _reduce_spark(parts, root, score, source, drop_missing, master)
-    return _reduce_duckdb(parts, root, score, source, drop_missing)
+        return _reduce_spark(parts, root, score, source, drop_missing, master, replicate)
+    return _reduce_duckdb(parts, root, score, source, drop_missing, replicate=replicate)
 
 
 def _check_engine(engine: str) -> None:
@@ -461,7 +503,8 @@ def _reduce_run(path: Path, score: str, drop_missing: bool, engine: str) -> tupl
     with tempfile.TemporaryDirectory(prefix="evalgauge-run-") as tmp:
         part = Path(tmp) / "judgments.parquet"
         write_judgments_parquet(path, str(part))
-        return _reduce_duckdb([part], None, score, path, drop_missing, label=f"{path} (calls)")
+        # the run's replicate index is left out of the part: its repeated calls of a cell are the replicates
+        return _reduce_duckdb([part], None, score, path, drop_missing, label=f"{path} (calls)", replicate="auto")
 
 
 # ---------------------------------------------------------------------------
