@@ -152,6 +152,24 @@ def test_a_cell_judged_twice_needs_a_replicate_column_as_on_the_rows(tmp_path):
     assert eg.fit(folder, engine="duckdb", replicate="auto").components.n_obs == len(frame)
 
 
+def test_a_facet_with_one_level_as_on_the_rows(tmp_path):
+    """Left out of an inferred design with the rows' note; refused, with the rows' words, when named."""
+    frame, *_ = bad_logs(tmp_path)
+    folder = tmp_path / "one-judge"
+    folder.mkdir()
+    frame[frame["judge"] == frame["judge"].iloc[0]].to_parquet(folder / "a.parquet", index=False)
+    said = {}
+    for engine in ("duckdb", "pandas"):
+        out = CliRunner().invoke(main, ["components", str(folder), "--engine", engine, "--facets",
+                                        "system,item,judge"])
+        assert out.exit_code == 2 and "facet 'judge' has one level" in out.output, out.output
+        said[engine] = out.output.splitlines()[-1]
+        out = CliRunner().invoke(main, ["components", str(folder), "--engine", engine, "--json", "-"])
+        assert out.exit_code == 0, out.output
+        assert any("facet 'judge' has one level" in note for note in json.loads(out.stdout)["notes"])
+    assert said["duckdb"] == said["pandas"]
+
+
 def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     frame, bad, texty, holes = bad_logs(tmp_path)
     out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])

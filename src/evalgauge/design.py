@@ -505,9 +505,13 @@ def _factorize(judgments: Judgments, column: str) -> tuple[np.ndarray, np.ndarra
 
 
 def _one_level(judgments: Judgments, name: str, uniques) -> None:
-    level = uniques[0] if len(uniques) else "(none)"
-    raise DesignError(
-        f"{judgments.source}: facet '{name}' has one level ('{level}'), so its variance cannot be estimated. "
+    raise one_level_error(judgments.source, name, uniques[0] if len(uniques) else "(none)")
+
+
+def one_level_error(source: str, name: str, level) -> DesignError:
+    """A facet of the design with one level: its variance cannot be estimated (the rows' and the cells' refusal)."""
+    return DesignError(
+        f"{source}: facet '{name}' has one level ('{level}'), so its variance cannot be estimated. "
         f"Drop it from `facets` (its level is then part of the fixed conditions of the study)."
     )
 

@@ -151,17 +151,44 @@ def estimate_from_sums(cells, *, score: str = "score", n: str = "n", total: str 
 
     if design is None:
         design = cells_design(cells, score=score, n=n, total=total, squares=squares, **design_options)
+    _check_levels(cells, design, source)
     closed = _anova_from_sums(cells, design, n, total, squares)
     if closed is not None:
-        return closed
+        return _with_design_notes(closed, design)
     model = model_from_design(design)
     data = cells_from_sums(cells, list(model.columns), n, total, squares)
     reason = "REML on cell statistics reduced from the files (engine)"
     try:
-        return fit_reml(data, model, object_facet=design.object, fixed_facets=design.fixed, method_reason=reason,
-                        facet_order=design.names, progress=progress)
+        result = fit_reml(data, model, object_facet=design.object, fixed_facets=design.fixed, method_reason=reason,
+                          facet_order=design.names, progress=progress)
     except DesignError as exc:
         raise DesignError(f"{source}: {exc}") from None
+    return _with_design_notes(result, design)
+
+
+def _check_levels(cells, design: Design, source: str) -> None:
+    """A facet of the design (not nested) with one level among the cells is refused as on the rows."""
+    import numpy as np
+
+    from ..design import one_level_error
+
+    for facet in design.facets:
+        if facet.parent is not None:
+            continue
+        column = cells[facet.name]
+        if isinstance(column.dtype, pd.CategoricalDtype):  # an engine's labels: count the categories in use
+            codes = column.cat.codes.to_numpy()
+            used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(column.cat.categories)))
+            levels = column.cat.categories[used]
+        else:
+            levels = column.dropna().unique()
+        if len(levels) < 2:
+            raise one_level_error(source, facet.name, levels[0] if len(levels) else "(none)")
+
+
+def _with_design_notes(result: VarianceComponents, design: Design) -> VarianceComponents:
+    """The design's notes (a facet with one level left out of an inferred design) before the fit's own."""
+    return _replace(result, notes=(*design.notes, *result.notes)) if design.notes else result
 
 
 def _anova_from_sums(cells, design: Design, n: str, total: str, squares: str) -> VarianceComponents | None:
