@@ -170,6 +170,28 @@ def test_a_facet_with_one_level_as_on_the_rows(tmp_path):
     assert said["duckdb"] == said["pandas"]
 
 
+def hostile_names(tmp_path, frame):
+    """``frame`` with a judge column named with a double quote and a dot, and an empty copy of it."""
+    folder = tmp_path / "names"
+    folder.mkdir()
+    frame.rename(columns={"judge": 'the "judge".name'}).to_parquet(folder / "a.parquet", index=False)
+    frame.iloc[:0].to_parquet(tmp_path / "empty.parquet", index=False)
+    return folder, tmp_path / "empty.parquet"
+
+
+def test_column_names_are_the_files_text_and_an_empty_log_is_refused(tmp_path):
+    """A column name with quotes or a dot is an identifier, never SQL (the same cells as under a plain name); a log
+    of no rows is refused with the rows' words."""
+    frame, *_ = bad_logs(tmp_path)
+    folder, empty = hostile_names(tmp_path, frame)
+    cells, info = reduce_cells(folder)
+    plain, _ = reduce_cells(_parts(frame, tmp_path / "plain", size=10_000))
+    assert info["cells"] == len(plain) and 'the "judge".name' in cells.columns
+    for engine in ("duckdb", "pandas"):
+        out = CliRunner().invoke(main, ["components", str(empty), "--engine", engine])
+        assert out.exit_code == 2 and "has no data rows" in out.output, out.output
+
+
 def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     frame, bad, texty, holes = bad_logs(tmp_path)
     out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])

@@ -172,7 +172,15 @@ def test_pairwise_cli_on_the_engine(tmp_path):
     assert agreement["duckdb"] == agreement["pandas"] and agreement["duckdb"]["n"] == len(frame)
     out = runner.invoke(main, ["pairwise", str(folder), "--engine", "duckdb", "--human", "vote"])
     assert out.exit_code == 2 and "no column 'vote'" in out.output
-    # columns named otherwise
+    # columns named otherwise (a name with a quote or a dot is the file's text, not SQL), and a log of no rows
+    renamed = frame.rename(columns={"model_a": 'le"ft', "model_b": "right.side"})
+    renamed.to_parquet(tmp_path / "odd.parquet", index=False)
+    out = runner.invoke(main, ["pairwise", str(tmp_path / "odd.parquet"), "--engine", "duckdb", "--model-a",
+                               'le"ft', "--model-b", "right.side", "--bootstrap", "0"])
+    assert out.exit_code == 0, out.output
+    frame.iloc[:0].to_parquet(tmp_path / "none.parquet", index=False)
+    out = runner.invoke(main, ["pairwise", str(tmp_path / "none.parquet"), "--engine", "duckdb"])
+    assert out.exit_code == 2 and "has no data rows" in out.output
     renamed = frame.rename(columns={"model_a": "left", "model_b": "right", "winner": "verdict"})
     renamed.to_parquet(tmp_path / "renamed.parquet", index=False)
     out = runner.invoke(main, ["pairwise", str(tmp_path / "renamed.parquet"), "--engine", "duckdb", "--model-a",

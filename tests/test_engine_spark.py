@@ -22,7 +22,7 @@ from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
 from evalgauge.io.engine import reduce_cells, spark_session
 from evalgauge.simulate import simulate, sizing_preset
-from test_engine import bad_logs, repeated_cells, unnamed_judges
+from test_engine import bad_logs, hostile_names, repeated_cells, unnamed_judges
 
 pytestmark = pytest.mark.subprocess
 
@@ -105,6 +105,10 @@ def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
     assert reduce_cells(holes, engine="spark", master="local[2]", drop_missing=True)[1]["empty_dropped"] == 7
     with pytest.raises(DataError, match=r"480 rows share their facet levels with another row"):
         reduce_cells(repeated_cells(tmp_path, frame), engine="spark", master="local[2]")
+    folder, empty = hostile_names(tmp_path, frame)
+    assert reduce_cells(folder, engine="spark", master="local[2]")[1]["cells"] == len(frame) // 2
+    with pytest.raises(DataError, match="has no data rows"):
+        reduce_cells(empty, engine="spark", master="local[2]")
     unnamed = unnamed_judges(tmp_path, frame)
     with pytest.raises(DataError, match=r"b\.parquet: column 'judge' is empty in 3 of 480 judgment\(s\)"):
         reduce_cells(unnamed, engine="spark", master="local[2]")

@@ -92,6 +92,22 @@ def _duckdb_relation(con, parts: list[Path], root: Path | None):
     return con.read_json(files, filename=True, hive_partitioning=hive, format="newline_delimited")
 
 
+def _quoted(column: str) -> str:
+    """A column name as a SQL identifier: the file's own text, so quoted, its quotes doubled (never spliced)."""
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _spark_name(column: str) -> str:
+    """A column name as Spark reads it literally (a dot in it is not a field of a struct)."""
+    return "`" + column.replace("`", "``") + "`"
+
+
+def _check_rows(judged: int, source) -> None:
+    """A log without a single judgment is refused with the rows' words."""
+    if not judged:
+        raise DataError(f"{source}: has no data rows. A judgments file has a header and one row per score.")
+
+
 def _numeric(type_name: str) -> bool:
     return type_name.upper().split("(")[0] in {"TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "FLOAT",
                                                "DOUBLE", "DECIMAL", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
@@ -278,14 +294,15 @@ def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, dro
     try:
         rel = _duckdb_relation(con, parts, root)
         facets, numbered = _facets(list(rel.columns), score, source, replicate)
-        view = rel.select(", ".join([f'"{c}" AS f{k}' for k, c in enumerate(facets)]
-                                    + [f'"{score}" AS {_SCORE}', f"filename AS {_FILE}"]))
+        view = rel.select(", ".join([f"{_quoted(c)} AS f{k}" for k, c in enumerate(facets)]
+                                    + [f"{_quoted(score)} AS {_SCORE}", f"filename AS {_FILE}"]))
         con.register("judgments", view)
         # through Arrow: ten million cells' labels never become Python strings (see _categorical_frame)
         text_scores = not _numeric(str(dict(zip(rel.columns, rel.types, strict=True))[score]))
         table = _arrow(con, cells_sql(len(facets), text_scores=text_scores))
         n, empty, not_numbers = (int(pc.sum(table[c]).as_py() or 0) if c in table.column_names else 0
                                  for c in (N, *_CHECKS))
+        _check_rows(n + empty + not_numbers, source)
         query = lambda sql, params=(): con.execute(sql, list(params)).fetchone()  # noqa: E731 - the checks' way
         judged = pc.add(table[N], table["empty"])
         if text_scores:
@@ -418,8 +435,8 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
     columns = list(frame.columns)
     facets, numbered = _facets(columns, score, source, replicate)
     file_col = F.col("filename") if "filename" in columns else F.lit(source)
-    view = frame.select(*[F.col(c).alias(f"f{k}") for k, c in enumerate(facets)],
-                        F.col(score).alias(_SCORE), file_col.alias(_FILE))
+    view = frame.select(*[F.col(_spark_name(c)).alias(f"f{k}") for k, c in enumerate(facets)],
+                        F.col(_spark_name(score)).alias(_SCORE), file_col.alias(_FILE))
     name = f"evalgauge_judgments_{id(view)}"
     view.createOrReplaceTempView(name)
     spark = view.sparkSession
@@ -429,6 +446,8 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
             text_scores = not _numeric(view.schema[_SCORE].dataType.simpleString())
             raw = spark.sql(cells_sql(len(facets), table=name, text_scores=text_scores)).toPandas()
         n, empty, not_numbers = (int(raw[c].sum()) if c in raw.columns else 0 for c in (N, *_CHECKS))
+        _check_rows(n + empty + not_numbers, source)
+
         def query(sql, params=()):
             return tuple(spark.sql(sql.replace("FROM judgments", f"FROM {name}"), args=list(params) or None).first())
 
@@ -561,6 +580,7 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
         found = first_file(kind, role, value)
         return _path(found) if found is not None else str(source)
 
+    _check_rows(int(raw["rows_read"].sum()), source)
     raw = raw.copy()
     for role in ("model_a", "model_b", "winner"):
         text = raw[role].astype("string").str.strip()
@@ -639,7 +659,7 @@ def _reduce_pairs_duckdb(parts: list[Path], root: Path | None, rename: dict[str,
     try:
         rel = _duckdb_relation(con, parts, root)
         found, order = _pair_roles(list(rel.columns), rename, source)
-        view = rel.select(", ".join([f'"{c}" AS {_PAIR_VIEW[r]}' for r, c in found.items()]
+        view = rel.select(", ".join([f"{_quoted(c)} AS {_PAIR_VIEW[r]}" for r, c in found.items()]
                                     + [f"filename AS {_FILE}"]))
         con.register("battles", view)
         raw = _arrow(con, pairs_sql(list(found))).to_pandas()  # Arrow is the cheaper hand-over from DuckDB
@@ -663,7 +683,8 @@ def reduce_spark_pairs(frame, *, rename: dict[str, str] | None = None, source: s
     columns = list(frame.columns)
     found, order = _pair_roles(columns, rename or {}, source)
     file_col = F.col("filename") if "filename" in columns else F.lit(source)
-    view = frame.select(*[F.col(c).alias(_PAIR_VIEW[r]) for r, c in found.items()], file_col.alias(_FILE))
+    view = frame.select(*[F.col(_spark_name(c)).alias(_PAIR_VIEW[r]) for r, c in found.items()],
+                        file_col.alias(_FILE))
     name = f"evalgauge_battles_{id(view)}"
     view.createOrReplaceTempView(name)
     spark = view.sparkSession
