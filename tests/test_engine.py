@@ -192,6 +192,29 @@ def test_column_names_are_the_files_text_and_an_empty_log_is_refused(tmp_path):
         assert out.exit_code == 2 and "has no data rows" in out.output, out.output
 
 
+def test_text_parts_delimiter_and_encoding_on_the_engine(tmp_path):
+    """--sep reaches the engine's reader; text that is not UTF-8, or another --encoding, is refused with the way to
+    read it (never a traceback)."""
+    frame, *_ = bad_logs(tmp_path)
+    frame.to_csv(tmp_path / "semi.csv", index=False, sep=";")
+    out = CliRunner().invoke(main, ["components", str(tmp_path / "semi.csv"), "--engine", "duckdb"])
+    assert out.exit_code == 2 and "pass --sep ';'" in out.output, out.output
+    got = {}
+    for engine in ("duckdb", "pandas"):
+        out = CliRunner().invoke(main, ["components", str(tmp_path / "semi.csv"), "--engine", engine, "--sep", ";",
+                                        "--json", "-"])
+        assert out.exit_code == 0, out.output
+        got[engine] = {c["component"]: c["variance"] for c in json.loads(out.stdout)["components"]}
+    assert got["duckdb"] == pytest.approx(got["pandas"], rel=1e-9)
+    frame.assign(item=frame["item"].astype(str) + "\u00e9").to_csv(tmp_path / "latin.csv", index=False,
+                                                                    encoding="latin-1")
+    out = CliRunner().invoke(main, ["components", str(tmp_path / "latin.csv"), "--engine", "duckdb"])
+    assert out.exit_code == 2 and "latin.csv: not UTF-8 text" in out.output and "Traceback" not in out.output
+    out = CliRunner().invoke(main, ["components", str(tmp_path / "latin.csv"), "--engine", "duckdb", "--encoding",
+                                    "latin-1"])
+    assert out.exit_code == 2 and "--engine pandas --encoding latin-1" in out.output
+
+
 def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     frame, bad, texty, holes = bad_logs(tmp_path)
     out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])

@@ -105,6 +105,8 @@ def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
     assert reduce_cells(holes, engine="spark", master="local[2]", drop_missing=True)[1]["empty_dropped"] == 7
     with pytest.raises(DataError, match=r"480 rows share their facet levels with another row"):
         reduce_cells(repeated_cells(tmp_path, frame), engine="spark", master="local[2]")
+    frame.to_csv(tmp_path / "semi.csv", index=False, sep=";")  # --sep reaches Spark's reader too
+    assert reduce_cells(tmp_path / "semi.csv", engine="spark", master="local[2]", sep=";")[1]["rows"] == len(frame)
     folder, empty = hostile_names(tmp_path, frame)
     assert reduce_cells(folder, engine="spark", master="local[2]")[1]["cells"] == len(frame) // 2
     with pytest.raises(DataError, match="has no data rows"):

@@ -125,8 +125,9 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     chosen = _engine_for(engine, data)
     if chosen:
         result = _pairwise_on_engine(data, {**columns, **({"human": human} if human else {})}, engine=chosen,
-                                     master=spark_master, reference=reference, baseline=baseline,
-                                     position=position, n_boot=n_boot, seed=seed)
+                                     master=spark_master, text={"sep": sep, "encoding": encoding},
+                                     reference=reference, baseline=baseline, position=position, n_boot=n_boot,
+                                     seed=seed)
     else:
         judgments = read_judgments(data, encoding=encoding, sep=sep, columns=columns or None)
         from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit
@@ -174,14 +175,14 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
     _emit(payload, json_out, show)
 
 
-def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, master: str, **options):
+def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, master: str, text: dict, **options):
     """`pairwise --engine duckdb|spark`: the log counted over the files, the analysis on the counts (the
     agreement with a human vote column from its distinct votes' counts)."""
     from ..analysis.pairwise import analyze_battle_counts
     from ..io.engine import reduce_battles
 
     _scan_line(data)
-    counts, info = reduce_battles(data, engine=engine, master=master, columns=columns)
+    counts, info = reduce_battles(data, engine=engine, master=master, columns=columns, **text)
     result = analyze_battle_counts(counts, source=data, **options)
     if "human_agreement" in info:
         result.payload["human_agreement"] = info.pop("human_agreement")

@@ -130,7 +130,7 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
                              "rows: use --engine pandas.")
     _scan_line(data)
     cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing, engine=engine, master=master,
-                               replicate=replicate)
+                               replicate=replicate, sep=read.get("sep"), encoding=read.get("encoding"))
     result = estimate_from_sums(cells, score=score or "score", source=data, facets=facets, nest=nest, fixed=fixed,
                                 object=object_, terms=terms, max_order=max_order, progress=_fit_progress())
     payload = components_summary(result)
@@ -188,7 +188,7 @@ def _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, ter
     _scan_line(data)
     name = score or "score"
     cells, _ = reduce_cells(data, score=name, drop_missing=drop_missing, engine=engine, master=master,
-                            replicate=replicate)
+                            replicate=replicate, sep=read.get("sep"), encoding=read.get("encoding"))
     design = cells_design(cells, score=name, facets=facets, nest=nest, fixed=fixed, object=object_, terms=terms,
                           max_order=max_order)
     return balance_of_cells(cells, design), design

@@ -16,8 +16,9 @@ This module is an edge (it reads files); :func:`evalgauge.estimate.estimate_from
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -81,14 +82,27 @@ def _hive(parts: list[Path], root: Path | None) -> bool:
     return root is not None and any("=" in seg for p in parts for seg in p.relative_to(root).parts[:-1])
 
 
-def _duckdb_relation(con, parts: list[Path], root: Path | None):
+class Parts(NamedTuple):
+    """What an engine scans: the parts (one kind of file), the dataset's folder (for hive partitions) and a text
+    part's delimiter (None: a comma, a tab for TSV)."""
+
+    files: list[Path]
+    root: Path | None = None
+    sep: str | None = None
+
+    @property
+    def delimiter(self) -> str:
+        return self.sep or ("\t" if _kind(self.files) == "tsv" else ",")
+
+
+def _duckdb_relation(con, data: Parts):
     """A DuckDB relation over every part (hive partition keys as columns, the file's name in ``filename``)."""
-    kind, files, hive = _kind(parts), [str(p) for p in parts], _hive(parts, root)
+    kind, files, hive = _kind(data.files), [str(p) for p in data.files], _hive(data.files, data.root)
     if kind == "parquet":
         return con.read_parquet(files, filename=True, hive_partitioning=hive)
     if kind in ("csv", "tsv"):
         return con.read_csv(files, filename=True, hive_partitioning=hive, all_varchar=True, header=True,
-                            delimiter="\t" if kind == "tsv" else ",")
+                            delimiter=data.delimiter)
     return con.read_json(files, filename=True, hive_partitioning=hive, format="newline_delimited")
 
 
@@ -113,11 +127,11 @@ def _numeric(type_name: str) -> bool:
                                                "DOUBLE", "DECIMAL", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
 
 
-def check_schemas(parts: list[Path]) -> None:
+def check_schemas(parts: list[Path], sep: str | None = None) -> None:
     """Every part has the first part's columns, and (Parquet, JSONL) numbers where the first has numbers: a
     missing or extra column, or text among numbers, is named with its file and column before the scan, from the
     parts' schemas (a Parquet part's footer, read by Arrow; a text part's header, read by DuckDB)."""
-    schemas = _parquet_schemas(parts) if _kind(parts) == "parquet" else _text_schemas(parts)
+    schemas = _parquet_schemas(parts) if _kind(parts) == "parquet" else _text_schemas(Parts(parts, sep=sep))
     first = None
     for part, schema in zip(parts, schemas, strict=True):
         if first is None:
@@ -159,21 +173,41 @@ def _type_word(name: str) -> str:
     return plain if plain == "null" else name
 
 
-def _text_schemas(parts: list[Path]):
+def _text_schemas(data: Parts):
     """Each text part's columns as {name: (type, is a number)}, as DuckDB reads its header (JSONL: its types)."""
     import duckdb
 
-    kind = _kind(parts)
+    kind = _kind(data.files)
     con = duckdb.connect()
     try:
-        for part in parts:
-            if kind == "jsonl":
-                rel = con.read_json(str(part), format="newline_delimited")
-            else:
-                rel = con.read_csv(str(part), all_varchar=True, header=True, delimiter="\t" if kind == "tsv" else ",")
+        for part in data.files:
+            with _duckdb_errors(part):
+                if kind == "jsonl":
+                    rel = con.read_json(str(part), format="newline_delimited")
+                else:
+                    rel = con.read_csv(str(part), all_varchar=True, header=True, delimiter=data.delimiter)
             yield {c: (_type_word(str(t)), _numeric(str(t))) for c, t in zip(rel.columns, rel.types, strict=True)}
     finally:
         con.close()
+
+
+@contextmanager
+def _duckdb_errors(where):
+    """DuckDB refusing to read a part (text that is not UTF-8, a malformed line, a damaged file) as a
+    :class:`DataError` naming ``where`` with DuckDB's first line, never a traceback; the rest of DuckDB's message
+    (which quotes the file's text) is left out."""
+    import duckdb
+
+    try:
+        yield
+    except duckdb.Error as exc:
+        text = str(exc)
+        first = text.splitlines()[0][:200] if text else type(exc).__name__
+        if "not utf-8" in text.lower() or "invalid unicode" in text.lower():
+            raise DataError(f"{where}: not UTF-8 text ({first}); the engine reads UTF-8: re-save it as UTF-8, or "
+                            "read it in memory with --engine pandas --encoding ENCODING (latin-1, cp1252).") from None
+        raise DataError(f"{where}: DuckDB could not read it ({first}); check the file, or read it in memory with "
+                        "--engine pandas for a message naming its row.") from None
 
 
 def scan_size(source) -> tuple[int | None, int, int]:
@@ -206,7 +240,10 @@ def _facets(columns: list[str], score: str, source, replicate: str | None = None
     usual names is present), or ``replicate`` is ``auto``."""
     named = ", ".join(c for c in columns if c != "filename")
     if score not in columns:
-        raise DataError(f"{source}: no column '{score}' (columns: {named}); name the score column with --score.")
+        glued = next((sep for sep in (";", "\t", "|") if any(sep in c for c in columns)), None)
+        hint = (f"the header reads as one column: pass --sep '{glued}'" if glued
+                else "name the score column with --score")
+        raise DataError(f"{source}: no column '{score}' (columns: {named}); {hint}.")
     if replicate not in (None, "auto") and replicate not in columns:
         raise DataError(f"{source}: no column '{replicate}' for the replicate (columns: {named}).")
     numbering = {*vocabulary.REPLICATE_COLUMNS, *([replicate] if replicate else [])} & set(columns)
@@ -286,20 +323,22 @@ def _path(name) -> str:
     return unquote(urlparse(text).path) if text.startswith("file:") else text
 
 
-def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool,
-                   label: str | None = None, replicate: str | None = None):
+def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: str | None = None,
+                   replicate: str | None = None):
     import pyarrow.compute as pc
 
     con = _duckdb_connect()
     try:
-        rel = _duckdb_relation(con, parts, root)
+        with _duckdb_errors(source):
+            rel = _duckdb_relation(con, data)
         facets, numbered = _facets(list(rel.columns), score, source, replicate)
         view = rel.select(", ".join([f"{_quoted(c)} AS f{k}" for k, c in enumerate(facets)]
                                     + [f"{_quoted(score)} AS {_SCORE}", f"filename AS {_FILE}"]))
         con.register("judgments", view)
         # through Arrow: ten million cells' labels never become Python strings (see _categorical_frame)
         text_scores = not _numeric(str(dict(zip(rel.columns, rel.types, strict=True))[score]))
-        table = _arrow(con, cells_sql(len(facets), text_scores=text_scores))
+        with _duckdb_errors(source):
+            table = _arrow(con, cells_sql(len(facets), text_scores=text_scores))
         n, empty, not_numbers = (int(pc.sum(table[c]).as_py() or 0) if c in table.column_names else 0
                                  for c in (N, *_CHECKS))
         _check_rows(n + empty + not_numbers, source)
@@ -321,7 +360,7 @@ def _reduce_duckdb(parts: list[Path], root: Path | None, score: str, source, dro
         con.close()  # DuckDB's buffers go before the cells become a frame
     raw = _categorical_frame(table, len(facets))
     del table
-    return _cells(raw, facets, n + empty, dropped, len(parts))
+    return _cells(raw, facets, n + empty, dropped, len(data.files))
 
 
 def _categorical_frame(table, n_facets: int) -> pd.DataFrame:
@@ -413,15 +452,15 @@ def spark_session(master: str = "local[*]"):
     return spark
 
 
-def _spark_frame(spark, parts: list[Path], root: Path | None):
+def _spark_frame(spark, data: Parts):
     from pyspark.sql import functions as F
 
-    kind, files = _kind(parts), [str(p) for p in parts]
-    base = {"basePath": str(root)} if root is not None and _hive(parts, root) else {}
+    kind, files = _kind(data.files), [str(p) for p in data.files]
+    base = {"basePath": str(data.root)} if data.root is not None and _hive(data.files, data.root) else {}
     if kind == "parquet":
         frame = spark.read.options(**base).parquet(*files)
     elif kind in ("csv", "tsv"):
-        frame = spark.read.options(header="true", sep="\t" if kind == "tsv" else ",", **base).csv(files)
+        frame = spark.read.options(header="true", sep=data.delimiter, **base).csv(files)
     else:
         frame = spark.read.options(**base).json(files)
     return frame.withColumn("filename", F.input_file_name())
@@ -465,15 +504,15 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
         spark.catalog.dropTempView(name)
 
 
-def _reduce_spark(parts: list[Path], root: Path | None, score: str, source, drop_missing: bool, master: str,
-                  replicate: str | None):
-    frame = _spark_frame(spark_session(master), parts, root)
-    return reduce_spark_frame(frame, score=score, drop_missing=drop_missing, source=str(source), files=len(parts),
-                              replicate=replicate)
+def _reduce_spark(data: Parts, score: str, source, drop_missing: bool, master: str, replicate: str | None):
+    frame = _spark_frame(spark_session(master), data)
+    return reduce_spark_frame(frame, score=score, drop_missing=drop_missing, source=str(source),
+                              files=len(data.files), replicate=replicate)
 
 
 def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = False, engine: str = "duckdb",
-                 master: str = "local[*]", replicate: str | None = None) -> tuple[pd.DataFrame, dict]:
+                 master: str = "local[*]", replicate: str | None = None, sep: str | None = None,
+                 encoding: str | None = None) -> tuple[pd.DataFrame, dict]:
     """The judgments of a file, a dataset (folder, glob, hive partitions), a run database or a pyspark DataFrame
     grouped by every facet column (every column but the score, the replicate index and the file name) where they
     live: one row per cell with its count, sum and sum of squares of the score, and what was read (rows, files,
@@ -481,16 +520,18 @@ def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = Fals
     DataFrame is reduced on its own session. A run database's judgments are first streamed, a piece at a time,
     to a temporary Parquet file that DuckDB reduces. ``replicate`` names the column numbering a cell's repeated
     judgments (by default one of the usual names, ``replicate``, ``rep``, ...), or is ``auto`` to count repeated
-    judgments as replicates; without either, a cell judged twice is refused, as the rows' reader refuses it."""
+    judgments as replicates; without either, a cell judged twice is refused, as the rows' reader refuses it.
+    ``sep`` is a text part's delimiter; the engines read UTF-8 text (another ``encoding`` is refused)."""
     _check_engine(engine)
+    _check_encoding(encoding)
     if is_spark_frame(source):
         return reduce_spark_frame(source, score=score, drop_missing=drop_missing, replicate=replicate)
     if is_run_database(source):
         return _reduce_run(Path(str(source)), score, drop_missing, engine)
-    parts, root = _checked_parts(source)
+    data = _checked_parts(source, sep)
     if engine == "spark":
-        return _reduce_spark(parts, root, score, source, drop_missing, master, replicate)
-    return _reduce_duckdb(parts, root, score, source, drop_missing, replicate=replicate)
+        return _reduce_spark(data, score, source, drop_missing, master, replicate)
+    return _reduce_duckdb(data, score, source, drop_missing, replicate=replicate)
 
 
 def _check_engine(engine: str) -> None:
@@ -498,11 +539,17 @@ def _check_engine(engine: str) -> None:
         raise DataError(f"engine '{engine}': choose one of {', '.join(CELL_ENGINES)}.")
 
 
-def _checked_parts(source) -> tuple[list[Path], Path | None]:
+def _check_encoding(encoding: str | None) -> None:
+    if encoding and encoding.lower().replace("-", "").replace("_", "") not in ("utf8", "utf8sig"):
+        raise DataError(f"--encoding {encoding}: the engines read UTF-8 text; re-save the files as UTF-8, or read "
+                        f"them in memory with --engine pandas --encoding {encoding}.")
+
+
+def _checked_parts(source, sep: str | None = None) -> Parts:
     """A file's or a dataset's parts, their root folder (for hive partitions) and their schemas compared."""
     parts = _parts(source)
-    check_schemas(parts)
-    return parts, Path(str(source)) if Path(str(source)).is_dir() else None
+    check_schemas(parts, sep)
+    return Parts(parts, Path(str(source)) if Path(str(source)).is_dir() else None, sep)
 
 
 def is_run_database(source: Any) -> bool:
@@ -523,7 +570,7 @@ def _reduce_run(path: Path, score: str, drop_missing: bool, engine: str) -> tupl
         part = Path(tmp) / "judgments.parquet"
         write_judgments_parquet(path, str(part))
         # the run's replicate index is left out of the part: its repeated calls of a cell are the replicates
-        return _reduce_duckdb([part], None, score, path, drop_missing, label=f"{path} (calls)", replicate="auto")
+        return _reduce_duckdb(Parts([part]), score, path, drop_missing, label=f"{path} (calls)", replicate="auto")
 
 
 # ---------------------------------------------------------------------------
@@ -654,15 +701,17 @@ def _bad_pair_sql(kind: str, role: str) -> str:
     return f"{text} = ?"
 
 
-def _reduce_pairs_duckdb(parts: list[Path], root: Path | None, rename: dict[str, str], source):
+def _reduce_pairs_duckdb(data: Parts, rename: dict[str, str], source):
     con = _duckdb_connect()
     try:
-        rel = _duckdb_relation(con, parts, root)
+        with _duckdb_errors(source):
+            rel = _duckdb_relation(con, data)
         found, order = _pair_roles(list(rel.columns), rename, source)
         view = rel.select(", ".join([f"{_quoted(c)} AS {_PAIR_VIEW[r]}" for r, c in found.items()]
                                     + [f"filename AS {_FILE}"]))
         con.register("battles", view)
-        raw = _arrow(con, pairs_sql(list(found))).to_pandas()  # Arrow is the cheaper hand-over from DuckDB
+        with _duckdb_errors(source):
+            raw = _arrow(con, pairs_sql(list(found))).to_pandas()  # Arrow is the cheaper hand-over from DuckDB
 
         def first_file(kind, role, value):
             where = _bad_pair_sql(kind, role)
@@ -670,7 +719,7 @@ def _reduce_pairs_duckdb(parts: list[Path], root: Path | None, rename: dict[str,
                               [str(value)] * where.count("?")).fetchone()
             return row[0] if row else None
 
-        return _finish_pairs(raw, list(found), source, order, len(parts), first_file)
+        return _finish_pairs(raw, list(found), source, order, len(data.files), first_file)
     finally:
         con.close()
 
@@ -705,20 +754,21 @@ def reduce_spark_pairs(frame, *, rename: dict[str, str] | None = None, source: s
 
 
 def reduce_battles(source: Any, *, engine: str = "duckdb", master: str = "local[*]",
-                   columns: dict[str, str] | None = None):
+                   columns: dict[str, str] | None = None, sep: str | None = None, encoding: str | None = None):
     """A pairwise log (model_a, model_b, winner; optional item and weight) of a file, a dataset or a pyspark
     DataFrame reduced where it lives to :class:`~evalgauge.pairwise.BattleCounts` (the distinct slot-A system,
     slot-B system, verdict, item and weight with their judgments), and what was read. ``columns`` maps a role to
-    the file's column (``{"winner": "verdict"}``)."""
+    the file's column (``{"winner": "verdict"}``); ``sep`` a text part's delimiter (UTF-8 text only)."""
     rename = columns or {}
     _check_engine(engine)
+    _check_encoding(encoding)
     if is_spark_frame(source):
         return reduce_spark_pairs(source, rename=rename)
-    parts, root = _checked_parts(source)
+    data = _checked_parts(source, sep)
     if engine == "spark":
-        frame = _spark_frame(spark_session(master), parts, root)
-        return reduce_spark_pairs(frame, rename=rename, source=str(source), files=len(parts))
-    return _reduce_pairs_duckdb(parts, root, rename, source)
+        frame = _spark_frame(spark_session(master), data)
+        return reduce_spark_pairs(frame, rename=rename, source=str(source), files=len(data.files))
+    return _reduce_pairs_duckdb(data, rename, source)
 
 
 def engine_for(engine: str, data: Any) -> str | None:
