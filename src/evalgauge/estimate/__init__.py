@@ -176,10 +176,11 @@ def _check_levels(cells, design: Design, source: str) -> None:
         if facet.parent is not None:
             continue
         column = cells[facet.name]
-        if isinstance(column.dtype, pd.CategoricalDtype):  # an engine's labels: count the categories in use
+        if isinstance(column.dtype, pd.CategoricalDtype):  # an engine's labels: the categories in use
             codes = column.cat.codes.to_numpy()
-            used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(column.cat.categories)))
-            levels = column.cat.categories[used]
+            used = np.zeros(len(column.cat.categories) + 1, dtype=bool)
+            used[codes] = True  # a missing label (-1) marks the extra last slot; no copy of the codes
+            levels = column.cat.categories[np.flatnonzero(used[:-1])]
         else:
             levels = column.dropna().unique()
         if len(levels) < 2:
