@@ -269,3 +269,17 @@ def test_connectivity_checks_agree_with_scipys_labelling():
             big = np.bincount(labels).argmax()
             want = [] if n == 1 else [f"s{k}" for k in range(m) if labels[k] != big]
             assert separated_systems(battles) == want
+
+
+def test_pairs_shown_in_both_orders_on_the_grid_and_on_distinct_pairs():
+    """The both-orders check gives a Python set's answer, on the small grid and on the distinct pairs."""
+    from evalgauge.pairwise import _shown_both_ways
+
+    rng = np.random.default_rng(5)
+    for m in (2, 3, 10, 5000):
+        for n in (1, 5, 40):
+            a = rng.integers(0, m, n)
+            b = (a + rng.integers(1, m, n)) % m
+            pairs = set(zip(a.tolist(), b.tolist(), strict=True))
+            assert _shown_both_ways(a, b, m) == any((y, x) in pairs for x, y in pairs)
+    assert _shown_both_ways(np.array([0, 1]), np.array([1, 0]), 5000)  # the distinct-pairs branch, both ways

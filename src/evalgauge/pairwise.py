@@ -549,10 +549,22 @@ def slot_is_presentation_order(battles: Battles | BattleCounts) -> tuple[bool, s
                        "presentation order, so no first-slot term was fitted.")
     if declared or any(c in battles.frame for c in ("order", "position")):
         return True, None
-    pairs = set(zip(battles.a.tolist(), battles.b.tolist(), strict=True))
-    if any((b, a) in pairs for a, b in pairs):
+    if _shown_both_ways(battles.a, battles.b, len(battles.systems)):
         return True, None
     return False, "no pair was shown in both orders, so no first-slot term was fitted."
+
+
+def _shown_both_ways(a: np.ndarray, b: np.ndarray, m: int) -> bool:
+    """Whether some pair of systems appears as (a, b) and as (b, a): on the m x m grid of pairs shown when it is
+    small, on the distinct pairs otherwise (vectorised: an arena's twenty million rows are not a Python loop)."""
+    key = a.astype(np.int64) * m + b
+    if m * m <= 1 << 24:
+        shown = np.zeros(m * m, dtype=bool)
+        shown[key] = True
+        grid = shown.reshape(m, m)
+        return bool((grid & grid.T).any())
+    distinct = np.unique(key)
+    return bool(np.isin((distinct % m) * m + distinct // m, distinct).any())
 
 
 # ---------------------------------------------------------------------------
