@@ -178,11 +178,13 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
 def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, master: str, text: dict, **options):
     """`pairwise --engine duckdb|spark`: the log counted over the files, the analysis on the counts (the
     agreement with a human vote column from its distinct votes' counts)."""
-    from ..analysis.pairwise import analyze_battle_counts
     from ..io.engine import reduce_battles
 
     _scan_line(data)
-    counts, info = reduce_battles(data, engine=engine, master=master, columns=columns, **text)
+    counts, info = reduce_battles(data, engine=engine, master=master, columns=columns,
+                                  preload=("pandas", "evalgauge.analysis.pairwise"), **text)
+    from ..analysis.pairwise import analyze_battle_counts
+
     result = analyze_battle_counts(counts, source=data, **options)
     if "human_agreement" in info:
         result.payload["human_agreement"] = info.pop("human_agreement")

@@ -117,8 +117,6 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
                           drop_missing, n_boot, by, glmm, keep, json_out, read, *, engine: str,
                           master: str, replicate: str | None = None) -> None:
     """`components --engine duckdb|spark`: the rows reduced to cells over the files, REML on the cells."""
-    from ..analysis.gstudy import components_summary
-    from ..estimate import estimate_from_sums
     from ..io.engine import reduce_cells
 
     unsupported = [name for name, value in (("--formula", formula), ("--bootstrap", n_boot), ("--by", by),
@@ -130,7 +128,11 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
                              "rows: use --engine pandas.")
     _scan_line(data)
     cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing, engine=engine, master=master,
-                               replicate=replicate, sep=read.get("sep"), encoding=read.get("encoding"))
+                               replicate=replicate, sep=read.get("sep"), encoding=read.get("encoding"),
+                               preload=("pandas", "evalgauge.estimate", "evalgauge.analysis.gstudy"))
+    from ..analysis.gstudy import components_summary
+    from ..estimate import estimate_from_sums
+
     result = estimate_from_sums(cells, score=score or "score", source=data, facets=facets, nest=nest, fixed=fixed,
                                 object=object_, terms=terms, max_order=max_order, progress=_fit_progress())
     payload = components_summary(result)

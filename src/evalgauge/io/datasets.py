@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import glob as globbing
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..errors import DataError
 from ..inputs import MAX_INPUT_BYTES, check_input_file
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: the suffixes a dataset's parts may have, by kind (one kind per dataset)
 PART_KINDS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl",
@@ -62,6 +64,8 @@ def _partition_keys(part: Path, root: Path | None) -> dict[str, str]:
 
 def _kinds(frame: pd.DataFrame) -> dict[str, str]:
     """Each column's kind of value (numbers, text, ...); 'empty' for a column with no value in this part."""
+    import pandas as pd
+
     out = {}
     for col in frame.columns:
         series = frame[col]
@@ -79,6 +83,8 @@ def _kinds(frame: pd.DataFrame) -> dict[str, str]:
 def read_dataset(data, encoding: str | None = None, sep: str | None = None) -> pd.DataFrame:
     """Every part of the dataset ``data`` as one frame, with its partition keys as columns; a part whose columns
     differ from the first part's is named with the column, before anything is combined."""
+    import pandas as pd
+
     from .files import read_table
 
     parts = dataset_parts(data)

@@ -18,14 +18,14 @@ from __future__ import annotations
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import vocabulary
 from ..errors import DataError, EvalGaugeError
 from .datasets import PART_KINDS, dataset_parts, is_dataset
+
+if TYPE_CHECKING:  # pandas is loaded when the cells are turned into a frame, after the scan has started
+    import pandas as pd
 
 #: the columns of the reduced table besides the facets
 N, SUM, SQUARES = "n", "sum", "sum_squares"
@@ -192,6 +192,33 @@ def _text_schemas(data: Parts):
 
 
 @contextmanager
+def _loading_meanwhile(modules: tuple[str, ...]):
+    """Import ``modules`` on a thread while the body runs: the engine's scan leaves the interpreter free, so what
+    the caller needs next (pandas, the analysis) loads in the scan's time rather than before it. Started once the
+    scan is about to run (the work before it needs the interpreter), joined on the way out; a failed import is
+    left for the caller's own import of the module to report."""
+    if not modules:
+        yield
+        return
+    import importlib
+    import threading
+
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                return
+
+    thread = threading.Thread(target=load, name="evalgauge-imports", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+@contextmanager
 def _duckdb_errors(where):
     """DuckDB refusing to read a part (text that is not UTF-8, a malformed line, a damaged file) as a
     :class:`DataError` naming ``where`` with DuckDB's first line, never a traceback; the rest of DuckDB's message
@@ -324,7 +351,7 @@ def _path(name) -> str:
 
 
 def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: str | None = None,
-                   replicate: str | None = None):
+                   replicate: str | None = None, preload: tuple[str, ...] = ()):
     import pyarrow.compute as pc
 
     con = _duckdb_connect()
@@ -337,7 +364,7 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
         con.register("judgments", view)
         # through Arrow: ten million cells' labels never become Python strings (see _categorical_frame)
         text_scores = not _numeric(str(dict(zip(rel.columns, rel.types, strict=True))[score]))
-        with _duckdb_errors(source):
+        with _duckdb_errors(source), _loading_meanwhile(preload):
             table = _arrow(con, cells_sql(len(facets), text_scores=text_scores))
         n, empty, not_numbers = (int(pc.sum(table[c]).as_py() or 0) if c in table.column_names else 0
                                  for c in (N, *_CHECKS))
@@ -371,6 +398,7 @@ def _categorical_frame(table, n_facets: int) -> pd.DataFrame:
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -469,6 +497,7 @@ def _spark_frame(spark, data: Parts):
 def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = False, source: str = "the Spark frame",
                        files: int = 0, replicate: str | None = None) -> tuple[pd.DataFrame, dict]:
     """A pyspark DataFrame of judgments reduced on its cluster by :func:`cells_sql`: only the cells travel."""
+    import numpy as np
     from pyspark.sql import functions as F
 
     columns = list(frame.columns)
@@ -512,7 +541,7 @@ def _reduce_spark(data: Parts, score: str, source, drop_missing: bool, master: s
 
 def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = False, engine: str = "duckdb",
                  master: str = "local[*]", replicate: str | None = None, sep: str | None = None,
-                 encoding: str | None = None) -> tuple[pd.DataFrame, dict]:
+                 encoding: str | None = None, preload: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict]:
     """The judgments of a file, a dataset (folder, glob, hive partitions), a run database or a pyspark DataFrame
     grouped by every facet column (every column but the score, the replicate index and the file name) where they
     live: one row per cell with its count, sum and sum of squares of the score, and what was read (rows, files,
@@ -521,7 +550,8 @@ def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = Fals
     to a temporary Parquet file that DuckDB reduces. ``replicate`` names the column numbering a cell's repeated
     judgments (by default one of the usual names, ``replicate``, ``rep``, ...), or is ``auto`` to count repeated
     judgments as replicates; without either, a cell judged twice is refused, as the rows' reader refuses it.
-    ``sep`` is a text part's delimiter; the engines read UTF-8 text (another ``encoding`` is refused)."""
+    ``sep`` is a text part's delimiter; the engines read UTF-8 text (another ``encoding`` is refused).
+    ``preload`` names modules to import while DuckDB scans (what the caller needs next)."""
     _check_engine(engine)
     _check_encoding(encoding)
     if is_spark_frame(source):
@@ -531,7 +561,7 @@ def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = Fals
     data = _checked_parts(source, sep)
     if engine == "spark":
         return _reduce_spark(data, score, source, drop_missing, master, replicate)
-    return _reduce_duckdb(data, score, source, drop_missing, replicate=replicate)
+    return _reduce_duckdb(data, score, source, drop_missing, replicate=replicate, preload=preload)
 
 
 def _check_engine(engine: str) -> None:
@@ -620,6 +650,7 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
     :class:`~evalgauge.pairwise.BattleCounts`; with a human vote column, what was read carries the judge's
     agreement with it (:func:`~evalgauge.pairwise.human_agreement` on the distinct votes and their judgments)."""
     import numpy as np
+    import pandas as pd
 
     from ..pairwise import _winner_codes, battle_counts
 
@@ -701,7 +732,7 @@ def _bad_pair_sql(kind: str, role: str) -> str:
     return f"{text} = ?"
 
 
-def _reduce_pairs_duckdb(data: Parts, rename: dict[str, str], source):
+def _reduce_pairs_duckdb(data: Parts, rename: dict[str, str], source, preload: tuple[str, ...] = ()):
     con = _duckdb_connect()
     try:
         with _duckdb_errors(source):
@@ -710,8 +741,9 @@ def _reduce_pairs_duckdb(data: Parts, rename: dict[str, str], source):
         view = rel.select(", ".join([f"{_quoted(c)} AS {_PAIR_VIEW[r]}" for r, c in found.items()]
                                     + [f"filename AS {_FILE}"]))
         con.register("battles", view)
-        with _duckdb_errors(source):
-            raw = _arrow(con, pairs_sql(list(found))).to_pandas()  # Arrow is the cheaper hand-over from DuckDB
+        with _duckdb_errors(source), _loading_meanwhile(preload):
+            table = _arrow(con, pairs_sql(list(found)))
+        raw = table.to_pandas()  # Arrow is the cheaper hand-over from DuckDB
 
         def first_file(kind, role, value):
             where = _bad_pair_sql(kind, role)
@@ -754,11 +786,13 @@ def reduce_spark_pairs(frame, *, rename: dict[str, str] | None = None, source: s
 
 
 def reduce_battles(source: Any, *, engine: str = "duckdb", master: str = "local[*]",
-                   columns: dict[str, str] | None = None, sep: str | None = None, encoding: str | None = None):
+                   columns: dict[str, str] | None = None, sep: str | None = None, encoding: str | None = None,
+                   preload: tuple[str, ...] = ()):
     """A pairwise log (model_a, model_b, winner; optional item and weight) of a file, a dataset or a pyspark
     DataFrame reduced where it lives to :class:`~evalgauge.pairwise.BattleCounts` (the distinct slot-A system,
     slot-B system, verdict, item and weight with their judgments), and what was read. ``columns`` maps a role to
-    the file's column (``{"winner": "verdict"}``); ``sep`` a text part's delimiter (UTF-8 text only)."""
+    the file's column (``{"winner": "verdict"}``); ``sep`` a text part's delimiter (UTF-8 text only);
+    ``preload`` modules to import while DuckDB scans."""
     rename = columns or {}
     _check_engine(engine)
     _check_encoding(encoding)
@@ -768,7 +802,7 @@ def reduce_battles(source: Any, *, engine: str = "duckdb", master: str = "local[
     if engine == "spark":
         frame = _spark_frame(spark_session(master), data)
         return reduce_spark_pairs(frame, rename=rename, source=str(source), files=len(data.files))
-    return _reduce_pairs_duckdb(data, rename, source)
+    return _reduce_pairs_duckdb(data, rename, source, preload)
 
 
 def engine_for(engine: str, data: Any) -> str | None:
