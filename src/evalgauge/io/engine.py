@@ -280,19 +280,19 @@ def _facets(columns: list[str], score: str, source, replicate: str | None = None
     return facets, bool(numbering) or replicate == "auto"
 
 
-def _check_repeats(judged: list[int], first: int | None, labels: list, facets: list[str], source, query,
+def _check_repeats(repeated: int, labels: list | None, facets: list[str], source, query,
                    label: str | None = None) -> None:
-    """Without a replicate column a cell is one judgment: ``judged`` of them (counted from the cells with more
-    than one; ``first`` the first such cell, with its ``labels``) share their facet levels with another, and
-    that is a :class:`DataError` worded as for rows, naming the cell and the first file holding it (found by a
-    query run only then, the labels passed as parameters)."""
-    if first is None:
+    """Without a replicate column a cell is one judgment: ``repeated`` judgments share their facet levels with
+    another (counted from the cells judged more than once; ``labels`` the first such cell's, None when there is
+    none), and that is a :class:`DataError` worded as for rows, naming the cell and the first file holding it
+    (found by a query run only then, the labels passed as parameters)."""
+    if labels is None:
         return
     cell = ", ".join(f"{f}={str(v)[:40]!r}" for f, v in zip(facets, labels, strict=True))
     where = label or _path(query(f"SELECT {_FILE} FROM judgments WHERE "
                                  + " AND ".join(f"CAST(f{k} AS STRING) = ?" for k in range(len(facets)))
                                  + " LIMIT 1", [str(v) for v in labels])[0])
-    raise DataError(f"{source}: {sum(judged)} rows share their facet levels with another row (for example the "
+    raise DataError(f"{source}: {repeated} rows share their facet levels with another row (for example the "
                     f"cell {cell}, in {where}), and there is no replicate column. If these are repeated calls, "
                     "name the column that numbers them with --replicate COL (or --replicate=auto to count them as "
                     "replicates); if a facet is missing, add it to --facets; if they are accidental duplicates, "
@@ -378,10 +378,10 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
                       facets, n + empty + not_numbers, query, label)
         if not numbered:
             repeated = pc.greater(judged, 1)
-            first = pc.index(repeated, True).as_py() if pc.any(repeated).as_py() else -1
-            _check_repeats([int(pc.sum(pc.filter(judged, repeated)).as_py() or 0)], None if first < 0 else first,
-                           [table.column(k)[max(first, 0)].as_py() for k in range(len(facets))], facets, source,
-                           query, label)
+            first = pc.index(repeated, True).as_py()  # -1: no cell judged twice
+            _check_repeats(int(pc.sum(pc.filter(judged, repeated)).as_py() or 0),
+                           [table.column(k)[first].as_py() for k in range(len(facets))] if first >= 0 else None,
+                           facets, source, query, label)
         dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query, label)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
@@ -524,8 +524,8 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
                       n + empty + not_numbers, query)
         if not numbered:
             repeated = np.flatnonzero(judged.to_numpy() > 1)
-            _check_repeats([int(judged.iloc[repeated].sum())], repeated[0] if repeated.size else None,
-                           [raw[f"f{k}"].iloc[repeated[0]] if repeated.size else None for k in range(len(facets))],
+            _check_repeats(int(judged.iloc[repeated].sum()),
+                           [raw[f"f{k}"].iloc[repeated[0]] for k in range(len(facets))] if repeated.size else None,
                            facets, source, query)
         dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query)
         return _cells(raw, facets, n + empty, dropped, files)
