@@ -16,7 +16,7 @@ from evalgauge.errors import DataError
 from evalgauge.estimate import estimate_from_sums
 from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
-from evalgauge.io.engine import reduce_cells, scan_size
+from evalgauge.io.engine import reduce_cells, replicate_span, scan_size
 from evalgauge.simulate import simulate, sizing_preset
 
 pytest.importorskip("duckdb")
@@ -150,6 +150,66 @@ def test_a_cell_judged_twice_needs_a_replicate_column_as_on_the_rows(tmp_path):
     out = CliRunner().invoke(main, ["components", str(renamed), "--engine", "duckdb", "--replicate", "run"])
     assert out.exit_code == 2 and "no column 'run' for the replicate" in out.output
     assert eg.fit(folder, engine="duckdb", replicate="auto").components.n_obs == len(frame)
+
+
+def repeated_replicates(tmp_path, frame):
+    """Logs with a replicate column in which something is wrong: ``twice`` repeats a replicate number within
+    one cell (in its second part), ``labels`` does the same with text replicates ("call-1"), ``wide`` with
+    replicates 40 apart (the Parquet statistics' span gives them bitmaps of their own), ``blank`` leaves one
+    replicate empty; ``apart`` numbers a cell's replicates 32 apart (in Parquet, told apart by the span's
+    bitmaps; in ``apart.csv``, which has no statistics, they share the scan's slot, and only the exact look tells
+    them apart, finding nothing wrong)."""
+    logs = {}
+    for name in ("twice", "labels", "wide", "blank", "apart"):
+        logs[name] = tmp_path / name
+        logs[name].mkdir()
+    twice = frame.copy()
+    twice.loc[twice.index[300], "replicate"] = twice.loc[twice.index[301], "replicate"]  # same cell, next replicate
+    labels = twice.assign(replicate="call-" + twice["replicate"].astype(str))
+    blank = frame.astype({"replicate": "float64"})
+    blank.loc[blank.index[250], "replicate"] = None
+    apart = frame.assign(replicate=frame["replicate"] * 32)
+    apart.to_csv(tmp_path / "apart.csv", index=False)
+    wide = twice.assign(replicate=twice["replicate"] * 40)
+    for name, log in (("twice", twice), ("labels", labels), ("wide", wide), ("blank", blank), ("apart", apart)):
+        log.iloc[:200].to_parquet(logs[name] / "a.parquet", index=False)
+        log.iloc[200:].to_parquet(logs[name] / "b.parquet", index=False)
+    labels.to_csv(tmp_path / "labels.csv", index=False)
+    return logs
+
+
+def test_a_replicate_repeated_within_a_cell_is_refused_as_on_the_rows(tmp_path):
+    frame, *_ = bad_logs(tmp_path)
+    logs = repeated_replicates(tmp_path, frame)
+    cell = ["system", "item", "judge"]
+    assert frame.iloc[300][cell].tolist() == frame.iloc[301][cell].tolist()  # the repeat is within one cell
+    for engine in ("duckdb", "pandas"):  # the same refusal, from the cells and from the rows
+        for log in (logs["twice"], logs["labels"], logs["wide"], tmp_path / "labels.csv"):
+            out = CliRunner().invoke(main, ["components", str(log), "--engine", engine])
+            assert out.exit_code == 2, out.output
+            assert "2 rows repeat both the facet levels and the replicate 'replicate' of another row" in out.output
+    out = CliRunner().invoke(main, ["components", str(logs["twice"]), "--engine", "duckdb"])
+    row = frame.iloc[301]
+    assert (f"the cell system='{row['system']}', item='{row['item']}', judge='{row['judge']}' with "
+            f"replicate='{row['replicate']}', in {logs['twice'] / 'b.parquet'}") in out.output
+    assert "with replicate='call-" in CliRunner().invoke(main, ["components", str(logs["labels"]), "--engine",
+                                                                   "duckdb"]).output
+    out = CliRunner().invoke(main, ["components", str(logs["blank"]), "--engine", "duckdb"])
+    assert out.exit_code == 2, out.output
+    assert f"{logs['blank'] / 'b.parquet'}: column 'replicate' is empty in 1 judgment(s)" in out.output
+    # replicates 32 apart: no repeat, by the span's bitmaps (Parquet) or by the exact look (CSV); the rows' fit
+    got = {}
+    for engine, log in (("duckdb", logs["apart"]), ("duckdb", tmp_path / "apart.csv"), ("pandas", logs["apart"])):
+        out = CliRunner().invoke(main, ["components", str(log), "--engine", engine, "--json", "-"])
+        assert out.exit_code == 0, out.output
+        got[engine, log.suffix] = {c["component"]: c["variance"] for c in json.loads(out.stdout)["components"]}
+    assert got["duckdb", ""] == pytest.approx(got["pandas", ""], rel=1e-9)
+    assert got["duckdb", ".csv"] == pytest.approx(got["pandas", ""], rel=1e-9)
+    least, greatest = 32 * int(frame["replicate"].min()), 32 * int(frame["replicate"].max())
+    assert replicate_span(sorted(logs["apart"].glob("*.parquet")), "replicate") == (least, greatest)
+    assert replicate_span(sorted(logs["twice"].glob("*.parquet")), "replicate") is None  # 32 slots cover it
+    with pytest.raises(DataError, match="repeat both the facet levels and the replicate"):
+        eg.fit(logs["twice"], engine="duckdb")
 
 
 def test_a_facet_with_one_level_as_on_the_rows(tmp_path):

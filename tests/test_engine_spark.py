@@ -22,7 +22,7 @@ from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
 from evalgauge.io.engine import reduce_cells, spark_session
 from evalgauge.simulate import simulate, sizing_preset
-from test_engine import bad_logs, hostile_names, repeated_cells, unnamed_judges
+from test_engine import bad_logs, hostile_names, repeated_cells, repeated_replicates, unnamed_judges
 
 pytestmark = pytest.mark.subprocess
 
@@ -105,6 +105,13 @@ def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
     assert reduce_cells(holes, engine="spark", master="local[2]", drop_missing=True)[1]["empty_dropped"] == 7
     with pytest.raises(DataError, match=r"480 rows share their facet levels with another row"):
         reduce_cells(repeated_cells(tmp_path, frame), engine="spark", master="local[2]")
+    logs = repeated_replicates(tmp_path, frame)  # a replicate repeated in a cell, as text, empty; 0 and 32
+    for log in (logs["twice"], logs["labels"]):
+        with pytest.raises(DataError, match=r"2 rows repeat both the facet levels and the replicate 'replicate'"):
+            reduce_cells(log, engine="spark", master="local[2]")
+    with pytest.raises(DataError, match=r"b\.parquet: column 'replicate' is empty in 1 judgment\(s\)"):
+        reduce_cells(logs["blank"], engine="spark", master="local[2]")
+    assert reduce_cells(logs["apart"], engine="spark", master="local[2]")[1]["cells"] == len(frame) // 2
     frame.to_csv(tmp_path / "semi.csv", index=False, sep=";")  # --sep reaches Spark's reader too
     assert reduce_cells(tmp_path / "semi.csv", engine="spark", master="local[2]", sep=";")[1]["rows"] == len(frame)
     folder, empty = hostile_names(tmp_path, frame)

@@ -5,9 +5,12 @@ log larger than memory is reduced by an engine on the files and only the cells r
 one SQL text (:func:`cells_sql`) that both engines execute over a view of the rows with plain column names: a
 ``GROUP BY`` of every facet column with, per cell, the count, sum and sum of squares of the score, and in the
 same scan its judgments with an empty score and with one that is not a number. A part whose columns or column
-types differ from the others' is named before the scan, from the parts' schemas. Only when a judgment has no
-numeric score (or no facet label) does a further query name the first file (and value) holding one
-(:func:`first_bad_sql`), stopping at its first such row: the log is scanned once. DuckDB works within
+types differ from the others' is named before the scan, from the parts' schemas. With a replicate column the
+scan also keeps a bitmap of each cell's replicates, which rules out a repeated or empty replicate in every cell
+whose replicates fill as many slots as it has judgments. Only when a judgment has no numeric score (or no facet
+label) does a further query name the first file (and value) holding one (:func:`first_bad_sql`), stopping at
+its first such row, and only when a cell's slots fall short does an exact group-by of cells and replicates
+(:func:`repeated_replicate_sql`) run: a clean log of whole-number replicates is scanned once. DuckDB works within
 :data:`DUCKDB_MEMORY` and spills its group-by to disk beyond it.
 
 This module is an edge (it reads files); :func:`evalgauge.estimate.estimate_from_sums` fits the cells.
@@ -37,23 +40,107 @@ DUCKDB_MEMORY = "1GB"
 CELL_ENGINES = ("duckdb", "spark")
 #: the scan's per-cell counts of judgments without a numeric score (checked, then left behind)
 _CHECKS = ("empty", "not_numbers")
+#: the scan's per-cell count of the distinct slots its replicates fall in (a replicate column is checked)
+_SLOTS = "replicate_slots"
 #: the view's fixed column names (the facets are f0, f1, ...): plain identifiers both SQL dialects read alike
-_SCORE, _FILE = "s", "src_file"
+_SCORE, _FILE, _REPLICATE = "s", "src_file", "r"
 
 
-def cells_sql(n_facets: int, table: str = "judgments", *, text_scores: bool = True) -> str:
+def _slot_bits(numbers: bool, dialect: str, span: tuple[int, int] | None = None) -> str:
+    """The distinct slots a cell's replicates fill, as a SQL aggregate: each replicate sets one bit of a bitmap
+    and the bitmaps' bits are counted. Without ``span``, one bitmap of 32 slots: a whole number's slot is its last
+    five bits (so a cell's replicates within 32 consecutive numbers never share one), any other label's its
+    hash's. With ``span`` (the column's least and greatest whole number, from the Parquet parts' statistics) a
+    replicate ``v`` sets bit ``v - least`` of as many 62-bit bitmaps as the span needs, so no two replicates
+    share a slot whatever their number. An empty replicate sets none. ``numbers``: the column holds numbers (no
+    text to parse); ``dialect``: how the engine spells a left shift (the one word the two SQL texts differ in)."""
+    r = _REPLICATE
+
+    def shift(slot: str) -> str:
+        return f"shiftleft(CAST(1 AS BIGINT), {slot})" if dialect == "spark" else f"(CAST(1 AS BIGINT) << {slot})"
+
+    def counted(bits: str) -> str:
+        return f"COALESCE(BIT_COUNT(BIT_OR({bits})), 0)"
+
+    if span is not None:
+        v = f"(TRY_CAST({r} AS BIGINT) - {int(span[0])})"
+        maps = range((int(span[1]) - int(span[0])) // 62 + 1)
+        return " + ".join(counted(f"CASE WHEN {v} >= {62 * k} AND {v} < {62 * k + 62} THEN "
+                                  f"{shift(f'CAST({v} - {62 * k} AS INT)')} END") for k in maps)
+    whole = (f"TRY_CAST({r} AS BIGINT)" if numbers else
+             f"COALESCE(TRY_CAST({r} AS BIGINT), CASE WHEN {r} IS NOT NULL THEN CAST(HASH(CAST({r} AS STRING)) "
+             "% 32 AS BIGINT) END)")
+    return counted(shift(f"CAST({whole} & 31 AS INT)"))
+
+
+#: the widest span of whole-number replicates given bitmaps of their own (beyond it, the 32 slots and the exact look)
+_SPAN_MAPS = 16
+
+
+def replicate_span(parts: list[Path], column: str) -> tuple[int, int] | None:
+    """The least and greatest value of a whole-number replicate column over Parquet parts, from their row groups'
+    statistics (no rows read), when it spans more than 32 numbers and at most ``62 * _SPAN_MAPS``; None
+    otherwise (text parts, another type, a part without statistics, or a span the 32 slots cover)."""
+    import pyarrow.parquet as pq
+
+    if _kind(parts) != "parquet":
+        return None
+    least, greatest = None, None
+    for part in parts:
+        meta = pq.ParquetFile(part).metadata
+        names = [meta.schema.column(j).name for j in range(meta.num_columns)]
+        if column not in names:
+            return None
+        j = names.index(column)
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(j).statistics
+            if stats is None or not stats.has_min_max or not isinstance(stats.min, int):
+                return None
+            least = stats.min if least is None else min(least, stats.min)
+            greatest = stats.max if greatest is None else max(greatest, stats.max)
+    if least is None or greatest - least < 32 or greatest - least >= 62 * _SPAN_MAPS:
+        return None
+    return least, greatest
+
+
+def cells_sql(n_facets: int, table: str = "judgments", *, text_scores: bool = True, replicates: str | None = None,
+              dialect: str = "duckdb", span: tuple[int, int] | None = None) -> str:
     """The one SQL text both engines run: rows of ``table`` (columns ``f0..f{k-1}``, the score ``s`` as text or
     number) grouped by the facets, with each cell's count, sum and sum of squares of the numeric scores and, in
     the same scan, its judgments with an empty score (``empty``) and, when the scores are stored as text
-    (``text_scores``), with a score that is not a number (``not_numbers``; a number column has none)."""
+    (``text_scores``), with a score that is not a number (``not_numbers``; a number column has none).
+
+    With ``replicates`` (the view has the replicate column ``r``, holding ``numbers`` or ``text``) the scan also
+    counts, per cell, the distinct slots its replicates fall in (``replicate_slots``, bitmaps' bits, see
+    :func:`_slot_bits`; ``span``: a whole-number column's least and greatest value): equal replicates share a
+    slot and an empty one has none, so a cell whose slots are as many as its judgments holds neither; only a
+    cell with fewer slots needs the exact look of :func:`repeated_replicate_sql`. ``dialect`` (``duckdb``,
+    ``spark``) spells the bitmaps' shift."""
     keys = ", ".join(f"f{k}" for k in range(n_facets))
     value = f"TRY_CAST({_SCORE} AS DOUBLE)" if text_scores else f"CAST({_SCORE} AS DOUBLE)"
     checks = f"CAST(COUNT(*) - COUNT({_SCORE}) AS INT) AS empty"
     if text_scores:
         checks += f", CAST(COUNT({_SCORE}) - COUNT({value}) AS INT) AS not_numbers"
+    if replicates:
+        checks += f", CAST({_slot_bits(replicates == 'numbers', dialect, span)} AS INT) AS {_SLOTS}"
     return (f"SELECT {', '.join(f'CAST(f{k} AS STRING) AS f{k}' for k in range(n_facets))}, "
             f"CAST(COUNT({value}) AS INT) AS {N}, SUM({value}) AS {SUM}, SUM({value} * {value}) AS {SQUARES}, "
             f"{checks} FROM {table} GROUP BY {keys}")
+
+
+def repeated_replicate_sql(n_facets: int, table: str = "judgments") -> str:
+    """The exact look, run only when the scan's slots leave a repeat possible: the first (cell, replicate) that
+    is empty or judged more than once (its labels and replicate), the first file holding it, and the judgments
+    that repeat another's cell and replicate (``repeats``, all such groups together) and that have no replicate
+    (``empties``). None when there is neither."""
+    keys = ", ".join(f"f{k}" for k in range(n_facets))
+    labels = ", ".join(f"CAST(f{k} AS STRING)" for k in range(n_facets))
+    return (f"SELECT {labels}, CAST({_REPLICATE} AS STRING), "
+            f"SUM(CASE WHEN {_REPLICATE} IS NULL THEN 0 ELSE c END) OVER () AS repeats, "
+            f"SUM(CASE WHEN {_REPLICATE} IS NULL THEN c ELSE 0 END) OVER () AS empties, w "
+            f"FROM (SELECT {keys}, {_REPLICATE}, COUNT(*) AS c, MIN({_FILE}) AS w FROM {table} "
+            f"GROUP BY {keys}, {_REPLICATE} HAVING COUNT(*) > 1 OR {_REPLICATE} IS NULL) AS g "
+            f"ORDER BY CASE WHEN {_REPLICATE} IS NULL THEN 0 ELSE 1 END LIMIT 1")
 
 
 def first_bad_sql(table: str = "judgments", *, empty: bool) -> str:
@@ -261,10 +348,12 @@ def scan_size(source) -> tuple[int | None, int, int]:
     return int(rows), len(parts), size
 
 
-def _facets(columns: list[str], score: str, source, replicate: str | None = None) -> tuple[list[str], bool]:
-    """The facet columns (all but the score, the file's name and a replicate column) and whether repeated
-    judgments of a cell are replicates: a replicate column numbers them (``replicate`` names it, or one of the
-    usual names is present), or ``replicate`` is ``auto``."""
+def _facets(columns: list[str], score: str, source,
+            replicate: str | None = None) -> tuple[list[str], bool, str | None]:
+    """The facet columns (all but the score, the file's name and a replicate column), whether repeated
+    judgments of a cell are replicates (a replicate column numbers them, or ``replicate`` is ``auto``), and the
+    column that numbers them: ``replicate``, or else the first of the usual names present (as the rows' design
+    takes it); None for ``auto`` and without one."""
     named = ", ".join(c for c in columns if c != "filename")
     if score not in columns:
         glued = next((sep for sep in (";", "\t", "|") if any(sep in c for c in columns)), None)
@@ -277,7 +366,9 @@ def _facets(columns: list[str], score: str, source, replicate: str | None = None
     facets = [c for c in columns if c not in {score, "filename", *numbering}]
     if not facets:
         raise DataError(f"{source}: no facet columns besides '{score}'.")
-    return facets, bool(numbering) or replicate == "auto"
+    column = replicate if replicate not in (None, "auto") else (
+        None if replicate == "auto" else next((c for c in vocabulary.REPLICATE_COLUMNS if c in columns), None))
+    return facets, bool(numbering) or replicate == "auto", column
 
 
 def _check_repeats(repeated: int, labels: list | None, facets: list[str], source, query,
@@ -297,6 +388,27 @@ def _check_repeats(repeated: int, labels: list | None, facets: list[str], source
                     "name the column that numbers them with --replicate COL (or --replicate=auto to count them as "
                     "replicates); if a facet is missing, add it to --facets; if they are accidental duplicates, "
                     "remove them.")
+
+
+def _check_replicates(short: bool, facets: list[str], replicate: str, source, query,
+                      label: str | None = None) -> None:
+    """With a replicate column each (cell, replicate) is one judgment, as the rows' design requires. ``short``:
+    some cell's replicates fall in fewer slots than it has judgments (counted by the scan), so a replicate may be
+    repeated or empty there; only then does the exact look (:func:`repeated_replicate_sql`) run, and what it
+    finds is a :class:`DataError` naming the cell, the replicate and the first file holding it."""
+    found = query(repeated_replicate_sql(len(facets))) if short else None
+    if found is None:
+        return
+    *labels, value, repeats, empties, where = found
+    cell = ", ".join(f"{f}={str(v)[:40]!r}" for f, v in zip(facets, labels, strict=True))
+    where = label or _path(where)
+    if empties:
+        raise DataError(f"{where}: column '{replicate}' is empty in {empties} judgment(s) (for example in the cell "
+                        f"{cell}); every judgment names its replicate: fill these in or remove the rows.")
+    raise DataError(f"{source}: {repeats} rows repeat both the facet levels and the replicate '{replicate}' of "
+                    f"another row (for example the cell {cell} with {replicate}={str(value)[:40]!r}, in {where}). "
+                    "Each replicate of a cell must be one row: remove the duplicates, or add the column in which "
+                    "they differ (a facet the files do not record).")
 
 
 def _check_scores(n: int, empty: int, not_numbers: int, score: str, source, drop_missing: bool, query,
@@ -335,7 +447,7 @@ def _cells(raw: pd.DataFrame, facets: list[str], rows: int, empty: int, files: i
     if not kept.all():
         raw = raw[kept].reset_index(drop=True)
     # renamed where they are: ten million cells are not copied for a name
-    cells = raw.drop(columns=[c for c in _CHECKS if c in raw.columns])
+    cells = raw.drop(columns=[c for c in (*_CHECKS, _SLOTS) if c in raw.columns])
     cells.columns = [*facets, N, SUM, SQUARES]
     if cells[N].dtype != "int64":
         cells[N] = cells[N].astype("int64")
@@ -358,14 +470,18 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
     try:
         with _duckdb_errors(source):
             rel = _duckdb_relation(con, data)
-        facets, numbered = _facets(list(rel.columns), score, source, replicate)
+        facets, numbered, column = _facets(list(rel.columns), score, source, replicate)
         view = rel.select(", ".join([f"{_quoted(c)} AS f{k}" for k, c in enumerate(facets)]
-                                    + [f"{_quoted(score)} AS {_SCORE}", f"filename AS {_FILE}"]))
+                                    + [f"{_quoted(score)} AS {_SCORE}", f"filename AS {_FILE}"]
+                                    + ([f"{_quoted(column)} AS {_REPLICATE}"] if column else [])))
         con.register("judgments", view)
         # through Arrow: ten million cells' labels never become Python strings (see _categorical_frame)
-        text_scores = not _numeric(str(dict(zip(rel.columns, rel.types, strict=True))[score]))
+        types = {c: str(t) for c, t in zip(rel.columns, rel.types, strict=True)}
+        text_scores = not _numeric(types[score])
         with _duckdb_errors(source), _loading_meanwhile(preload):
-            table = _arrow(con, cells_sql(len(facets), text_scores=text_scores))
+            table = _arrow(con, cells_sql(len(facets), text_scores=text_scores,
+                                          replicates=column and ("numbers" if _numeric(types[column]) else "text"),
+                                          span=column and replicate_span(data.files, column)))
         n, empty, not_numbers = (int(pc.sum(table[c]).as_py() or 0) if c in table.column_names else 0
                                  for c in (N, *_CHECKS))
         _check_rows(n + empty + not_numbers, source)
@@ -382,6 +498,8 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
             _check_repeats(int(pc.sum(pc.filter(judged, repeated)).as_py() or 0),
                            [table.column(k)[first].as_py() for k in range(len(facets))] if first >= 0 else None,
                            facets, source, query, label)
+        elif column:
+            _check_replicates(pc.any(pc.less(table[_SLOTS], judged)).as_py(), facets, column, source, query, label)
         dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query, label)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
@@ -501,10 +619,11 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
     from pyspark.sql import functions as F
 
     columns = list(frame.columns)
-    facets, numbered = _facets(columns, score, source, replicate)
+    facets, numbered, column = _facets(columns, score, source, replicate)
     file_col = F.col("filename") if "filename" in columns else F.lit(source)
     view = frame.select(*[F.col(_spark_name(c)).alias(f"f{k}") for k, c in enumerate(facets)],
-                        F.col(_spark_name(score)).alias(_SCORE), file_col.alias(_FILE))
+                        F.col(_spark_name(score)).alias(_SCORE), file_col.alias(_FILE),
+                        *([F.col(_spark_name(column)).alias(_REPLICATE)] if column else []))
     name = f"evalgauge_judgments_{id(view)}"
     view.createOrReplaceTempView(name)
     spark = view.sparkSession
@@ -512,12 +631,15 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
         with warnings.catch_warnings():  # pyspark's notices about pandas versions: the cells are plain columns
             warnings.simplefilter("ignore")
             text_scores = not _numeric(view.schema[_SCORE].dataType.simpleString())
-            raw = spark.sql(cells_sql(len(facets), table=name, text_scores=text_scores)).toPandas()
+            numbers = column and _numeric(view.schema[_REPLICATE].dataType.simpleString())
+            raw = spark.sql(cells_sql(len(facets), table=name, text_scores=text_scores, dialect="spark",
+                                      replicates=column and ("numbers" if numbers else "text"))).toPandas()
         n, empty, not_numbers = (int(raw[c].sum()) if c in raw.columns else 0 for c in (N, *_CHECKS))
         _check_rows(n + empty + not_numbers, source)
 
         def query(sql, params=()):
-            return tuple(spark.sql(sql.replace("FROM judgments", f"FROM {name}"), args=list(params) or None).first())
+            row = spark.sql(sql.replace("FROM judgments", f"FROM {name}"), args=list(params) or None).first()
+            return None if row is None else tuple(row)
 
         judged = raw[N] + raw["empty"] + (raw["not_numbers"] if text_scores else 0)
         _check_labels([int(judged[raw[f"f{k}"].isna()].sum()) for k in range(len(facets))], facets,
@@ -527,6 +649,8 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
             _check_repeats(int(judged.iloc[repeated].sum()),
                            [raw[f"f{k}"].iloc[repeated[0]] for k in range(len(facets))] if repeated.size else None,
                            facets, source, query)
+        elif column:
+            _check_replicates(bool((raw[_SLOTS] < judged).any()), facets, column, source, query)
         dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query)
         return _cells(raw, facets, n + empty, dropped, files)
     finally:
