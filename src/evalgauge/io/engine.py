@@ -366,9 +366,10 @@ def _facets(columns: list[str], score: str, source,
     facets = [c for c in columns if c not in {score, "filename", *numbering}]
     if not facets:
         raise DataError(f"{source}: no facet columns besides '{score}'.")
-    column = replicate if replicate not in (None, "auto") else (
-        None if replicate == "auto" else next((c for c in vocabulary.REPLICATE_COLUMNS if c in columns), None))
-    return facets, bool(numbering) or replicate == "auto", column
+    if replicate == "auto":
+        return facets, True, None
+    column = replicate or next((c for c in vocabulary.REPLICATE_COLUMNS if c in columns), None)
+    return facets, bool(numbering), column
 
 
 def _check_repeats(repeated: int, labels: list | None, facets: list[str], source, query,
