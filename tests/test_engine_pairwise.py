@@ -82,8 +82,12 @@ def test_the_counts_give_the_rows_fit_and_bootstraps(tmp_path):
         assert on_counts.components.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-6, abs=1e-9)
     assert on_counts.payload["mdd95_win_rate_points"] == pytest.approx(on_rows.payload["mdd95_win_rate_points"],
                                                                         rel=1e-6)
-    # without the G-study when asked
-    assert analyze_pairwise(read_judgments(folder), n_boot=0, components=False).components is None
+    # without the G-study when asked, on either path, and the rest unchanged
+    lean_rows = analyze_pairwise(read_judgments(folder), n_boot=120, seed=5, components=False)
+    lean_counts = analyze_battle_counts(counts, n_boot=120, seed=5, components=False)
+    assert lean_rows.components is lean_counts.components is None
+    assert "components" not in lean_counts.payload and "mdd95_win_rate_points" not in lean_counts.payload
+    _same_analysis(lean_counts, on_rows)
 
 
 def test_a_log_without_items_is_one_battle_per_judgment_with_weights(tmp_path):
@@ -160,6 +164,18 @@ def test_pairwise_cli_on_the_engine(tmp_path):
     got = {c["component"]: c["variance"] for c in cells_fit["components"]}
     for comp in rows_fit["components"]:
         assert got[comp["component"]] == pytest.approx(comp["variance"], rel=1e-6, abs=1e-9)
+    # --no-components: the same ratings without the G-study; asking for its file as well is a usage error
+    for engine in ("duckdb", "pandas"):
+        out = runner.invoke(main, ["pairwise", str(folder), "--engine", engine, "--bootstrap", "40",
+                                   "--no-components", "--json", "-"])
+        assert out.exit_code == 0, out.output
+        lean = json.loads(out.stdout)
+        assert "components" not in lean and lean["bradley_terry"] == on_rows["bradley_terry"]
+        out = runner.invoke(main, ["pairwise", str(folder), "--engine", engine, "--bootstrap", "0", "--no-components"])
+        assert out.exit_code == 0 and "Bradley-Terry" in out.output and "MDD95" not in out.output
+    out = runner.invoke(main, ["pairwise", str(folder), "--no-components", "--components-json",
+                               str(tmp_path / "none.json")])
+    assert out.exit_code == 2 and "--no-components" in out.output and not (tmp_path / "none.json").exists()
     # the agreement with human votes from the distinct votes' counts: what the rows give
     voted = frame.assign(vote=np.random.default_rng(3).choice(["model_a", "model_b", "tie"], len(frame)))
     _hive(voted, tmp_path / "voted")

@@ -419,6 +419,17 @@ def test_an_unaffordable_default_model_falls_back_to_two_way_interactions(monkey
     # a model the user named (max_order, terms or a formula): fitted as given
     asked = eg.estimate_components(frame, eg.infer_design(frame, max_order=4))
     assert "system:item:judge" in asked.names and not any("affords" in n for n in asked.notes)
+    # from cell statistics (an engine's path) the same: the two-way model and its note, or the model named
+    from evalgauge.estimate import estimate_from_sums
+
+    cells = frame.assign(sq=frame["score"] ** 2).groupby(["system", "item", "judge", "variant"]) \
+        .agg(n=("score", "size"), sum=("score", "sum"), sum_squares=("sq", "sum")).reset_index()
+    from_cells = estimate_from_sums(cells)
+    assert from_cells.names == fit.names and any("affords" in n and "`max_order`" in n for n in from_cells.notes)
+    for comp in fit.components:
+        assert from_cells.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-5, abs=1e-8)
+    named = estimate_from_sums(cells, max_order=4)
+    assert "system:item:judge" in named.names and not any("affords" in n for n in named.notes)
 
 
 def test_bootstrap_refits_at_their_tolerance_match_tight_refits(monkeypatch):

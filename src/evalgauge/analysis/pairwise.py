@@ -65,12 +65,14 @@ class PairwiseAnalysis(Result):
 
 def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, baseline: str | None = None,
                      position: bool = True, n_boot: int = 200, seed: int | None = 0, human: str | None = None,
-                     method: str = "auto", components: bool = True) -> PairwiseAnalysis:
+                     method: str = "auto", components: bool = True, progress=None) -> PairwiseAnalysis:
     """Analyse model_a / model_b / winner rows (a judgments table); see the module docstring.
 
     ``reference`` is the system at log strength 0; ``baseline`` a fixed opponent left out of the
     components; ``human`` a column with human votes (TEE Table 17's agreement); ``components=False`` leaves
-    out the win indicators' G-study (a REML fit over every judgment twice, the costly part on a large log).
+    out the win indicators' G-study (a REML fit over every judgment twice, the costly part on a large log),
+    whose size, expected cost and evaluations ``progress`` hears as :func:`evalgauge.estimate.reml.fit_reml`
+    says them.
     """
     battles = code_battles(judgments)
     for name, param in ((baseline, "baseline"), (reference, "reference")):
@@ -81,32 +83,34 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
     notes: list[str] = []
     counts = count_battles(battles, _weights(battles, judgments.source, notes))
     return _analyze(counts, battles, judgments.source, notes, reference=reference, baseline=baseline,
-                    position=position, n_boot=n_boot, seed=seed, human=human, method=method, components=components)
+                    position=position, n_boot=n_boot, seed=seed, human=human, method=method,
+                    components=components, progress=progress)
 
 
 def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", reference: str | None = None,
                           baseline: str | None = None, position: bool = True, n_boot: int = 200,
-                          seed: int | None = 0) -> PairwiseAnalysis:
+                          seed: int | None = 0, components: bool = True, progress=None) -> PairwiseAnalysis:
     """The same analysis from judgments reduced to counts (an engine over the files, :mod:`evalgauge.io.engine`):
     Bradley-Terry, both Elo scales, both bootstraps and position bias, equal to :func:`analyze_pairwise` on the
     rows; from an engine's distinct judgments (``counts.judgments_counted``, item, judge and variant kept) also
-    the win indicators' components, from their cell statistics. Human agreement needs the rows."""
+    the win indicators' components, from their cell statistics (``components`` and ``progress`` as there).
+    Human agreement needs the rows."""
     for name, param in ((baseline, "baseline"), (reference, "reference")):
         if name is not None and name not in counts.systems:
             raise DataError(f"`{param}` '{name}' is not among the systems ({', '.join(counts.systems)}).")
     notes = ["each row counts 'weight' times (arena-hard: a >> verdict is 3 battles)."] if counts.weighted else []
     result = _analyze(counts, None, source, notes, reference=reference, baseline=baseline, position=position,
-                      n_boot=n_boot, seed=seed, human=None, method="auto", components=False)
-    if counts.judgments_counted is not None:
+                      n_boot=n_boot, seed=seed, human=None, method="auto", components=False, progress=None)
+    if components and counts.judgments_counted is not None:
         if baseline is None and len(counts.systems) == 2:
             baseline = result.fit.reference  # two systems: one's win indicator mirrors the other's
         result.components = _win_components_from_cells(counts.judgments_counted, baseline, result.notes,
-                                                       result.payload)
+                                                       result.payload, progress)
     return result
 
 
 def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: list[str], *, reference, baseline,
-             position, n_boot, seed, human, method, components) -> PairwiseAnalysis:
+             position, n_boot, seed, human, method, components, progress) -> PairwiseAnalysis:
     """Everything from the counts; the win-indicator components and human agreement from the rows when given."""
     entries, weights = counts.entries, counts.weights
     _connected(entries, source)
@@ -137,7 +141,7 @@ def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: 
     if battles is not None and components:
         if baseline is None and len(counts.systems) == 2:
             baseline = fit.reference  # two systems: one's win indicator mirrors the other's
-        comps = _win_components(battles, baseline, method, notes, payload)
+        comps = _win_components(battles, baseline, method, notes, payload, progress)
     if human and battles is not None:
         judge_vote = pd.Series(np.where(battles.outcome == 1.0, "a", np.where(battles.outcome == 0.0, "b", "tie")))
         payload["human_agreement"] = human_agreement(judge_vote, battles.frame[human].reset_index(drop=True))
@@ -243,7 +247,7 @@ def win_indicator_cells(judgments: pd.DataFrame, baseline: str | None = None) ->
     return cells, design
 
 
-def _win_components(battles, baseline, method, notes, payload) -> VarianceComponents | None:
+def _win_components(battles, baseline, method, notes, payload, progress=None) -> VarianceComponents | None:
     """The variance components of the win indicators (position a fixed facet), their MDD and ceiling."""
     from ..estimate import estimate_components
 
@@ -251,10 +255,11 @@ def _win_components(battles, baseline, method, notes, payload) -> VarianceCompon
         rows, design = win_indicator_rows(battles, baseline)
     except DesignError:
         return None
-    return _components_payload(lambda: estimate_components(rows, design, method=method), design, notes, payload)
+    return _components_payload(lambda: estimate_components(rows, design, method=method, progress=progress), design,
+                               notes, payload)
 
 
-def _win_components_from_cells(judgments, baseline, notes, payload) -> VarianceComponents | None:
+def _win_components_from_cells(judgments, baseline, notes, payload, progress=None) -> VarianceComponents | None:
     """The same components from an engine's distinct judgments (:func:`win_indicator_cells`)."""
     from ..estimate import estimate_from_sums
 
@@ -267,7 +272,8 @@ def _win_components_from_cells(judgments, baseline, notes, payload) -> VarianceC
         cells, design = win_indicator_cells(judgments, baseline)
     except DesignError:
         return None
-    return _components_payload(lambda: estimate_from_sums(cells, design=design), design, notes, payload)
+    return _components_payload(lambda: estimate_from_sums(cells, design=design, progress=progress), design, notes,
+                               payload)
 
 
 def _components_payload(fit, design, notes, payload) -> VarianceComponents | None:

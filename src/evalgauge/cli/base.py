@@ -162,16 +162,16 @@ def user_errors(func: Callable) -> Callable:
     return wrapper
 
 
-def _fit_progress(after: float = 3.0, every: float = 10.0) -> Callable:
+def _fit_progress(after: float = 3.0, every: float = 10.0, what: str = "") -> Callable:
     """A REML fit expected (or found) to take more than a few seconds says how big the model is, what it
-    is expected to cost, and that it is working."""
+    is expected to cost, and that it is working; ``what`` names the fit when the command does more than it."""
     state: dict = {"last": None, "said": False}
 
     def show(size, evaluations: int, seconds: float) -> None:
         err = _console(stderr=True)
         expected = getattr(size, "seconds", 0.0)
         if not state["said"] and (seconds >= after or (evaluations == 0 and expected >= after)):
-            err.print(Text(f"{size}; fitting ...", style="dim"))
+            err.print(Text(f"{what}{size}; fitting ...", style="dim"))
             state["said"] = True
         if seconds >= after and (state["last"] is None or seconds - state["last"] >= every):
             err.print(Text(f"  {evaluations} evaluations of the REML criterion, {seconds:.0f} s", style="dim"))

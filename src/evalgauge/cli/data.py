@@ -16,6 +16,7 @@ from .base import (
     _drop_empty,
     _emit,
     _engine_for,
+    _fit_progress,
     _scan_line,
     _write_frame,
     engine_options,
@@ -97,6 +98,9 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--human", metavar="COLUMN", help="A column with the human vote (model_a, model_b or tie): report "
               "per-judgment agreement, overall and decisive-only (TEE Table 17).")
+@click.option("--components/--no-components", default=True, show_default=True,
+              help="Estimate the win indicators' variance components (a REML fit over system x item x judge x "
+              "variant x slot cells: minutes on a log with hundreds of thousands of them).")
 @click.option("--components-json", type=click.Path(dir_okay=False, path_type=str),
               help="Write the win-indicator components here, for `evalgauge plan` (MDD at any items and judges).")
 @json_option("everything")
@@ -109,8 +113,8 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
 @text_options
 @user_errors
 @writes(("data",), components_json="--components-json", json_out="--json")
-def pairwise(data, reference, baseline, position, n_boot, seed, human, components_json, json_out, col_a, col_b,
-             col_winner, col_item, col_judge, engine, spark_master, encoding, sep) -> None:
+def pairwise(data, reference, baseline, position, n_boot, seed, human, components, components_json, json_out, col_a,
+             col_b, col_winner, col_item, col_judge, engine, spark_master, encoding, sep) -> None:
     """Pairwise judgments (model_a, model_b, winner; optional item, judge, variant, order): Bradley-Terry,
     Elo, position bias, and the variance components of the win indicators.
 
@@ -119,7 +123,10 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
       evalgauge pairwise arena.csv --reference gpt-4-0314 --bootstrap 1000
       evalgauge pairwise battles.csv --model-a left --model-b right --winner verdict --json -
       evalgauge pairwise arena_parquet/ --engine duckdb     # counted over the files
+      evalgauge pairwise arena_parquet/ --no-components     # ratings and intervals only
     """
+    if components_json and not components:
+        raise click.UsageError("--components-json writes the components that --no-components leaves out: drop one.")
     roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
     columns = {k: v for k, v in roles.items() if v}
     chosen = _engine_for(engine, data)
@@ -127,12 +134,13 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
         result = _pairwise_on_engine(data, {**columns, **({"human": human} if human else {})}, engine=chosen,
                                      master=spark_master, text={"sep": sep, "encoding": encoding},
                                      reference=reference, baseline=baseline, position=position, n_boot=n_boot,
-                                     seed=seed)
+                                     seed=seed, components=components, progress=_win_progress())
     else:
         judgments = read_judgments(data, encoding=encoding, sep=sep, columns=columns or None)
         from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit
         result = analyze_pairwise(judgments, reference=reference, baseline=baseline, position=position,
-                                  n_boot=n_boot, seed=seed, human=human)
+                                  n_boot=n_boot, seed=seed, human=human, components=components,
+                                  progress=_win_progress())
     if components_json and result.components is not None:
         atomic_write_text(components_json, result.components.to_json() + "\n")
     fit, table, notes, payload = result.fit, result.table, result.notes, result.payload
@@ -173,6 +181,10 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
                        f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
 
     _emit(payload, json_out, show)
+
+
+def _win_progress():
+    return _fit_progress(what="the win indicators' components (--no-components leaves them out): ")
 
 
 def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, master: str, text: dict, **options):

@@ -100,26 +100,33 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
         reason = f"auto: REML, because the data are {report.summary()}"
     else:
         reason = "REML (requested)"
+    start = _moment_start(coded)
+
+    def fit(d: Design, cap: float | None) -> VarianceComponents:
+        return fit_reml(judgments, model_from_design(d), object_facet=d.object, fixed_facets=d.fixed,
+                        method_reason=reason, facet_order=d.names, max_seconds=cap,
+                        start=start if d is spec.design else None, **boot)
+
+    result = _affordable(fit, spec.design, inferred)
+    return _with_note(result, dropped_note)
+
+
+def _affordable(fit, design: Design, inferred: bool) -> VarianceComponents:
+    """``fit(design, max_seconds)``; the default model (``inferred``: every interaction, no terms or max_order
+    named) expected to take longer than :data:`AFFORDABLE_SECONDS` is replaced by the two-way model, with a
+    note of what the full one would cost and how to ask for it. A model the user named is fitted as given."""
     try:
-        result = fit_reml(judgments, model_from_design(spec.design), object_facet=spec.design.object,
-                          fixed_facets=spec.design.fixed, method_reason=reason, facet_order=spec.design.names,
-                          max_seconds=AFFORDABLE_SECONDS if inferred else None, start=_moment_start(coded),
-                          **boot)
+        return fit(design, AFFORDABLE_SECONDS if inferred else None)
     except ModelTooLarge as exc:
-        every = spec.design.model_effects()
+        every = design.model_effects()
         if not inferred or max(e.order for e in every[:-1] or every) <= 2:
             raise
-        # The default model (every interaction) is more than this machine affords: fit the two-way model,
-        # and say what the full one would cost and how to ask for it.
         # the same request with every option the user gave (score column, facets, nesting, roles), only
         # the interactions cut: re-inferring from the columns would drop what the command line resolved
-        smaller = _replace(spec.design, max_order=2)
+        smaller = _replace(design, max_order=2)
         note = (f"the model with every interaction ({exc.size}) is more than this machine affords, so "
                 f"interactions of up to two facets were fitted; ask for more with `max_order` or `terms`.")
-        result = fit_reml(judgments, model_from_design(smaller), object_facet=smaller.object,
-                          fixed_facets=smaller.fixed, method_reason=reason, facet_order=smaller.names, **boot)
-        result = _with_note(result, note)
-    return _with_note(result, dropped_note)
+        return _with_note(fit(smaller, None), note)
 
 
 def cells_design(cells, *, score: str = "score", n: str = "n", total: str = "sum", squares: str = "sum_squares",
@@ -155,12 +162,17 @@ def estimate_from_sums(cells, *, score: str = "score", n: str = "n", total: str 
     closed = _anova_from_sums(cells, design, n, total, squares)
     if closed is not None:
         return _with_design_notes(closed, design)
-    model = model_from_design(design)
-    data = cells_from_sums(cells, list(model.columns), n, total, squares)
     reason = "REML on cell statistics reduced from the files (engine)"
+
+    def fit(d: Design, cap: float | None) -> VarianceComponents:
+        model = model_from_design(d)
+        return fit_reml(cells_from_sums(cells, list(model.columns), n, total, squares), model, object_facet=d.object,
+                        fixed_facets=d.fixed, method_reason=reason, facet_order=d.names, progress=progress,
+                        max_seconds=cap)
+
     try:
-        result = fit_reml(data, model, object_facet=design.object, fixed_facets=design.fixed, method_reason=reason,
-                          facet_order=design.names, progress=progress)
+        # the default model is cut to two-facet interactions when unaffordable, as on the rows
+        result = _affordable(fit, design, design.terms is None and design.max_order is None)
     except DesignError as exc:
         raise DesignError(f"{source}: {exc}") from None
     return _with_design_notes(result, design)
