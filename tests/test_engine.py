@@ -340,3 +340,29 @@ def test_balance_on_the_engine_reports_what_the_rows_report(tmp_path):
         cells = runner.invoke(main, ["balance", str(folder), "--engine", "duckdb"])
         assert rows.exit_code == cells.exit_code == (0 if name == "full" else 3), cells.output
         assert cells.stdout == rows.stdout  # the same counts, the same missing cells, the same words
+
+
+def test_jsonl_columns_mixing_numbers_and_text_read_as_their_text(tmp_path):
+    """DuckDB types a JSONL column that mixes numbers and strings as JSON: its values are read as their text, so
+    the label "q2" is q2 and the score "0.5" is 0.5 (the rows' reading), and a bad score is shown as the file's
+    text, not as a JSON literal."""
+    frame = simulate(sizing_preset(systems=3, items=6, judges=2, replicates=2), seed=2)
+    records = frame.astype({"item": str}).to_dict(orient="records")
+    for k, rec in enumerate(records):
+        number = int(rec["item"][1:])
+        rec["item"] = number if number % 2 else rec["item"]  # items 1, 3, 5 as numbers; i2, i4, i6 as text
+        if k % 3 == 0:
+            rec["score"] = repr(rec["score"])  # the same number, written as a string
+    (tmp_path / "log").mkdir()
+    path = tmp_path / "log" / "mixed.jsonl"
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+    cells, _ = reduce_cells(path)
+    assert sorted(cells["item"].astype(str).unique()) == ["1", "3", "5", "i2", "i4", "i6"]
+    on_rows = eg.fit(eg.read(path), object="system").components
+    on_cells = estimate_from_sums(cells)
+    for comp in on_rows.components:
+        assert on_cells.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-9)
+    records[4]["score"] = "n/a"
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+    with pytest.raises(DataError, match=r"mixed\.jsonl: column 'score' holds 'n/a', which is not a number"):
+        reduce_cells(path)

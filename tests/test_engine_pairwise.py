@@ -236,3 +236,18 @@ def test_a_log_without_a_verdict_column_or_with_a_bad_weight(tmp_path):
     frame.assign(weight=["3"] * 199 + [""]).to_csv(tmp_path / "w2.csv", index=False)
     with pytest.raises(DataError, match=r"w2\.csv: column 'weight' is empty on a row"):
         reduce_battles(tmp_path / "w2.csv")
+
+
+def test_jsonl_systems_named_by_numbers_and_text_are_the_rows_systems(tmp_path):
+    """A JSONL column mixing numbers and strings (DuckDB's JSON type) is read as its values' text: system 3 and
+    system "sys-2" are 3 and sys-2, as on the rows, not JSON literals."""
+    frame = battle_log(n=600, seed=8)
+    named = {f"sys-{k}": (k if k % 2 else f"sys-{k}") for k in range(6)}
+    records = [{**rec, "model_a": named[rec["model_a"]], "model_b": named[rec["model_b"]]}
+               for rec in frame.to_dict(orient="records")]
+    path = tmp_path / "battles.jsonl"
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+    counts, _ = reduce_battles(path)
+    assert sorted(counts.systems) == sorted(str(v) for v in named.values())
+    _same_analysis(analyze_battle_counts(counts, n_boot=20, seed=1, components=False),
+                   analyze_pairwise(read_judgments(path), n_boot=20, seed=1, components=False))

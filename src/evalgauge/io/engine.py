@@ -198,6 +198,18 @@ def _quoted(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
 
 
+def _json_as_text(types: dict[str, str]):
+    """A column of DuckDB's relation as the view selects it: quoted, and a JSON one (JSONL whose column mixes
+    numbers and text) as its values' text, so that "q1" is the label q1 and "0.5" the score 0.5, as on the rows,
+    not their JSON literals; JSON null is empty."""
+
+    def select(column: str) -> str:
+        name = _quoted(column)
+        return f"json_extract_string({name}, '$')" if types.get(column) == "JSON" else name
+
+    return select
+
+
 def _spark_name(column: str) -> str:
     """A column name as Spark reads it literally (a dot in it is not a field of a struct)."""
     return "`" + column.replace("`", "``") + "`"
@@ -472,12 +484,13 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
         with _duckdb_errors(source):
             rel = _duckdb_relation(con, data)
         facets, numbered, column = _facets(list(rel.columns), score, source, replicate)
-        view = rel.select(", ".join([f"{_quoted(c)} AS f{k}" for k, c in enumerate(facets)]
-                                    + [f"{_quoted(score)} AS {_SCORE}", f"filename AS {_FILE}"]
-                                    + ([f"{_quoted(column)} AS {_REPLICATE}"] if column else [])))
+        types = {c: str(t) for c, t in zip(rel.columns, rel.types, strict=True)}
+        as_text = _json_as_text(types)
+        view = rel.select(", ".join([f"{as_text(c)} AS f{k}" for k, c in enumerate(facets)]
+                                    + [f"{as_text(score)} AS {_SCORE}", f"filename AS {_FILE}"]
+                                    + ([f"{as_text(column)} AS {_REPLICATE}"] if column else [])))
         con.register("judgments", view)
         # through Arrow: ten million cells' labels never become Python strings (see _categorical_frame)
-        types = {c: str(t) for c, t in zip(rel.columns, rel.types, strict=True)}
         text_scores = not _numeric(types[score])
         with _duckdb_errors(source), _loading_meanwhile(preload):
             table = _arrow(con, cells_sql(len(facets), text_scores=text_scores,
@@ -863,7 +876,8 @@ def _reduce_pairs_duckdb(data: Parts, rename: dict[str, str], source, preload: t
         with _duckdb_errors(source):
             rel = _duckdb_relation(con, data)
         found, order = _pair_roles(list(rel.columns), rename, source)
-        view = rel.select(", ".join([f"{_quoted(c)} AS {_PAIR_VIEW[r]}" for r, c in found.items()]
+        as_text = _json_as_text({c: str(t) for c, t in zip(rel.columns, rel.types, strict=True)})
+        view = rel.select(", ".join([f"{as_text(c)} AS {_PAIR_VIEW[r]}" for r, c in found.items()]
                                     + [f"filename AS {_FILE}"]))
         con.register("battles", view)
         with _duckdb_errors(source), _loading_meanwhile(preload):
