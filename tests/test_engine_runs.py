@@ -90,6 +90,20 @@ def test_export_streams_the_calls_in_pieces_with_the_tables_types(tmp_path):
     csv = pd.read_csv(tmp_path / "calls.csv")
     assert list(csv.columns) == list(whole.columns) and len(csv) == 540
     assert csv["score"].isna().sum() == 1 and csv["replicate"].dtype == np.int64
+    # the format from --parquet or from --out's suffix; two that disagree are refused before anything is written
+    runner = CliRunner()
+    for args, name in ((["--parquet"], "a.parquet"), ([], "b.parquet"), (["--judgments"], "c.parquet")):
+        out = runner.invoke(main, ["export", str(db), *args, "-o", str(tmp_path / name)])
+        assert out.exit_code == 0, out.output
+        back = pd.read_parquet(tmp_path / name)
+        assert len(back) == 540 and ("completion" in back) != ("--judgments" in args)
+    for args in (["--format", "csv", "--parquet"], ["--format", "csv", "-o", str(tmp_path / "d.parquet")],
+                 ["--parquet", "-o", str(tmp_path / "d.csv")]):
+        out = runner.invoke(main, ["export", str(db), *args])
+        assert out.exit_code == 2 and "the output format is unclear" in out.output
+    assert not (tmp_path / "d.parquet").exists() and not (tmp_path / "d.csv").exists()
+    out = runner.invoke(main, ["export", str(db), "--parquet"])
+    assert out.exit_code == 0 and len(pd.read_parquet(db.with_suffix(".parquet"))) == 540
 
 
 def _edit(db, sql: str) -> None:

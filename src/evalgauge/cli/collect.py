@@ -249,21 +249,24 @@ def rescore_cmd(database, protocol, pattern, scale_min, scale_max) -> None:
 
 @main.command(name="export")
 @click.argument("database", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]),
+              help="csv or parquet (default: from --out's suffix, else csv).")
+@click.option("--parquet", is_flag=True, help="The same as --format parquet.")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=str), help="Output file (default: beside).")
 @click.option("--judgments", is_flag=True, help="Only the judgments table (facets and score), as components reads.")
 @click.option("--force", is_flag=True, help="Replace an existing file at the default output path.")
 @user_errors
-def export_cmd(database, fmt, out, judgments, force) -> None:
+def export_cmd(database, fmt, parquet, out, judgments, force) -> None:
     """Export a run database: every call with its completion, parse, model, tokens and cost.
 
     \b
     Examples:
-      evalgauge export demo-output/sim.sqlite --format parquet
+      evalgauge export demo-output/sim.sqlite --parquet
       evalgauge export demo-output/sim.sqlite --judgments -o demo-output/judgments.csv
     """
     from ..io.runs import read_run, write_calls_csv, write_calls_parquet
 
+    fmt = _export_format(fmt, parquet, out)
     path = Path(database)
     if not path.exists():
         raise EvalGaugeError(f"{path}: no such run database.")
@@ -295,6 +298,19 @@ def export_cmd(database, fmt, out, judgments, force) -> None:
     counted = {}
     atomic_write_with(target, lambda tmp: counted.setdefault("n", write(tmp)))
     _console().print(f"{rows if rows is not None else counted['n']} rows written to {target}")
+
+
+def _export_format(fmt: str | None, parquet: bool, out: str | None) -> str:
+    """The format asked for (--format, --parquet) or told by --out's suffix; csv when none says. Two that
+    disagree (--format csv with --parquet or with -o x.parquet) are a usage error, not a CSV under a Parquet name."""
+    said = {f for f in (fmt, "parquet" if parquet else None) if f}
+    suffix = Path(out).suffix.lower().lstrip(".") if out and out != "-" else ""
+    if suffix in ("csv", "parquet"):
+        said.add(suffix)
+    if len(said) > 1:
+        raise click.UsageError(f"the output format is unclear: {' and '.join(sorted(said))} were both asked for "
+                               "(--format, --parquet, --out's suffix); give one.")
+    return said.pop() if said else "csv"
 
 
 def _csv_to(dest, write_rows) -> int:
