@@ -74,14 +74,14 @@ def test_an_unbalanced_log_gets_the_rows_reml_from_the_cells(tmp_path):
 
 
 def bad_logs(tmp_path):
-    """Two datasets of 480 judgments for every engine's checks: ``texty`` (b.csv holds the score 'n/a') and
+    """Two datasets of 480 judgments for every engine's checks: ``texty`` (b.csv holds the score 'n.a.') and
     ``holes`` (7 empty scores in a.parquet); with the frame and b.csv's rows as text."""
     frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7)
     texty = tmp_path / "texty"
     texty.mkdir()
     frame.iloc[:200].to_csv(texty / "a.csv", index=False)
     bad = frame.iloc[200:].astype({"score": str})
-    bad.loc[bad.index[5], "score"] = "n/a"
+    bad.loc[bad.index[5], "score"] = "n.a."
     bad.to_csv(texty / "b.csv", index=False)
     holes = tmp_path / "holes"
     holes.mkdir()
@@ -278,11 +278,11 @@ def test_text_parts_delimiter_and_encoding_on_the_engine(tmp_path):
 def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):
     frame, bad, texty, holes = bad_logs(tmp_path)
     out = CliRunner().invoke(main, ["components", str(texty), "--engine", "duckdb"])
-    assert out.exit_code == 2 and "b.csv: column 'score' holds 'n/a'" in out.output
-    assert "(1 such value(s))" in out.output  # counted by the scan itself, per cell
+    assert out.exit_code == 2 and "b.csv: column 'score' holds 'n.a.'" in out.output
+    assert "(1 such value(s)" in out.output  # counted by the scan itself, per cell
     hostile = tmp_path / "hostile"  # a score cell holding terminal escapes: shown escaped, never printed raw
     hostile.mkdir()
-    bad.assign(score=bad["score"].where(bad["score"] != "n/a", "\x1b[2J9")).to_csv(hostile / "b.csv", index=False)
+    bad.assign(score=bad["score"].where(bad["score"] != "n.a.", "\x1b[2J9")).to_csv(hostile / "b.csv", index=False)
     with pytest.raises(DataError) as caught:
         reduce_cells(hostile)
     assert "holds '\\x1b[2J9'" in str(caught.value) and "\x1b" not in str(caught.value)
@@ -366,3 +366,51 @@ def test_jsonl_columns_mixing_numbers_and_text_read_as_their_text(tmp_path):
     path.write_text("".join(json.dumps(rec) + "\n" for rec in records))
     with pytest.raises(DataError, match=r"mixed\.jsonl: column 'score' holds 'n/a', which is not a number"):
         reduce_cells(path)
+
+
+def test_the_csv_empty_values_are_pandas_own():
+    """The engines take as empty the fields pandas' CSV reader takes as empty (the rows' reader)."""
+    from pandas._libs.parsers import STR_NA_VALUES
+
+    from evalgauge.io.engine import CSV_EMPTY
+
+    assert set(CSV_EMPTY) == set(STR_NA_VALUES)
+
+
+def odd_fields(tmp_path):
+    """Logs whose fields test what a score and a label are, each as the rows' reader takes it: ``spaced.csv``
+    (leading spaces in labels, scores and header names; NA, nan and empty fields as empty scores), and Parquet
+    scores with a NaN (empty, as pandas counts it), an infinity (not a number) or 1e20 (too large)."""
+    frame = simulate(sizing_preset(systems=3, items=8, judges=2, replicates=2), seed=11).astype(
+        {"system": str, "item": str, "judge": str})
+    text = frame.astype({"score": str})
+    text.loc[text.index[::3], "item"] = " " + text.loc[text.index[::3], "item"]
+    text.loc[text.index[::4], "score"] = "  " + text.loc[text.index[::4], "score"]
+    text.loc[text.index[[2, 5, 7]], "score"] = ["NA", " nan", "<NA>"]
+    text.rename(columns={"item": " item", "judge": "judge "}).to_csv(tmp_path / "spaced.csv", index=False)
+    for name, value in (("nan", np.nan), ("inf", np.inf), ("huge", 1e20)):
+        odd = frame.copy()
+        odd.loc[odd.index[[4, 9]], "score"] = value
+        odd.to_parquet(tmp_path / f"{name}.parquet", index=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "pandas"])
+def test_scores_and_labels_mean_what_they_mean_to_the_rows_reader(tmp_path, engine):
+    folder = odd_fields(tmp_path)
+    rows = eg.fit(eg.read(folder / "spaced.csv"), object="system", drop_missing=True).components
+    assert rows.levels == {"system": 3, "item": 8, "judge": 2} and rows.n_obs == 96 - 3
+    fit = eg.fit(folder / "spaced.csv", object="system", drop_missing=True, engine=engine).components
+    assert fit.levels == rows.levels and fit.n_obs == rows.n_obs
+    for comp in rows.components:
+        assert fit.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-6, abs=1e-9)
+    # NaN is an empty score (dropped when asked), an infinity is not a number, 1e20 is too large: never a traceback
+    nan = eg.fit(folder / "nan.parquet", object="system", drop_missing=True, engine=engine).components
+    assert nan.n_obs == 94
+    messages = {"inf": r"inf\.parquet: column 'score' (holds 'inf', which is not a number|must hold a number.*'inf')",
+                "huge": r"huge\.parquet: column 'score' has 2 value\(s\) too large to compute with"}
+    for name, message in messages.items():
+        with pytest.raises(DataError, match=message):
+            eg.fit(folder / f"{name}.parquet", object="system", engine=engine)
+    out = CliRunner().invoke(main, ["components", str(folder / "nan.parquet"), "--engine", engine])
+    assert out.exit_code == 2 and "empty" in out.output and "Traceback" not in out.output

@@ -22,7 +22,7 @@ from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
 from evalgauge.io.engine import reduce_cells, spark_session
 from evalgauge.simulate import simulate, sizing_preset
-from test_engine import bad_logs, hostile_names, repeated_cells, repeated_replicates, unnamed_judges
+from test_engine import bad_logs, hostile_names, odd_fields, repeated_cells, repeated_replicates, unnamed_judges
 
 pytestmark = pytest.mark.subprocess
 
@@ -98,7 +98,7 @@ def test_spark_reduces_to_duckdbs_cells_and_the_rows_components(spark, tmp_path)
 
 def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
     frame, _, texty, holes = bad_logs(tmp_path)  # the same datasets as DuckDB's checks
-    with pytest.raises(DataError, match=rf"^{texty / 'b.csv'}: column 'score' holds 'n/a'"):
+    with pytest.raises(DataError, match=rf"^{texty / 'b.csv'}: column 'score' holds 'n\.a\.'"):
         reduce_cells(texty, engine="spark", master="local[2]")
     with pytest.raises(DataError, match=r"7 of 480 judgment\(s\) have an empty 'score' \(the first in .*a\.parquet\)"):
         reduce_cells(holes, engine="spark", master="local[2]")
@@ -162,3 +162,19 @@ def test_spark_counts_battles_as_duckdb_does(spark, tmp_path):
                                     "--bootstrap", "0", "--json", "-"])
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["engine"]["name"] == "spark"
+
+
+def test_scores_and_labels_on_spark_mean_what_they_mean_to_the_rows_reader(spark, tmp_path):
+    """The same fields as on DuckDB (tests/test_engine.py::odd_fields): spaces, pandas' empty values, NaN,
+    infinity and a score too large, each as the rows' reader takes it."""
+    folder = odd_fields(tmp_path)
+    rows = eg.fit(eg.read(folder / "spaced.csv"), object="system", drop_missing=True).components
+    fit = eg.fit(folder / "spaced.csv", object="system", drop_missing=True, engine="spark").components
+    assert fit.levels == rows.levels == {"system": 3, "item": 8, "judge": 2} and fit.n_obs == rows.n_obs == 93
+    for comp in rows.components:
+        assert fit.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-6, abs=1e-9)
+    assert eg.fit(folder / "nan.parquet", object="system", drop_missing=True, engine="spark").components.n_obs == 94
+    with pytest.raises(DataError, match=r"inf\.parquet: column 'score' holds 'Infinity', which is not a number"):
+        eg.fit(folder / "inf.parquet", object="system", engine="spark")
+    with pytest.raises(DataError, match=r"huge\.parquet: column 'score' has 2 value\(s\) too large"):
+        eg.fit(folder / "huge.parquet", object="system", engine="spark")

@@ -15,12 +15,10 @@ import numpy as np
 import pandas as pd
 
 from .errors import DataError
+from .vocabulary import MAX_ABS_SCORE
 
 #: How many offending rows a message lists before it says "and N more".
 MAX_ROWS_LISTED = 5
-#: Scores beyond this are refused: past 2^53 (9e15) floats lose integer precision, and the variance
-#: algebra (squares of squares in the REML criterion and its derivatives) overflows long before 1e308.
-MAX_ABS_SCORE = 1e15
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ object in one module and a judge in another.
 
 from __future__ import annotations
 
+#: Scores beyond this are refused: past 2^53 (9e15) floats lose integer precision, and the variance
+#: algebra (squares of squares in the REML criterion and its derivatives) overflows long before 1e308.
+MAX_ABS_SCORE = 1e15
 #: Score columns, in order of preference.
 SCORE_NAMES = ("score", "parsed_score", "y", "value", "rating", "preference", "score_1to10", "judge_score")
 #: The object of measurement (the systems under test).

@@ -56,7 +56,7 @@ def dataset_parts(data) -> list[Path]:
     return sorted(parts)
 
 
-def _partition_keys(part: Path, root: Path | None) -> dict[str, str]:
+def partition_keys(part: Path, root: Path | None) -> dict[str, str]:
     """``key=value`` folders between the dataset's root and the part (hive partitioning)."""
     segments = part.relative_to(root).parts[:-1] if root is not None else part.parts[:-1]
     return dict(seg.split("=", 1) for seg in segments if "=" in seg and not seg.startswith("="))
@@ -99,7 +99,7 @@ def read_dataset(data, encoding: str | None = None, sep: str | None = None) -> p
     frames, first = [], None
     for part in parts:
         frame = read_table(part, kind, encoding, sep)
-        keys = _partition_keys(part, root)
+        keys = partition_keys(part, root)
         clash = sorted(set(keys) & set(frame.columns))
         if clash:
             raise DataError(f"{part}: column '{clash[0]}' is also a partition key of its folder; keep one of them.")

@@ -4,7 +4,10 @@ Every estimator needs only cell statistics (REML: each cell's count, sum and sum
 log larger than memory is reduced by an engine on the files and only the cells reach Python. The reduction is
 one SQL text (:func:`cells_sql`) that both engines execute over a view of the rows with plain column names: a
 ``GROUP BY`` of every facet column with, per cell, the count, sum and sum of squares of the score, and in the
-same scan its judgments with an empty score and with one that is not a number. A part whose columns or column
+same scan its judgments with an empty score and with one that is not a number (a NaN, an infinity or a score
+too large shows in its cell's sum of squares, and only then does an exact scan set them apart). A text part's
+fields are taken as pandas' CSV reader takes them (leading spaces dropped, its empty values empty), so every
+reader sees the same judgments. A part whose columns or column
 types differ from the others' is named before the scan, from the parts' schemas. With a replicate column the
 scan also keeps a bitmap of each cell's replicates, which rules out a repeated or empty replicate in every cell
 whose replicates fill as many slots as it has judgments. Only when a judgment has no numeric score (or no facet
@@ -25,7 +28,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import vocabulary
 from ..errors import DataError, EvalGaugeError
-from .datasets import PART_KINDS, dataset_parts, is_dataset
+from ..vocabulary import MAX_ABS_SCORE
+from .datasets import PART_KINDS, dataset_parts, is_dataset, partition_keys
 
 if TYPE_CHECKING:  # pandas is loaded when the cells are turned into a frame, after the scan has started
     import pandas as pd
@@ -38,8 +42,10 @@ ENGINE_ABOVE = 2 * 1024**3
 DUCKDB_MEMORY = "1GB"
 #: the engines that reduce rows to cells where they live (vocabulary.ENGINES adds pandas and auto)
 CELL_ENGINES = ("duckdb", "spark")
-#: the scan's per-cell counts of judgments without a numeric score (checked, then left behind)
-_CHECKS = ("empty", "not_numbers")
+#: the scan's per-cell counts of judgments without a usable score (checked, then left behind)
+_CHECKS = ("empty", "not_numbers", "too_large")
+#: the largest double: a value beyond it is infinite (NaN compares above it in both engines)
+_DOUBLE_MAX = "1.7976931348623157E308"
 #: the scan's per-cell count of the distinct slots its replicates fall in (a replicate column is checked)
 _SLOTS = "replicate_slots"
 #: the view's fixed column names (the facets are f0, f1, ...): plain identifiers both SQL dialects read alike
@@ -104,11 +110,17 @@ def replicate_span(parts: list[Path], column: str) -> tuple[int, int] | None:
 
 
 def cells_sql(n_facets: int, table: str = "judgments", *, text_scores: bool = True, replicates: str | None = None,
-              dialect: str = "duckdb", span: tuple[int, int] | None = None) -> str:
+              dialect: str = "duckdb", span: tuple[int, int] | None = None, exact: bool = False) -> str:
     """The one SQL text both engines run: rows of ``table`` (columns ``f0..f{k-1}``, the score ``s`` as text or
     number) grouped by the facets, with each cell's count, sum and sum of squares of the numeric scores and, in
     the same scan, its judgments with an empty score (``empty``) and, when the scores are stored as text
     (``text_scores``), with a score that is not a number (``not_numbers``; a number column has none).
+
+    The scan takes every number as it is; a NaN, an infinity or a value beyond the rows' bound
+    (:data:`evalgauge.vocabulary.MAX_ABS_SCORE`) shows in its cell's sum of squares (NaN, infinite or above the bound's
+    square: :func:`scores_need_exact_scan`), and only then is the ``exact`` text run: the sums over the usable
+    scores alone, a NaN in a number column counted as ``empty`` (as the rows' reader counts it), an infinity or
+    unreadable text as ``not_numbers``, and a finite value beyond the bound as ``too_large``.
 
     With ``replicates`` (the view has the replicate column ``r``, holding ``numbers`` or ``text``) the scan also
     counts, per cell, the distinct slots its replicates fall in (``replicate_slots``, bitmaps' bits, see
@@ -117,15 +129,39 @@ def cells_sql(n_facets: int, table: str = "judgments", *, text_scores: bool = Tr
     cell with fewer slots needs the exact look of :func:`repeated_replicate_sql`. ``dialect`` (``duckdb``,
     ``spark``) spells the bitmaps' shift."""
     keys = ", ".join(f"f{k}" for k in range(n_facets))
-    value = f"TRY_CAST({_SCORE} AS DOUBLE)" if text_scores else f"CAST({_SCORE} AS DOUBLE)"
+    raw = f"TRY_CAST({_SCORE} AS DOUBLE)" if text_scores else f"CAST({_SCORE} AS DOUBLE)"
+    value = f"CASE WHEN ABS({raw}) <= {MAX_ABS_SCORE:.0e} THEN {raw} END" if exact else raw
     checks = f"CAST(COUNT(*) - COUNT({_SCORE}) AS INT) AS empty"
-    if text_scores:
+    if exact:
+        finite = f"COUNT(CASE WHEN ABS({raw}) <= {_DOUBLE_MAX} THEN 1 END)"
+        nans = "0" if text_scores else f"COUNT(CASE WHEN isnan({raw}) THEN 1 END)"
+        checks = (f"CAST(COUNT(*) - COUNT({_SCORE}) + {nans} AS INT) AS empty, "
+                  f"CAST(COUNT({_SCORE}) - {finite} - {nans} AS INT) AS not_numbers, "
+                  f"CAST({finite} - COUNT({value}) AS INT) AS too_large")
+    elif text_scores:
         checks += f", CAST(COUNT({_SCORE}) - COUNT({value}) AS INT) AS not_numbers"
     if replicates:
         checks += f", CAST({_slot_bits(replicates == 'numbers', dialect, span)} AS INT) AS {_SLOTS}"
     return (f"SELECT {', '.join(f'CAST(f{k} AS STRING) AS f{k}' for k in range(n_facets))}, "
             f"CAST(COUNT({value}) AS INT) AS {N}, SUM({value}) AS {SUM}, SUM({value} * {value}) AS {SQUARES}, "
             f"{checks} FROM {table} GROUP BY {keys}")
+
+
+def scores_need_exact_scan(n, sum_squares) -> bool:
+    """Whether a scan's cells (their counts ``n`` of numbers and sums of squares, Arrow arrays or anything Arrow
+    takes) show a NaN, an infinity or a score beyond :data:`~evalgauge.vocabulary.MAX_ABS_SCORE` in some cell: any
+    such value makes its cell's sum of squares NaN, infinite or above the bound's square, and scores within the
+    bound keep it finite (the exact scan of :func:`cells_sql` tells which, rarely for a cell of extreme valid
+    scores). A cell without a number (n = 0) has no sum. Arrow's kernels, chunk by chunk: no copy of the cells."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def arrow(values):
+        return values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
+
+    # a sum of squares is never negative: no absolute value (NaN compares false, a cell without a sum is null)
+    within = pc.less_equal(arrow(sum_squares), MAX_ABS_SCORE**2)
+    return bool(pc.any(pc.and_(pc.greater(arrow(n), 0), pc.invert(within))).as_py())
 
 
 def repeated_replicate_sql(n_facets: int, table: str = "judgments") -> str:
@@ -143,10 +179,15 @@ def repeated_replicate_sql(n_facets: int, table: str = "judgments") -> str:
             f"ORDER BY CASE WHEN {_REPLICATE} IS NULL THEN 0 ELSE 1 END LIMIT 1")
 
 
-def first_bad_sql(table: str = "judgments", *, empty: bool) -> str:
-    """Where the checks' counts found a bad score: the first file (and value) holding one. Run only then, and it
-    stops at the first such row."""
-    where = f"{_SCORE} IS NULL" if empty else f"{_SCORE} IS NOT NULL AND TRY_CAST({_SCORE} AS DOUBLE) IS NULL"
+def first_bad_sql(table: str = "judgments", *, kind: str, text_scores: bool = True) -> str:
+    """Where the checks' counts found a bad score (``kind``: ``empty``, ``not_numbers`` or ``too_large``, as
+    :func:`cells_sql` counts them): the first file (and value) holding one. Run only then, and it stops at the
+    first such row."""
+    raw = f"TRY_CAST({_SCORE} AS DOUBLE)" if text_scores else f"CAST({_SCORE} AS DOUBLE)"
+    nan = "FALSE" if text_scores else f"isnan({raw})"
+    where = {"empty": f"({_SCORE} IS NULL OR {nan})",
+             "not_numbers": f"{_SCORE} IS NOT NULL AND NOT COALESCE(ABS({raw}) <= {_DOUBLE_MAX} OR {nan}, FALSE)",
+             "too_large": f"ABS({raw}) > {MAX_ABS_SCORE:.0e} AND ABS({raw}) <= {_DOUBLE_MAX}"}[kind]
     return f"SELECT {_FILE}, CAST({_SCORE} AS STRING) FROM {table} WHERE {where} LIMIT 1"
 
 
@@ -182,15 +223,45 @@ class Parts(NamedTuple):
         return self.sep or ("\t" if _kind(self.files) == "tsv" else ",")
 
 
+#: the fields pandas' CSV reader takes as empty (its default ``na_values``; tests/test_engine.py checks the list
+#: against pandas'): a text part's field that reads as one of them, after its leading spaces, is empty on the
+#: engines too, so that a CSV means the same judgments to every reader
+CSV_EMPTY = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+             "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+
+
+def csv_field_sql(column: str) -> str:
+    """A text part's field as the rows' reader takes it (pandas' ``read_csv`` with ``skipinitialspace`` and its
+    default empty values): without its leading spaces, and empty (NULL) when it is one of :data:`CSV_EMPTY`. One
+    SQL expression both engines run; ``column`` is the field's identifier as the engine quotes it."""
+    empty = ", ".join("'" + token + "'" for token in CSV_EMPTY)
+    return f"CASE WHEN LTRIM({column}) IN ({empty}) THEN NULL ELSE LTRIM({column}) END"
+
+
+def _file_columns(columns: list[str], data: Parts) -> list[str]:
+    """The columns a text part's own fields fill (not the hive partition keys, not the file's name)."""
+    keys = set(partition_keys(data.files[0], data.root)) if _hive(data.files, data.root) else set()
+    return [c for c in columns if c not in keys and c != "filename"]
+
+
 def _duckdb_relation(con, data: Parts):
-    """A DuckDB relation over every part (hive partition keys as columns, the file's name in ``filename``)."""
+    """A DuckDB relation over every part (hive partition keys as columns, the file's name in ``filename``); a text
+    part's fields as the rows' reader takes them (:func:`csv_field_sql`)."""
     kind, files, hive = _kind(data.files), [str(p) for p in data.files], _hive(data.files, data.root)
+    fields: set[str] = set()
     if kind == "parquet":
-        return con.read_parquet(files, filename=True, hive_partitioning=hive)
-    if kind in ("csv", "tsv"):
-        return con.read_csv(files, filename=True, hive_partitioning=hive, all_varchar=True, header=True,
-                            delimiter=data.delimiter)
-    return con.read_json(files, filename=True, hive_partitioning=hive, format="newline_delimited")
+        rel = con.read_parquet(files, filename=True, hive_partitioning=hive)
+    elif kind in ("csv", "tsv"):
+        rel = con.read_csv(files, filename=True, hive_partitioning=hive, all_varchar=True, header=True,
+                           delimiter=data.delimiter)
+        fields = set(_file_columns(list(rel.columns), data))
+    else:
+        rel = con.read_json(files, filename=True, hive_partitioning=hive, format="newline_delimited")
+    if not fields and all(c == c.strip() for c in rel.columns):
+        return rel
+    # the column names without surrounding spaces, as the rows' reader strips them
+    return rel.select(", ".join(f"{csv_field_sql(_quoted(c)) if c in fields else _quoted(c)} AS {_quoted(c.strip())}"
+                                for c in rel.columns))
 
 
 def _quoted(column: str) -> str:
@@ -259,8 +330,8 @@ def _parquet_schemas(parts: list[Path]):
             schema = pq.ParquetFile(part).schema_arrow
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{part}: not a readable Parquet file ({str(exc).splitlines()[0][:200]}).") from None
-        yield {f.name: (_type_word(str(f.type)), pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-                        or pa.types.is_decimal(f.type)) for f in schema}
+        yield {f.name.strip(): (_type_word(str(f.type)), pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+                                or pa.types.is_decimal(f.type)) for f in schema}
 
 
 def _type_word(name: str) -> str:
@@ -285,7 +356,9 @@ def _text_schemas(data: Parts):
                     rel = con.read_json(str(part), format="newline_delimited")
                 else:
                     rel = con.read_csv(str(part), all_varchar=True, header=True, delimiter=data.delimiter)
-            yield {c: (_type_word(str(t)), _numeric(str(t))) for c, t in zip(rel.columns, rel.types, strict=True)}
+            # names without surrounding spaces, as the rows' reader and the scan's view take them
+            yield {c.strip(): (_type_word(str(t)), _numeric(str(t)))
+                   for c, t in zip(rel.columns, rel.types, strict=True)}
     finally:
         con.close()
 
@@ -424,19 +497,26 @@ def _check_replicates(short: bool, facets: list[str], replicate: str, source, qu
                     "they differ (a facet the files do not record).")
 
 
-def _check_scores(n: int, empty: int, not_numbers: int, score: str, source, drop_missing: bool, query,
-                  label: str | None = None) -> int:
-    """The judgments without a numeric score (``empty`` ones and ``not_numbers``, of ``n + empty + not_numbers``,
-    counted by the scan): none, or empty ones dropped (their number returned), or a :class:`DataError` naming the
-    first file holding one (or ``label``, what the parts were made from) and, for a value, the value. Only then
-    does ``query(sql)`` (returning its first row) look for that file, stopping at its first such row."""
+def _check_scores(counts: dict[str, int], score: str, source, drop_missing: bool, query, label: str | None = None,
+                  text_scores: bool = True) -> int:
+    """The judgments without a usable score (``counts``: the scan's totals of ``n`` and of :data:`_CHECKS`): none,
+    or empty ones dropped (their number returned), or a :class:`DataError` naming the first file holding one (or
+    ``label``, what the parts were made from) and, for a value, the value, in the rows' words. Only then does
+    ``query(sql)`` (returning its first row) look for that file, stopping at its first such row."""
+    n, empty, not_numbers, too_large = (counts.get(c, 0) for c in (N, *_CHECKS))
+    if too_large:
+        where, value = query(first_bad_sql(kind="too_large", text_scores=text_scores))
+        raise DataError(f"{_path(where)}: column '{score}' has {too_large} value(s) too large to compute with "
+                        f"(|score| > {MAX_ABS_SCORE:.0e}), such as {str(value)[:80]!r}. Squares of such numbers "
+                        "overflow; fix the rows or rescale the scores.")
     if not_numbers:
-        where, value = query(first_bad_sql(empty=False))
+        where, value = query(first_bad_sql(kind="not_numbers", text_scores=text_scores))
         # the value is the file's text, shown escaped and cut short
         raise DataError(f"{_path(where)}: column '{score}' holds {str(value)[:80]!r}, which is not a number "
-                        f"({not_numbers} such value(s)); fix or remove them (every score is a number).")
+                        f"({not_numbers} such value(s), infinities counted); fix or remove them (every score is a "
+                        "finite number).")
     if empty and not drop_missing:
-        where = label or _path(query(first_bad_sql(empty=True))[0])
+        where = label or _path(query(first_bad_sql(kind="empty", text_scores=text_scores))[0])
         raise DataError(f"{source}: {empty} of {n + empty} judgment(s) have an empty '{score}' (the first in "
                         f"{where}); pass --drop-missing to leave them out, or fill them in.")
     return empty
@@ -492,20 +572,27 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
         con.register("judgments", view)
         # through Arrow: ten million cells' labels never become Python strings (see _categorical_frame)
         text_scores = not _numeric(types[score])
+        span = column and replicate_span(data.files, column)
+
+        def scan(exact: bool):
+            return _arrow(con, cells_sql(len(facets), text_scores=text_scores, exact=exact, span=span,
+                                         replicates=column and ("numbers" if _numeric(types[column]) else "text")))
+
         with _duckdb_errors(source), _loading_meanwhile(preload):
-            table = _arrow(con, cells_sql(len(facets), text_scores=text_scores,
-                                          replicates=column and ("numbers" if _numeric(types[column]) else "text"),
-                                          span=column and replicate_span(data.files, column)))
-        n, empty, not_numbers = (int(pc.sum(table[c]).as_py() or 0) if c in table.column_names else 0
-                                 for c in (N, *_CHECKS))
-        _check_rows(n + empty + not_numbers, source)
+            table = scan(exact=False)
+            if scores_need_exact_scan(table[N], table[SQUARES]):
+                table = scan(exact=True)  # a NaN, an infinity or a huge score somewhere: the sums without them
+        counts = {c: int(pc.sum(table[c]).as_py() or 0) for c in (N, *_CHECKS) if c in table.column_names}
+        total = sum(counts.values())
+        _check_rows(total, source)
         query = lambda sql, params=(): con.execute(sql, list(params)).fetchone()  # noqa: E731 - the checks' way
-        judged = pc.add(table[N], table["empty"])
-        if text_scores:
-            judged = pc.add(judged, table["not_numbers"])
+        judged = table[N]
+        for check in _CHECKS:
+            if check in table.column_names:
+                judged = pc.add(judged, table[check])
         _check_labels([int(pc.sum(pc.filter(judged, pc.is_null(table.column(k)))).as_py() or 0)
                        if table.column(k).null_count else 0 for k in range(len(facets))],
-                      facets, n + empty + not_numbers, query, label)
+                      facets, total, query, label)
         if not numbered:
             repeated = pc.greater(judged, 1)
             first = pc.index(repeated, True).as_py()  # -1: no cell judged twice
@@ -514,12 +601,12 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
                            facets, source, query, label)
         elif column:
             _check_replicates(pc.any(pc.less(table[_SLOTS], judged)).as_py(), facets, column, source, query, label)
-        dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query, label)
+        dropped = _check_scores(counts, score, source, drop_missing, query, label, text_scores)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
     raw = _categorical_frame(table, len(facets))
     del table
-    return _cells(raw, facets, n + empty, dropped, len(data.files))
+    return _cells(raw, facets, counts[N] + dropped, dropped, len(data.files))
 
 
 def _categorical_frame(table, n_facets: int) -> pd.DataFrame:
@@ -623,6 +710,10 @@ def _spark_frame(spark, data: Parts):
         frame = spark.read.options(header="true", sep=data.delimiter, **base).csv(files)
     else:
         frame = spark.read.options(**base).json(files)
+    fields = set(_file_columns(list(frame.columns), data)) if kind in ("csv", "tsv") else set()
+    # a text part's fields as the rows' reader takes them, and every column's name without surrounding spaces
+    frame = frame.select(*[(F.expr(csv_field_sql(_spark_name(c))) if c in fields else F.col(_spark_name(c)))
+                           .alias(c.strip()) for c in frame.columns])
     return frame.withColumn("filename", F.input_file_name())
 
 
@@ -646,18 +737,25 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
             warnings.simplefilter("ignore")
             text_scores = not _numeric(view.schema[_SCORE].dataType.simpleString())
             numbers = column and _numeric(view.schema[_REPLICATE].dataType.simpleString())
-            raw = spark.sql(cells_sql(len(facets), table=name, text_scores=text_scores, dialect="spark",
-                                      replicates=column and ("numbers" if numbers else "text"))).toPandas()
-        n, empty, not_numbers = (int(raw[c].sum()) if c in raw.columns else 0 for c in (N, *_CHECKS))
-        _check_rows(n + empty + not_numbers, source)
+
+            def scan(exact: bool):
+                return spark.sql(cells_sql(len(facets), table=name, text_scores=text_scores, dialect="spark",
+                                           exact=exact, replicates=column and ("numbers" if numbers else "text"))
+                                 ).toPandas()
+
+            raw = scan(exact=False)
+            if scores_need_exact_scan(raw[N], raw[SQUARES]):
+                raw = scan(exact=True)  # a NaN, an infinity or a huge score somewhere: the sums without them
+        counts = {c: int(raw[c].sum()) for c in (N, *_CHECKS) if c in raw.columns}
+        total = sum(counts.values())
+        _check_rows(total, source)
 
         def query(sql, params=()):
             row = spark.sql(sql.replace("FROM judgments", f"FROM {name}"), args=list(params) or None).first()
             return None if row is None else tuple(row)
 
-        judged = raw[N] + raw["empty"] + (raw["not_numbers"] if text_scores else 0)
-        _check_labels([int(judged[raw[f"f{k}"].isna()].sum()) for k in range(len(facets))], facets,
-                      n + empty + not_numbers, query)
+        judged = raw[N] + sum(raw[c] for c in _CHECKS if c in raw.columns)
+        _check_labels([int(judged[raw[f"f{k}"].isna()].sum()) for k in range(len(facets))], facets, total, query)
         if not numbered:
             repeated = np.flatnonzero(judged.to_numpy() > 1)
             _check_repeats(int(judged.iloc[repeated].sum()),
@@ -665,8 +763,8 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
                            facets, source, query)
         elif column:
             _check_replicates(bool((raw[_SLOTS] < judged).any()), facets, column, source, query)
-        dropped = _check_scores(n, empty, not_numbers, score, source, drop_missing, query)
-        return _cells(raw, facets, n + empty, dropped, files)
+        dropped = _check_scores(counts, score, source, drop_missing, query, text_scores=text_scores)
+        return _cells(raw, facets, counts[N] + dropped, dropped, files)
     finally:
         spark.catalog.dropTempView(name)
 
