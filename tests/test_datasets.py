@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 import evalgauge as eg
 from evalgauge.cli import main
-from evalgauge.errors import DataError
+from evalgauge.errors import DataError, DesignError
 from evalgauge.simulate import simulate, sizing_preset
 
 
@@ -82,3 +82,27 @@ def test_no_output_is_written_inside_an_input_dataset(tmp_path):
     out = CliRunner().invoke(main, ["analyze", str(folder), "--json", str(folder / "analysis.csv")])
     assert out.exit_code == 2 and "inside the input dataset" in out.output
     assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_bad_row_of_a_dataset_is_named_by_its_part_and_its_row_there(tmp_path):
+    """A row of a dataset is named where the user finds it: its part and its row in that part, also after rows
+    with an empty score were left out (the positions are the rows' as read, not the shortened table's)."""
+    frame = simulate(sizing_preset(systems=3, items=10, judges=2, replicates=2), seed=4).astype({"score": str})
+    (tmp_path / "log" / "judge=j1").mkdir(parents=True)
+    (tmp_path / "log" / "judge=j2").mkdir(parents=True)
+    j1, j2 = (frame[frame["judge"] == j].drop(columns="judge").reset_index(drop=True) for j in ("j1", "j2"))
+    j1.to_csv(tmp_path / "log" / "judge=j1" / "a.csv", index=False)
+    bad = j2.copy()
+    bad.loc[7, "score"] = "seven"
+    bad.to_csv(tmp_path / "log" / "judge=j2" / "a.csv", index=False)
+    with pytest.raises(DataError, match=r"'score' .* row 8 of judge=j2/a\.csv \('seven'\)"):
+        eg.fit(eg.read(tmp_path / "log"), object="system")
+    # empty scores dropped, then a repeated cell: its rows are named as read
+    gaps = j2.copy()
+    gaps.loc[[0, 1, 2], "score"] = None
+    gaps.loc[9, "replicate"] = gaps.loc[8, "replicate"]  # rows 9 and 10 of the part: one cell, one replicate
+    gaps.to_csv(tmp_path / "log" / "judge=j2" / "a.csv", index=False)
+    with pytest.raises(DesignError, match=r"row 9 of judge=j2/a\.csv, row 10 of judge=j2/a\.csv"):
+        eg.fit(eg.read(tmp_path / "log"), object="system", drop_missing=True)
+    out = CliRunner().invoke(main, ["components", str(tmp_path / "log"), "--drop-missing", "--engine", "pandas"])
+    assert out.exit_code == 2 and "row 9 of judge=j2/a.csv" in out.output

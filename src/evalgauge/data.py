@@ -7,7 +7,8 @@ the first judgment), so a message can be checked against the file in a spreadshe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,51 @@ MAX_ROWS_LISTED = 5
 
 
 @dataclass(frozen=True)
+class RowOrigin:
+    """Where the rows of a judgments table were read: the parts of a dataset (``parts``, each starting at frame
+    position ``starts[k]``), and, after rows were left out, the position each remaining row had when read
+    (``positions``). Messages then name a row as the user finds it: its part and its row there."""
+
+    parts: tuple[str, ...] = ()
+    starts: tuple[int, ...] = ()
+    positions: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def label(self, position: int) -> str:
+        """'row 61 of b.csv' (or 'row 61' for one file) for a 0-based position in the table."""
+        read = int(self.positions[position]) if self.positions is not None else int(position)
+        if len(self.parts) > 1:
+            k = bisect.bisect_right(self.starts, read) - 1
+            return f"row {read - self.starts[k] + 1} of {self.parts[k]}"
+        return f"row {read + 1}"
+
+    def subset(self, kept: np.ndarray) -> RowOrigin:
+        """The origin of the rows at positions ``kept`` (in order), the others left out."""
+        kept = np.asarray(kept, dtype=np.int64)
+        return replace(self, positions=kept if self.positions is None else self.positions[kept])
+
+
+@dataclass(frozen=True)
 class Judgments:
-    """A judgments table and where it came from (for messages)."""
+    """A judgments table and where it came from (for messages): ``source`` names it, ``origin`` (when its rows
+    are not simply the rows of ``source`` in order) where each row was read."""
 
     frame: pd.DataFrame
     source: str
+    origin: RowOrigin | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_rows(self) -> int:
         return len(self.frame)
+
+    def rows(self, positions: np.ndarray, values: Any = None) -> str:
+        """:func:`format_rows` with each row named where it was read."""
+        return format_rows(positions, values, self.origin)
+
+    def subset(self, kept: np.ndarray, source: str | None = None) -> Judgments:
+        """The rows at positions ``kept``, their origin kept for messages."""
+        kept = np.asarray(kept, dtype=np.int64)
+        return Judgments(self.frame.iloc[kept].reset_index(drop=True), source or self.source,
+                         (self.origin or RowOrigin()).subset(kept))
 
 
 def as_judgments(data: Any, *, source: str | None = None) -> Judgments:
@@ -69,15 +106,16 @@ def rename_columns(judgments: Judgments, columns: dict[str, str]) -> Judgments:
         mapping[column] = role
     if not mapping:
         return judgments
-    return Judgments(frame.rename(columns=mapping), judgments.source)
+    return Judgments(frame.rename(columns=mapping), judgments.source, judgments.origin)
 
 
-def format_rows(rows: np.ndarray, values: Any = None) -> str:
-    """'row 3 ('abc'), row 9 ('') and 4 more' for 0-based row positions."""
+def format_rows(rows: np.ndarray, values: Any = None, origin: RowOrigin | None = None) -> str:
+    """'row 3 ('abc'), row 9 ('') and 4 more' for 0-based row positions; with ``origin``, each row where it was
+    read ('row 61 of b.csv')."""
     rows = np.asarray(rows)
     shown = []
     for k, r in enumerate(rows[:MAX_ROWS_LISTED]):
-        label = f"row {int(r) + 1}"
+        label = origin.label(int(r)) if origin is not None else f"row {int(r) + 1}"
         if values is not None:
             label += f" ({values[k]!r})"
         shown.append(label)
@@ -106,8 +144,9 @@ def numeric_scores(judgments: Judgments, column: str) -> np.ndarray:
     y = values.to_numpy(dtype=np.float64, na_value=np.nan)
     huge = np.flatnonzero(np.isfinite(y) & (np.abs(y) > MAX_ABS_SCORE))
     if huge.size:
+        shown = judgments.rows(huge, [str(v) for v in raw.iloc[huge[:MAX_ROWS_LISTED]]])
         raise DataError(f"{judgments.source}: column '{column}' has {huge.size} value(s) too large to compute with "
-                        f"(|score| > {MAX_ABS_SCORE:.0e}): {format_rows(huge, [str(v) for v in raw.iloc[huge[:5]]])}. "
+                        f"(|score| > {MAX_ABS_SCORE:.0e}): {shown}. "
                         "Squares of such numbers overflow; fix the rows or rescale the scores.")
     bad = ~np.isfinite(y)
     if bad.any():
@@ -118,10 +157,10 @@ def numeric_scores(judgments: Judgments, column: str) -> np.ndarray:
             idx = np.flatnonzero(nonnum)
             vals = [str(v) for v in raw.iloc[idx[:MAX_ROWS_LISTED]]]
             parts.append(f"{nonnum.sum()} value(s) that are not numbers or are infinite: "
-                         f"{format_rows(idx, vals)}")
+                         f"{judgments.rows(idx, vals)}")
         if missing.any():
             idx = np.flatnonzero(missing)
-            parts.append(f"{missing.sum()} empty score(s): {format_rows(idx)}")
+            parts.append(f"{missing.sum()} empty score(s): {judgments.rows(idx)}")
         raise DataError(
             f"{judgments.source}: column '{column}' must hold a number on every row, but it has "
             + "; and ".join(parts)
@@ -139,8 +178,7 @@ def without_empty(judgments: Judgments, column: str) -> tuple[Judgments, np.ndar
     missing = judgments.frame[column].isna().to_numpy()
     if not missing.any():
         return judgments, np.zeros(0, dtype=np.int64)
-    kept = Judgments(judgments.frame.loc[~missing].reset_index(drop=True), judgments.source)
-    return kept, np.flatnonzero(missing)
+    return judgments.subset(np.flatnonzero(~missing)), np.flatnonzero(missing)
 
 
 def require_columns(judgments: Judgments, columns: list[str], *, what: str = "column") -> None:
@@ -170,5 +208,4 @@ def keep_levels(judgments: Judgments, column: str, levels: list[str]) -> Judgmen
         raise DataError(f"{judgments.source}: {column} has no level(s) {', '.join(repr(u) for u in unknown)}; "
                         f"the levels are {', '.join(have)}.")
     mask = present.isin(levels).to_numpy()
-    return Judgments(judgments.frame.loc[mask].reset_index(drop=True),
-                     f"{judgments.source} [{column} in {', '.join(levels)}]")
+    return judgments.subset(np.flatnonzero(mask), f"{judgments.source} [{column} in {', '.join(levels)}]")

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from . import vocabulary
-from .data import Judgments, as_judgments, format_rows, numeric_scores, require_columns
+from .data import Judgments, as_judgments, numeric_scores, require_columns
 from .errors import DesignError
 
 ROLES = ("object", "random", "fixed")
@@ -498,7 +498,7 @@ def _factorize(judgments: Judgments, column: str) -> tuple[np.ndarray, np.ndarra
     if (codes < 0).any():
         rows = np.flatnonzero(codes < 0)
         raise DesignError(
-            f"{judgments.source}: facet column '{column}' is empty on {rows.size} row(s): {format_rows(rows)}. "
+            f"{judgments.source}: facet column '{column}' is empty on {rows.size} row(s): {judgments.rows(rows)}. "
             "Every judgment needs a level of every facet; fill these in or remove the rows."
         )
     return codes, uniques
@@ -623,7 +623,7 @@ def _check_replicates(judgments: Judgments, design: Design, cell: np.ndarray, co
                     "to `facets`." if differs else "")
             raise DesignError(
                 f"{judgments.source}: {rows.size} rows share their facet levels with another row (for example "
-                f"{format_rows(first)} are the same cell of {', '.join(design.names)}), and there is no "
+                f"{judgments.rows(first)} are the same cell of {', '.join(design.names)}), and there is no "
                 f"replicate column.{hint} If these are repeated calls, name the column that numbers them with "
                 "`replicate` COL (or `replicate`=auto to number them in file order); if a facet is missing, "
                 "add it to `facets`; if they are accidental duplicates, remove them."
@@ -645,7 +645,7 @@ def _check_replicates(judgments: Judgments, design: Design, cell: np.ndarray, co
         rows = np.flatnonzero(dup)
         raise DesignError(
             f"{judgments.source}: {rows.size} rows repeat both the facet levels and the replicate "
-            f"'{design.replicate}' of another row ({format_rows(rows)}). Each replicate of a cell must be "
+            f"'{design.replicate}' of another row ({judgments.rows(rows)}). Each replicate of a cell must be "
             "one row: remove the duplicates, or check that no facet column is missing from `facets`."
         )
 

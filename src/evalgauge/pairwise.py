@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .data import as_judgments, format_rows, require_columns
+from .data import as_judgments, require_columns
 from .errors import DataError, DesignError
 
 WINNER_A = ("model_a", "a", "A")
@@ -59,7 +59,7 @@ def code_battles(data, *, winner: str = "winner") -> Battles:
         empty = np.flatnonzero((codes < 0) | np.isin(codes, np.flatnonzero(labels == "")))
         if empty.size:
             raise DataError(f"{judgments.source}: column '{col}' is empty on {empty.size} row(s): "
-                            f"{format_rows(empty)}. Every battle needs both systems and a verdict; fill these in "
+                            f"{judgments.rows(empty)}. Every battle needs both systems and a verdict; fill these in "
                             "or remove the rows.")
         coded[col] = (codes, labels)
     systems = tuple(sorted(set(coded["model_a"][1]) | set(coded["model_b"][1])))

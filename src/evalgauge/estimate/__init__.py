@@ -11,7 +11,7 @@ import pandas as pd
 
 from .. import vocabulary
 from ..components import VarianceComponents
-from ..data import Judgments, as_judgments, format_rows, without_empty
+from ..data import Judgments, as_judgments, without_empty
 from ..design import Design, code_data
 from ..errors import DesignError
 from .anova import anova_bootstrap, anova_from_coded, anova_start, estimate_anova
@@ -65,7 +65,7 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
     inferred = spec.formula is None and spec.design.terms is None and spec.design.max_order is None
     dropped_note = None
     if drop_missing:
-        total = len(judgments.frame)
+        total, read = len(judgments.frame), judgments
         judgments, rows = without_empty(judgments, spec.score)
         if rows.size == total:
             raise DesignError(f"{judgments.source}: every one of the {total} rows has an empty '{spec.score}': "
@@ -75,7 +75,7 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
                               "max_tokens, then `evalgauge rescore` or run again.")
         if rows.size:
             dropped_note = (f"{rows.size} row(s) with an empty score were dropped as requested "
-                            f"({format_rows(rows)}); the design is then unbalanced unless whole levels were empty.")
+                            f"({read.rows(rows)}); the design is then unbalanced unless whole levels were empty.")
     if spec.formula is not None:
         if method == "anova":
             raise DesignError("a formula is fitted by REML; use `method`=reml or auto, or give the design "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..data import Judgments, format_rows, numeric_scores, require_columns
+from ..data import Judgments, numeric_scores, require_columns
 from ..errors import DesignError
 from .model import MixedModel, Term
 
@@ -47,7 +47,7 @@ def cell_data(judgments: Judgments, model: MixedModel) -> CellData:
         if (c < 0).any():
             rows = np.flatnonzero(c < 0)
             raise DesignError(
-                f"{judgments.source}: column '{col}' is empty on {rows.size} row(s): {format_rows(rows)}. "
+                f"{judgments.source}: column '{col}' is empty on {rows.size} row(s): {judgments.rows(rows)}. "
                 "Fill these in or remove the rows."
             )
         codes.append(np.asarray(c, dtype=np.int64))

@@ -86,8 +86,7 @@ def estimate_by_stratum(data, stratum: str, design: Design | None = None, *, for
         within_formula = None
     fits = {}
     for level, rows in _levels(judgments, stratum):
-        subset = Judgments(judgments.frame.loc[rows].reset_index(drop=True),
-                           f"{judgments.source} [{stratum} = {level}]")
+        subset = judgments.subset(np.flatnonzero(rows), f"{judgments.source} [{stratum} = {level}]")
         if within_formula is not None:
             fits[level] = estimate_components(subset, method=method, formula=within_formula, **fit_options)
         else:
@@ -102,7 +101,7 @@ def _levels(judgments: Judgments, stratum: str):
     if column.isna().any():
         rows = np.flatnonzero(column.isna().to_numpy())
         raise DesignError(f"{judgments.source}: the stratum column '{stratum}' is empty on {rows.size} row(s), "
-                          f"first row {rows[0] + 1}; fill it in or remove those rows.")
+                          f"first {judgments.rows(rows[:1])}; fill it in or remove those rows.")
     codes, uniques = pd.factorize(column, sort=True)
     for k, level in enumerate(uniques):
         yield str(level), codes == k

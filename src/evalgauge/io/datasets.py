@@ -20,6 +20,8 @@ from ..inputs import MAX_INPUT_BYTES, check_input_file
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..data import RowOrigin
+
 #: the suffixes a dataset's parts may have, by kind (one kind per dataset)
 PART_KINDS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl",
               ".ndjson": "jsonl"}
@@ -80,11 +82,15 @@ def _kinds(frame: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def read_dataset(data, encoding: str | None = None, sep: str | None = None) -> pd.DataFrame:
-    """Every part of the dataset ``data`` as one frame, with its partition keys as columns; a part whose columns
-    differ from the first part's is named with the column, before anything is combined."""
+def read_dataset(data, encoding: str | None = None, sep: str | None = None) -> tuple[pd.DataFrame, RowOrigin]:
+    """Every part of the dataset ``data`` as one frame, with its partition keys as columns, and where its rows
+    were read (each part's name, within the dataset's folder, and its first row in the frame: messages name a
+    row by its part); a part whose columns differ from the first part's is named with the column, before
+    anything is combined."""
+    import numpy as np
     import pandas as pd
 
+    from ..data import RowOrigin
     from .files import read_table
 
     parts = dataset_parts(data)
@@ -122,4 +128,6 @@ def read_dataset(data, encoding: str | None = None, sep: str | None = None) -> p
                 raise DataError(f"{part}: partitioned by {sorted(keys) or 'nothing'}, while {first[0]} is "
                                 f"partitioned by {first[2] or 'nothing'}; every part sits at the same depth.")
         frames.append(frame.assign(**keys) if keys else frame)
-    return pd.concat(frames, ignore_index=True)
+    starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
+    names = tuple(str(p.relative_to(root)) if root is not None else str(p) for p in parts)
+    return pd.concat(frames, ignore_index=True), RowOrigin(names, tuple(int(k) for k in starts))

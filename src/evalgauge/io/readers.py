@@ -81,12 +81,12 @@ def read_judgments(data: Any, *, source: str | None = None, encoding: str | None
         from .datasets import is_dataset, read_dataset
         from .files import escape_controls
 
-        path = Path(data)
+        path, origin = Path(data), None
         if is_dataset(data):  # a folder of parts, a glob, hive-partitioned paths
-            frame = read_dataset(data, encoding, sep)
+            frame, origin = read_dataset(data, encoding, sep)
         else:
             frame = reader_for(check_input_file(path)).read(path, encoding, sep)
-        judgments = Judgments(escape_controls(frame), source or str(path))
+        judgments = Judgments(escape_controls(frame), source or str(path), origin)
     else:
         judgments = as_judgments(data, source=source)
     return rename_columns(judgments, columns) if columns else judgments
