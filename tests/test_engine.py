@@ -158,9 +158,10 @@ def repeated_replicates(tmp_path, frame):
     replicates 40 apart (the Parquet statistics' span gives them bitmaps of their own), ``blank`` leaves one
     replicate empty; ``apart`` numbers a cell's replicates 32 apart (in Parquet, told apart by the span's
     bitmaps; in ``apart.csv``, which has no statistics, they share the scan's slot, and only the exact look tells
-    them apart, finding nothing wrong)."""
+    them apart, finding nothing wrong); ``top`` repeats replicate 31, the bitmap's last slot (its sign bit), and
+    ``top_ok`` numbers the replicates 30 and 31 without a repeat."""
     logs = {}
-    for name in ("twice", "labels", "wide", "blank", "apart"):
+    for name in ("twice", "labels", "wide", "blank", "apart", "top", "top_ok"):
         logs[name] = tmp_path / name
         logs[name].mkdir()
     twice = frame.copy()
@@ -171,7 +172,10 @@ def repeated_replicates(tmp_path, frame):
     apart = frame.assign(replicate=frame["replicate"] * 32)
     apart.to_csv(tmp_path / "apart.csv", index=False)
     wide = twice.assign(replicate=twice["replicate"] * 40)
-    for name, log in (("twice", twice), ("labels", labels), ("wide", wide), ("blank", blank), ("apart", apart)):
+    top, top_ok = twice.assign(replicate=twice["replicate"] + 29), frame.assign(replicate=frame["replicate"] + 29)
+    assert set(top["replicate"]) == {30, 31}
+    for name, log in (("twice", twice), ("labels", labels), ("wide", wide), ("blank", blank), ("apart", apart),
+                      ("top", top), ("top_ok", top_ok)):
         log.iloc[:200].to_parquet(logs[name] / "a.parquet", index=False)
         log.iloc[200:].to_parquet(logs[name] / "b.parquet", index=False)
     labels.to_csv(tmp_path / "labels.csv", index=False)
@@ -184,7 +188,7 @@ def test_a_replicate_repeated_within_a_cell_is_refused_as_on_the_rows(tmp_path):
     cell = ["system", "item", "judge"]
     assert frame.iloc[300][cell].tolist() == frame.iloc[301][cell].tolist()  # the repeat is within one cell
     for engine in ("duckdb", "pandas"):  # the same refusal, from the cells and from the rows
-        for log in (logs["twice"], logs["labels"], logs["wide"], tmp_path / "labels.csv"):
+        for log in (logs["twice"], logs["labels"], logs["wide"], logs["top"], tmp_path / "labels.csv"):
             out = CliRunner().invoke(main, ["components", str(log), "--engine", engine])
             assert out.exit_code == 2, out.output
             assert "2 rows repeat both the facet levels and the replicate 'replicate' of another row" in out.output
@@ -197,6 +201,8 @@ def test_a_replicate_repeated_within_a_cell_is_refused_as_on_the_rows(tmp_path):
     out = CliRunner().invoke(main, ["components", str(logs["blank"]), "--engine", "duckdb"])
     assert out.exit_code == 2, out.output
     assert f"{logs['blank'] / 'b.parquet'}: column 'replicate' is empty in 1 judgment(s)" in out.output
+    # replicates 30 and 31 (the last slot) without a repeat: read in the scan alone, the rows' fit
+    assert reduce_cells(logs["top_ok"])[1]["cells"] == len(frame) // 2
     # replicates 32 apart: no repeat, by the span's bitmaps (Parquet) or by the exact look (CSV); the rows' fit
     got = {}
     for engine, log in (("duckdb", logs["apart"]), ("duckdb", tmp_path / "apart.csv"), ("pandas", logs["apart"])):

@@ -106,9 +106,10 @@ def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
     with pytest.raises(DataError, match=r"480 rows share their facet levels with another row"):
         reduce_cells(repeated_cells(tmp_path, frame), engine="spark", master="local[2]")
     logs = repeated_replicates(tmp_path, frame)  # a replicate repeated in a cell, as text, empty; 0 and 32
-    for log in (logs["twice"], logs["labels"]):
+    for log in (logs["twice"], logs["labels"], logs["top"]):
         with pytest.raises(DataError, match=r"2 rows repeat both the facet levels and the replicate 'replicate'"):
             reduce_cells(log, engine="spark", master="local[2]")
+    assert reduce_cells(logs["top_ok"], engine="spark", master="local[2]")[1]["cells"] == len(frame) // 2
     with pytest.raises(DataError, match=r"b\.parquet: column 'replicate' is empty in 1 judgment\(s\)"):
         reduce_cells(logs["blank"], engine="spark", master="local[2]")
     assert reduce_cells(logs["apart"], engine="spark", master="local[2]")[1]["cells"] == len(frame) // 2

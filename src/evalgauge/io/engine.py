@@ -62,8 +62,12 @@ def _slot_bits(numbers: bool, dialect: str, span: tuple[int, int] | None = None)
     text to parse); ``dialect``: how the engine spells a left shift (the one word the two SQL texts differ in)."""
     r = _REPLICATE
 
-    def shift(slot: str) -> str:
-        return f"shiftleft(CAST(1 AS BIGINT), {slot})" if dialect == "spark" else f"(CAST(1 AS BIGINT) << {slot})"
+    def shift(slot: str, wide: bool = True) -> str:
+        if dialect == "spark":  # 64 bits always: Spark counts a negative int's bits sign-extended to 64
+            return f"shiftleft(CAST(1 AS BIGINT), {slot})"
+        # DuckDB: the 32 slots in an unsigned 32-bit map (a third of the bitmaps' cost at 100M rows; a signed
+        # 1 << 31 overflows there)
+        return f"(CAST(1 AS {'BIGINT' if wide else 'UINTEGER'}) << {slot})"
 
     def counted(bits: str) -> str:
         return f"COALESCE(BIT_COUNT(BIT_OR({bits})), 0)"
@@ -76,7 +80,7 @@ def _slot_bits(numbers: bool, dialect: str, span: tuple[int, int] | None = None)
     whole = (f"TRY_CAST({r} AS BIGINT)" if numbers else
              f"COALESCE(TRY_CAST({r} AS BIGINT), CASE WHEN {r} IS NOT NULL THEN CAST(HASH(CAST({r} AS STRING)) "
              "% 32 AS BIGINT) END)")
-    return counted(shift(f"CAST({whole} & 31 AS INT)"))
+    return counted(shift(f"CAST({whole} & 31 AS INT)", wide=False))
 
 
 #: the widest span of whole-number replicates given bitmaps of their own (beyond it, the 32 slots and the exact look)
@@ -610,33 +614,57 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
 
 
 def _categorical_frame(table, n_facets: int) -> pd.DataFrame:
-    """The engine's cells (facets, count, sum, sum of squares) as a frame whose facet labels are categoricals:
-    each batch's labels dictionary-encoded by Arrow and the batches' dictionaries unified (the facets side by side
-    on two threads; Arrow's kernels leave the interpreter free), so ten million cells' labels never become Python
-    strings."""
+    """The engine's cells (facets, count, sum, sum of squares) as a frame whose facet labels are categoricals, so
+    that ten million cells' labels never become Python strings (:func:`_label_codes`; the facets side by side on
+    two threads, Arrow's kernels leaving the interpreter free)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
     import pandas as pd
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    def categorical(k: int) -> pd.Categorical:
-        column = table.column(k)
-        encoded = pa.chunked_array([pc.dictionary_encode(chunk) for chunk in column.chunks],
-                                   type=pa.dictionary(pa.int32(), column.type)).unify_dictionaries()
-        if not encoded.num_chunks:
-            return pd.Categorical([])
-        codes = np.concatenate([chunk.indices.fill_null(-1).to_numpy() for chunk in encoded.chunks])
-        return pd.Categorical.from_codes(codes, categories=encoded.chunk(0).dictionary.to_pandas(), validate=False)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        columns = dict(zip(table.column_names[:n_facets], pool.map(categorical, range(n_facets)), strict=True))
+        columns = dict(zip(table.column_names[:n_facets], pool.map(_label_codes, table.columns[:n_facets]),
+                           strict=True))
     # the counts widened while the batches are joined (one copy, not two); the checks' counts stay behind
     for name, dtype in ((N, np.int64), (SUM, np.float64), (SQUARES, np.float64)):
         chunks = [chunk.to_numpy(zero_copy_only=False) for chunk in table.column(name).chunks]
         columns[name] = np.concatenate(chunks, dtype=dtype) if chunks else np.empty(0, dtype)
     return pd.DataFrame(columns, copy=False)
+
+
+def _label_codes(column) -> pd.Categorical:
+    """A column of labels (an Arrow chunked array) as a categorical: each batch dictionary-encoded by Arrow, its
+    few distinct labels matched against those seen so far (new ones appended, in the order first seen), and its
+    codes written into one array made once. Fresh memory costs as much as the encoding here (about 1.2 s per GB
+    touched for the first time), so no per-batch index array is copied twice (Arrow's unify_dictionaries and a
+    concatenation of its results took twice the time)."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    codes = np.empty(len(column), dtype=np.int32)
+    levels, at = None, 0
+    for chunk in column.chunks:
+        encoded = pc.dictionary_encode(chunk)
+        if levels is None:
+            levels, known = encoded.dictionary, np.arange(len(encoded.dictionary), dtype=np.int32)
+        else:
+            known = np.array(pc.index_in(encoded.dictionary, value_set=levels).fill_null(-1), dtype=np.int32)
+            new = np.flatnonzero(known < 0)
+            if new.size:
+                known[new] = len(levels) + np.arange(new.size, dtype=np.int32)
+                levels = pa.concat_arrays([levels, encoded.dictionary.take(pa.array(new))])
+        index = encoded.indices
+        if index.null_count:  # an empty label (refused before the fit): code -1, pandas' missing value
+            index = np.array(index.fill_null(-1))
+            codes[at:at + len(chunk)] = np.where(index < 0, -1, known[np.maximum(index, 0)])
+        else:
+            codes[at:at + len(chunk)] = known[index.to_numpy()]
+        at += len(chunk)
+    if levels is None:
+        return pd.Categorical([])
+    return pd.Categorical.from_codes(codes, categories=levels.to_pandas(), validate=False)
 
 
 def _duckdb_connect():
