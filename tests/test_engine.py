@@ -420,3 +420,22 @@ def test_scores_and_labels_mean_what_they_mean_to_the_rows_reader(tmp_path, engi
             eg.fit(folder / f"{name}.parquet", object="system", engine=engine)
     out = CliRunner().invoke(main, ["components", str(folder / "nan.parquet"), "--engine", engine])
     assert out.exit_code == 2 and "empty" in out.output and "Traceback" not in out.output
+
+
+def test_labels_become_categories_across_batches():
+    """The engine's labels arrive in batches, each with labels the earlier ones lacked: every cell keeps its own
+    label, an empty one is missing, and the work grows with the labels once, not once per batch."""
+    import pyarrow as pa
+
+    from evalgauge.io.engine import _label_codes
+
+    rng = np.random.default_rng(5)
+    batches = [np.char.add("item-", rng.integers(0, 5_000 * (k + 1), 3_000).astype(str)) for k in range(12)]
+    column = pa.chunked_array([pa.array(b) for b in batches] + [pa.array(["late", None, "item-1"])])
+    codes = _label_codes(column)
+    want = np.concatenate([*batches, np.array(["late", None, "item-1"], dtype=object)])
+    assert len(codes) == len(want) and codes.isna().sum() == 1 and codes.isna()[-2]
+    kept = ~codes.isna()
+    assert (np.asarray(codes[kept].astype(str)) == want[kept].astype(str)).all()
+    assert len(codes.categories) == len(set(want[kept]))
+    assert len(_label_codes(pa.chunked_array([], pa.string()))) == 0
