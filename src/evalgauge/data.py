@@ -33,9 +33,9 @@ class RowOrigin:
     positions: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def label(self, position: int) -> str:
-        """'row 61 of b.csv' (or 'row 61' for one file) for a 0-based position in the table."""
+        """'row 61 of b.csv' (a dataset's part) or 'row 61' (a file) for a 0-based position in the table."""
         read = int(self.positions[position]) if self.positions is not None else int(position)
-        if len(self.parts) > 1:
+        if self.parts:
             k = bisect.bisect_right(self.starts, read) - 1
             return f"row {read - self.starts[k] + 1} of {self.parts[k]}"
         return f"row {read + 1}"
