@@ -141,5 +141,8 @@ def test_real_summeval_coherence_matches_lmertest():
     assert ref["deviance"] == pytest.approx(start["criterion"], abs=1e-6)
     # every system mean here rests on about 0.5 df (5 judges, 5 prompt types carry it): not estimable in both. In
     # that near-singular corner lmerTest's numerical Hessian (numDeriv, Richardson) and ours (central differences
-    # of the exact gradient, stable to 2e-6 between steps 1e-3 and 1e-4) differ by 4e-5 (relative) in the df
-    _check(comparison, ref, "satterthwaite", below_one_df_rtol=5e-4)
+    # of the exact gradient, stable to 2e-6 between steps 1e-3 and 1e-4) differ by 4e-5 (relative) in the df at
+    # one point; and the df moves along the ridge: with NumPy 2.4 and SciPy 1.17 our optimiser stops 2.6e-8 above
+    # the stored optimum (prompt_type's theta 0.32415 against 0.32442), where every such df differs from lmerTest's
+    # at the stored point by up to 1.6e-3 (the pairs' df, SEs and p stay within 1e-4). The bound is 2.5 times that.
+    _check(comparison, ref, "satterthwaite", below_one_df_rtol=4e-3)
