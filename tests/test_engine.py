@@ -4,6 +4,7 @@ Python, and the same components as the rows give."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -439,3 +440,38 @@ def test_labels_become_categories_across_batches():
     assert (np.asarray(codes[kept].astype(str)) == want[kept].astype(str)).all()
     assert len(codes.categories) == len(set(want[kept]))
     assert len(_label_codes(pa.chunked_array([], pa.string()))) == 0
+
+
+def test_each_parquet_footer_is_read_once_per_command(tmp_path, monkeypatch):
+    """The progress line, the schema check and the replicate span share one read of each part's footer (a
+    dataset of thousands of parts on a network file system pays for it once); the reduction's end lets them go,
+    and a part rewritten meanwhile is read afresh."""
+    import pyarrow.parquet as pq
+    import pyarrow.parquet.core as pq_core
+
+    frame = simulate(sizing_preset(systems=4, items=30, judges=3, replicates=2), seed=5)
+    frame["replicate"] *= 50  # 50 and 100: a span past the 32 slots, so the row groups' statistics are read too
+    folder = _parts(frame, tmp_path / "log", 120)
+    parts = sorted(folder.glob("*.parquet"))
+    reads: list[str] = []
+    read_metadata = pq.read_metadata
+
+    class Counted(pq_core.ParquetFile):  # a footer opened by its path (read_metadata opens its own file object)
+        def __init__(self, source, *args, **kwargs):
+            if isinstance(source, str | os.PathLike):
+                reads.append(str(source))
+            super().__init__(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq_core, "ParquetFile", Counted)
+    monkeypatch.setattr(pq, "ParquetFile", Counted)
+    monkeypatch.setattr(pq, "read_metadata", lambda path, *a, **k: reads.append(str(path)) or read_metadata(path))
+    out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb", "--replicate", "replicate"])
+    assert out.exit_code == 0, out.output
+    assert sorted(reads) == [str(p) for p in parts]  # once each, and every one
+    reads.clear()  # the reduction's end let the footers go: the next look reads the parts as they are then
+    assert scan_size(folder)[0] == len(frame) and replicate_span(parts, "replicate") == (50, 100)
+    assert sorted(reads) == [str(p) for p in parts]
+    reads.clear()
+    frame.iloc[:120].assign(score=frame["score"].iloc[:120] + 1).to_parquet(parts[0], index=False)
+    assert scan_size(folder)[0] == len(frame)
+    assert reads == [str(parts[0])]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -91,13 +92,11 @@ def replicate_span(parts: list[Path], column: str) -> tuple[int, int] | None:
     """The least and greatest value of a whole-number replicate column over Parquet parts, from their row groups'
     statistics (no rows read), when it spans more than 32 numbers and at most ``62 * _SPAN_MAPS``; None
     otherwise (text parts, another type, a part without statistics, or a span the 32 slots cover)."""
-    import pyarrow.parquet as pq
-
     if _kind(parts) != "parquet":
         return None
     least, greatest = None, None
     for part in parts:
-        meta = pq.ParquetFile(part).metadata
+        meta = parquet_footer(part)
         names = [meta.schema.column(j).name for j in range(meta.num_columns)]
         if column not in names:
             return None
@@ -324,14 +323,31 @@ def check_schemas(parts: list[Path], sep: str | None = None) -> None:
                             f"({first[1][odd][0]}); a value that is not a number is in this part.")
 
 
+def parquet_footer(part: Path):
+    """A Parquet part's footer (``pyarrow.parquet.FileMetaData``: its schema, rows and row groups' statistics),
+    read once per command: the scan's progress line, the schema check and the replicate span all ask for it, and
+    a dataset of thousands of parts (on a network file system, say) would otherwise have each footer fetched three
+    times before the scan. Kept until the reduction ends (:func:`reduce_cells`, :func:`reduce_battles` clear
+    them) and keyed by the file's inode, size and modification time, so a part rewritten in between is read
+    afresh."""
+    stat = Path(part).stat()
+    return _footer(str(part), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _footer(path: str, inode: int, size: int, mtime_ns: int):
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(path)
+
+
 def _parquet_schemas(parts: list[Path]):
     """Each part's columns as {name: (type, is a number)} from its footer (a few kilobytes, no rows read)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     for part in parts:
         try:
-            schema = pq.ParquetFile(part).schema_arrow
+            schema = parquet_footer(part).schema.to_arrow_schema()
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{part}: not a readable Parquet file ({str(exc).splitlines()[0][:200]}).") from None
         yield {f.name.strip(): (_type_word(str(f.type)), pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
@@ -416,8 +432,6 @@ def _duckdb_errors(where):
 def scan_size(source) -> tuple[int | None, int, int]:
     """(rows, files, bytes) of what a scan will read, before it starts: the rows from the Parquet parts' metadata
     or a run database's count of calls (None when a part is text, whose rows are known only by reading it)."""
-    import pyarrow.parquet as pq
-
     if is_run_database(source):
         from ..store import RunStore
 
@@ -431,7 +445,7 @@ def scan_size(source) -> tuple[int | None, int, int]:
     if _kind(parts) != "parquet":
         return None, len(parts), size
     try:
-        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+        rows = sum(parquet_footer(p).num_rows for p in parts)
     except Exception:  # a damaged part: the scan names it
         return None, len(parts), size
     return int(rows), len(parts), size
@@ -809,10 +823,13 @@ def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = Fals
         return reduce_spark_frame(source, score=score, drop_missing=drop_missing, replicate=replicate)
     if is_run_database(source):
         return _reduce_run(Path(str(source)), score, drop_missing, engine)
-    data = _checked_parts(source, sep)
-    if engine == "spark":
-        return _reduce_spark(data, score, source, drop_missing, master, replicate)
-    return _reduce_duckdb(data, score, source, drop_missing, replicate=replicate, preload=preload)
+    try:
+        data = _checked_parts(source, sep)
+        if engine == "spark":
+            return _reduce_spark(data, score, source, drop_missing, master, replicate)
+        return _reduce_duckdb(data, score, source, drop_missing, replicate=replicate, preload=preload)
+    finally:
+        _footer.cache_clear()  # the footers serve one command: a later call reads the parts as they are then
 
 
 def _check_engine(engine: str) -> None:
@@ -1050,11 +1067,14 @@ def reduce_battles(source: Any, *, engine: str = "duckdb", master: str = "local[
     _check_encoding(encoding)
     if is_spark_frame(source):
         return reduce_spark_pairs(source, rename=rename)
-    data = _checked_parts(source, sep)
-    if engine == "spark":
-        frame = _spark_frame(spark_session(master), data)
-        return reduce_spark_pairs(frame, rename=rename, source=str(source), files=len(data.files))
-    return _reduce_pairs_duckdb(data, rename, source, preload)
+    try:
+        data = _checked_parts(source, sep)
+        if engine == "spark":
+            frame = _spark_frame(spark_session(master), data)
+            return reduce_spark_pairs(frame, rename=rename, source=str(source), files=len(data.files))
+        return _reduce_pairs_duckdb(data, rename, source, preload)
+    finally:
+        _footer.cache_clear()
 
 
 def engine_for(engine: str, data: Any) -> str | None:
