@@ -475,3 +475,48 @@ def test_each_parquet_footer_is_read_once_per_command(tmp_path, monkeypatch):
     frame.iloc[:120].assign(score=frame["score"].iloc[:120] + 1).to_parquet(parts[0], index=False)
     assert scan_size(folder)[0] == len(frame)
     assert reads == [str(parts[0])]
+
+
+def test_a_bad_score_is_named_from_the_scan_without_reading_the_files_again(tmp_path, monkeypatch):
+    """A score that is no number, in one row group of one part of a text-score log (CSV, a Parquet column of
+    text), is named with its file and text from the one scan; an infinity or a huge number in a number column
+    needs the exact scan once more, which carries it too. The files are never searched for it afterwards."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import evalgauge.io.engine as engine
+
+    frame = simulate(sizing_preset(systems=3, items=20, judges=2, replicates=2), seed=13)
+    text = frame.astype({"score": str})
+    csv, typed = tmp_path / "csv", tmp_path / "typed"
+    bad = text.copy()
+    bad.loc[bad.index[-7], "score"] = "n.a."  # the last part's last row group
+    _parts(bad, csv, 60, kind="csv")
+    typed.mkdir()
+    for k in range(4):
+        pq.write_table(pa.Table.from_pandas(bad.iloc[60 * k: 60 * k + 60], preserve_index=False),
+                       typed / f"part-{k}.parquet", row_group_size=20)
+    numbers = {}
+    for name, value in (("inf", np.inf), ("huge", 1e20)):
+        odd = frame.copy()
+        odd.loc[odd.index[[50, 130]], "score"] = value
+        numbers[name] = _parts(odd, tmp_path / name, 60)
+    scans: list[bool] = []
+    cells_sql = engine.cells_sql
+    monkeypatch.setattr(engine, "cells_sql", lambda *a, **k: scans.append(k.get("exact", False)) or cells_sql(*a, **k))
+
+    def never(*args, **kwargs):
+        raise AssertionError("the files were searched again for the bad score")
+
+    monkeypatch.setattr(engine, "first_bad_sql", never)
+    last = sorted(csv.glob("*.csv"))[-1]
+    for folder, part in ((csv, last), (typed, typed / "part-3.parquet")):
+        scans.clear()
+        out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb"])
+        assert out.exit_code == 2 and f"{part}: column 'score' holds 'n.a.', which is not a number" in out.output
+        assert scans == [False]  # one scan
+    for name, message in (("inf", "holds 'inf', which is not a number"), ("huge", "has 2 value(s) too large")):
+        scans.clear()
+        out = CliRunner().invoke(main, ["components", str(numbers[name]), "--engine", "duckdb"])
+        assert out.exit_code == 2 and f"{numbers[name] / 'part-000.parquet'}: column 'score' {message}" in out.output
+        assert scans == [False, True]  # the fast scan, then the exact one, which named it

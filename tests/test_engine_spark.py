@@ -96,9 +96,15 @@ def test_spark_reduces_to_duckdbs_cells_and_the_rows_components(spark, tmp_path)
     assert payload["engine"]["name"] == "spark" and payload["engine"]["rows"] == len(frame)
 
 
-def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path):
+def _never(*args, **kwargs):
+    raise AssertionError("the files were searched again for the bad score")
+
+
+def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path, monkeypatch):
     frame, _, texty, holes = bad_logs(tmp_path)  # the same datasets as DuckDB's checks
-    with pytest.raises(DataError, match=rf"^{texty / 'b.csv'}: column 'score' holds 'n\.a\.'"):
+    with monkeypatch.context() as patched, pytest.raises(
+            DataError, match=rf"^{texty / 'b.csv'}: column 'score' holds 'n\.a\.'"):
+        patched.setattr("evalgauge.io.engine.first_bad_sql", _never)  # named from the scan itself
         reduce_cells(texty, engine="spark", master="local[2]")
     with pytest.raises(DataError, match=r"7 of 480 judgment\(s\) have an empty 'score' \(the first in .*a\.parquet\)"):
         reduce_cells(holes, engine="spark", master="local[2]")
@@ -165,7 +171,7 @@ def test_spark_counts_battles_as_duckdb_does(spark, tmp_path):
     assert json.loads(out.stdout)["engine"]["name"] == "spark"
 
 
-def test_scores_and_labels_on_spark_mean_what_they_mean_to_the_rows_reader(spark, tmp_path):
+def test_scores_and_labels_on_spark_mean_what_they_mean_to_the_rows_reader(spark, tmp_path, monkeypatch):
     """The same fields as on DuckDB (tests/test_engine.py::odd_fields): spaces, pandas' empty values, NaN,
     infinity and a score too large, each as the rows' reader takes it."""
     folder = odd_fields(tmp_path)
@@ -175,6 +181,7 @@ def test_scores_and_labels_on_spark_mean_what_they_mean_to_the_rows_reader(spark
     for comp in rows.components:
         assert fit.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-6, abs=1e-9)
     assert eg.fit(folder / "nan.parquet", object="system", drop_missing=True, engine="spark").components.n_obs == 94
+    monkeypatch.setattr("evalgauge.io.engine.first_bad_sql", _never)  # the exact scan carries them to the message
     with pytest.raises(DataError, match=r"inf\.parquet: column 'score' holds 'Infinity', which is not a number"):
         eg.fit(folder / "inf.parquet", object="system", engine="spark")
     with pytest.raises(DataError, match=r"huge\.parquet: column 'score' has 2 value\(s\) too large"):

@@ -51,6 +51,9 @@ _DOUBLE_MAX = "1.7976931348623157E308"
 _SLOTS = "replicate_slots"
 #: the view's fixed column names (the facets are f0, f1, ...): plain identifiers both SQL dialects read alike
 _SCORE, _FILE, _REPLICATE = "s", "src_file", "r"
+#: the scan's columns carrying a bad score of each kind with the file holding it ("file\0text", the least such
+#: per cell), so that its message never needs the files read again
+_FIRST = {"not_numbers": "first_not_number", "too_large": "first_too_large"}
 
 
 def _slot_bits(numbers: bool, dialect: str, span: tuple[int, int] | None = None) -> str:
@@ -141,8 +144,11 @@ def cells_sql(n_facets: int, table: str = "judgments", *, text_scores: bool = Tr
         checks = (f"CAST(COUNT(*) - COUNT({_SCORE}) + {nans} AS INT) AS empty, "
                   f"CAST(COUNT({_SCORE}) - {finite} - {nans} AS INT) AS not_numbers, "
                   f"CAST({finite} - COUNT({value}) AS INT) AS too_large")
+        checks += "".join(f", {_carried(_bad_score(kind, text_scores))} AS {column}" for kind, column in _FIRST.items())
     elif text_scores:
-        checks += f", CAST(COUNT({_SCORE}) - COUNT({value}) AS INT) AS not_numbers"
+        # text that is no number, carried with its file (a few percent of a text scan: see _FIRST)
+        checks += (f", CAST(COUNT({_SCORE}) - COUNT({value}) AS INT) AS not_numbers, "
+                   f"{_carried(f'{_SCORE} IS NOT NULL AND {raw} IS NULL')} AS {_FIRST['not_numbers']}")
     if replicates:
         checks += f", CAST({_slot_bits(replicates == 'numbers', dialect, span)} AS INT) AS {_SLOTS}"
     return (f"SELECT {', '.join(f'CAST(f{k} AS STRING) AS f{k}' for k in range(n_facets))}, "
@@ -182,16 +188,39 @@ def repeated_replicate_sql(n_facets: int, table: str = "judgments") -> str:
             f"ORDER BY CASE WHEN {_REPLICATE} IS NULL THEN 0 ELSE 1 END LIMIT 1")
 
 
-def first_bad_sql(table: str = "judgments", *, kind: str, text_scores: bool = True) -> str:
-    """Where the checks' counts found a bad score (``kind``: ``empty``, ``not_numbers`` or ``too_large``, as
-    :func:`cells_sql` counts them): the first file (and value) holding one. Run only then, and it stops at the
-    first such row."""
+def _bad_score(kind: str, text_scores: bool) -> str:
+    """The SQL condition of a row's score of ``kind`` (``empty``, ``not_numbers``, ``too_large``, as the exact
+    scan of :func:`cells_sql` counts them)."""
     raw = f"TRY_CAST({_SCORE} AS DOUBLE)" if text_scores else f"CAST({_SCORE} AS DOUBLE)"
     nan = "FALSE" if text_scores else f"isnan({raw})"
-    where = {"empty": f"({_SCORE} IS NULL OR {nan})",
-             "not_numbers": f"{_SCORE} IS NOT NULL AND NOT COALESCE(ABS({raw}) <= {_DOUBLE_MAX} OR {nan}, FALSE)",
-             "too_large": f"ABS({raw}) > {MAX_ABS_SCORE:.0e} AND ABS({raw}) <= {_DOUBLE_MAX}"}[kind]
-    return f"SELECT {_FILE}, CAST({_SCORE} AS STRING) FROM {table} WHERE {where} LIMIT 1"
+    return {"empty": f"({_SCORE} IS NULL OR {nan})",
+            "not_numbers": f"{_SCORE} IS NOT NULL AND NOT COALESCE(ABS({raw}) <= {_DOUBLE_MAX} OR {nan}, FALSE)",
+            "too_large": f"ABS({raw}) > {MAX_ABS_SCORE:.0e} AND ABS({raw}) <= {_DOUBLE_MAX}"}[kind]
+
+
+def _carried(condition: str) -> str:
+    """A cell's least "file\0score text" among its rows meeting ``condition`` (NULL when none): the scan carries
+    a bad score to its message (:data:`_FIRST`). Both engines' SQL."""
+    return f"MIN(CASE WHEN {condition} THEN {_FILE} || chr(0) || CAST({_SCORE} AS STRING) END)"
+
+
+def carried_scores(least) -> dict[str, tuple[str, str]]:
+    """The bad scores a scan carried, kind -> (file, the score's text); ``least(column)`` gives the least value
+    of a column of the scan's cells, None when the column is absent or empty."""
+    found = {}
+    for kind, column in _FIRST.items():
+        text = least(column)
+        if text:
+            where, _, value = text.partition("\0")  # a path holds no NUL: the first one ends it
+            found[kind] = (where, value)
+    return found
+
+
+def first_bad_sql(table: str = "judgments", *, kind: str, text_scores: bool = True) -> str:
+    """Where the checks' counts found a bad score the scan did not carry (``kind``: ``empty``, ``not_numbers`` or
+    ``too_large``, as :func:`cells_sql` counts them): the first file (and value) holding one. Run only then, and
+    it stops at the first such row."""
+    return f"SELECT {_FILE}, CAST({_SCORE} AS STRING) FROM {table} WHERE {_bad_score(kind, text_scores)} LIMIT 1"
 
 
 def _parts(source) -> list[Path]:
@@ -516,19 +545,21 @@ def _check_replicates(short: bool, facets: list[str], replicate: str, source, qu
 
 
 def _check_scores(counts: dict[str, int], score: str, source, drop_missing: bool, query, label: str | None = None,
-                  text_scores: bool = True) -> int:
+                  text_scores: bool = True, carried: dict[str, tuple[str, str]] | None = None) -> int:
     """The judgments without a usable score (``counts``: the scan's totals of ``n`` and of :data:`_CHECKS`): none,
-    or empty ones dropped (their number returned), or a :class:`DataError` naming the first file holding one (or
-    ``label``, what the parts were made from) and, for a value, the value, in the rows' words. Only then does
-    ``query(sql)`` (returning its first row) look for that file, stopping at its first such row."""
+    or empty ones dropped (their number returned), or a :class:`DataError` naming a file holding one (or
+    ``label``, what the parts were made from) and, for a value, the value, in the rows' words. A value the scan
+    carried (``carried``: :func:`carried_scores`) is named from it; only otherwise does ``query(sql)`` (returning
+    its first row) look for the file, stopping at its first such row."""
     n, empty, not_numbers, too_large = (counts.get(c, 0) for c in (N, *_CHECKS))
+    carried = carried or {}
     if too_large:
-        where, value = query(first_bad_sql(kind="too_large", text_scores=text_scores))
+        where, value = carried.get("too_large") or query(first_bad_sql(kind="too_large", text_scores=text_scores))
         raise DataError(f"{_path(where)}: column '{score}' has {too_large} value(s) too large to compute with "
                         f"(|score| > {MAX_ABS_SCORE:.0e}), such as {str(value)[:80]!r}. Squares of such numbers "
                         "overflow; fix the rows or rescale the scores.")
     if not_numbers:
-        where, value = query(first_bad_sql(kind="not_numbers", text_scores=text_scores))
+        where, value = carried.get("not_numbers") or query(first_bad_sql(kind="not_numbers", text_scores=text_scores))
         # the value is the file's text, shown escaped and cut short
         raise DataError(f"{_path(where)}: column '{score}' holds {str(value)[:80]!r}, which is not a number "
                         f"({not_numbers} such value(s), infinities counted); fix or remove them (every score is a "
@@ -558,7 +589,7 @@ def _cells(raw: pd.DataFrame, facets: list[str], rows: int, empty: int, files: i
     if not kept.all():
         raw = raw[kept].reset_index(drop=True)
     # renamed where they are: ten million cells are not copied for a name
-    cells = raw.drop(columns=[c for c in (*_CHECKS, _SLOTS) if c in raw.columns])
+    cells = raw.drop(columns=[c for c in (*_CHECKS, _SLOTS, *_FIRST.values()) if c in raw.columns])
     cells.columns = [*facets, N, SUM, SQUARES]
     if cells[N].dtype != "int64":
         cells[N] = cells[N].astype("int64")
@@ -619,7 +650,9 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
                            facets, source, query, label)
         elif column:
             _check_replicates(pc.any(pc.less(table[_SLOTS], judged)).as_py(), facets, column, source, query, label)
-        dropped = _check_scores(counts, score, source, drop_missing, query, label, text_scores)
+        least = {c: pc.min(table[c]).as_py() for c in _FIRST.values() if c in table.column_names}
+        carried = carried_scores(least.get)
+        dropped = _check_scores(counts, score, source, drop_missing, query, label, text_scores, carried)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
     raw = _categorical_frame(table, len(facets))
@@ -792,7 +825,9 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
                            facets, source, query)
         elif column:
             _check_replicates(bool((raw[_SLOTS] < judged).any()), facets, column, source, query)
-        dropped = _check_scores(counts, score, source, drop_missing, query, text_scores=text_scores)
+        carried = carried_scores({c: raw[c].dropna().min() for c in _FIRST.values()
+                                  if c in raw.columns and raw[c].notna().any()}.get)
+        dropped = _check_scores(counts, score, source, drop_missing, query, text_scores=text_scores, carried=carried)
         return _cells(raw, facets, counts[N] + dropped, dropped, files)
     finally:
         spark.catalog.dropTempView(name)
