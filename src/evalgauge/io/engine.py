@@ -204,7 +204,7 @@ def _carried(condition: str) -> str:
     return f"MIN(CASE WHEN {condition} THEN {_FILE} || chr(0) || CAST({_SCORE} AS STRING) END)"
 
 
-def carried_scores(least) -> dict[str, tuple[str, str]]:
+def _carried_scores(least) -> dict[str, tuple[str, str]]:
     """The bad scores a scan carried, kind -> (file, the score's text); ``least(column)`` gives the least value
     of a column of the scan's cells, None when the column is absent or empty."""
     found = {}
@@ -549,7 +549,7 @@ def _check_scores(counts: dict[str, int], score: str, source, drop_missing: bool
     """The judgments without a usable score (``counts``: the scan's totals of ``n`` and of :data:`_CHECKS`): none,
     or empty ones dropped (their number returned), or a :class:`DataError` naming a file holding one (or
     ``label``, what the parts were made from) and, for a value, the value, in the rows' words. A value the scan
-    carried (``carried``: :func:`carried_scores`) is named from it; only otherwise does ``query(sql)`` (returning
+    carried (``carried``: :func:`_carried_scores`) is named from it; only otherwise does ``query(sql)`` (returning
     its first row) look for the file, stopping at its first such row."""
     n, empty, not_numbers, too_large = (counts.get(c, 0) for c in (N, *_CHECKS))
     carried = carried or {}
@@ -651,7 +651,7 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
         elif column:
             _check_replicates(pc.any(pc.less(table[_SLOTS], judged)).as_py(), facets, column, source, query, label)
         least = {c: pc.min(table[c]).as_py() for c in _FIRST.values() if c in table.column_names}
-        carried = carried_scores(least.get)
+        carried = _carried_scores(least.get)
         dropped = _check_scores(counts, score, source, drop_missing, query, label, text_scores, carried)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
@@ -825,7 +825,7 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
                            facets, source, query)
         elif column:
             _check_replicates(bool((raw[_SLOTS] < judged).any()), facets, column, source, query)
-        carried = carried_scores({c: raw[c].dropna().min() for c in _FIRST.values()
+        carried = _carried_scores({c: raw[c].dropna().min() for c in _FIRST.values()
                                   if c in raw.columns and raw[c].notna().any()}.get)
         dropped = _check_scores(counts, score, source, drop_missing, query, text_scores=text_scores, carried=carried)
         return _cells(raw, facets, counts[N] + dropped, dropped, files)
