@@ -477,6 +477,11 @@ def test_each_parquet_footer_is_read_once_per_command(tmp_path, monkeypatch):
     assert reads == [str(parts[0])]
 
 
+def never_searched(*args, **kwargs):
+    """Stands in for the query that searches the files for a bad score: a test that the scan named it alone."""
+    raise AssertionError("the files were searched again for the bad score")
+
+
 def test_a_bad_score_is_named_from_the_scan_without_reading_the_files_again(tmp_path, monkeypatch):
     """A score that is no number, in one row group of one part of a text-score log (CSV, a Parquet column of
     text), is named with its file and text from the one scan; an infinity or a huge number in a number column
@@ -505,10 +510,7 @@ def test_a_bad_score_is_named_from_the_scan_without_reading_the_files_again(tmp_
     cells_sql = engine.cells_sql
     monkeypatch.setattr(engine, "cells_sql", lambda *a, **k: scans.append(k.get("exact", False)) or cells_sql(*a, **k))
 
-    def never(*args, **kwargs):
-        raise AssertionError("the files were searched again for the bad score")
-
-    monkeypatch.setattr(engine, "first_bad_sql", never)
+    monkeypatch.setattr(engine, "first_bad_sql", never_searched)
     last = sorted(csv.glob("*.csv"))[-1]
     for folder, part in ((csv, last), (typed, typed / "part-3.parquet")):
         scans.clear()

@@ -22,7 +22,15 @@ from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
 from evalgauge.io.engine import reduce_cells, spark_session
 from evalgauge.simulate import simulate, sizing_preset
-from test_engine import bad_logs, hostile_names, odd_fields, repeated_cells, repeated_replicates, unnamed_judges
+from test_engine import (
+    bad_logs,
+    hostile_names,
+    never_searched,
+    odd_fields,
+    repeated_cells,
+    repeated_replicates,
+    unnamed_judges,
+)
 
 pytestmark = pytest.mark.subprocess
 
@@ -96,15 +104,11 @@ def test_spark_reduces_to_duckdbs_cells_and_the_rows_components(spark, tmp_path)
     assert payload["engine"]["name"] == "spark" and payload["engine"]["rows"] == len(frame)
 
 
-def _never(*args, **kwargs):
-    raise AssertionError("the files were searched again for the bad score")
-
-
 def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path, monkeypatch):
     frame, _, texty, holes = bad_logs(tmp_path)  # the same datasets as DuckDB's checks
     with monkeypatch.context() as patched, pytest.raises(
             DataError, match=rf"^{texty / 'b.csv'}: column 'score' holds 'n\.a\.'"):
-        patched.setattr("evalgauge.io.engine.first_bad_sql", _never)  # named from the scan itself
+        patched.setattr("evalgauge.io.engine.first_bad_sql", never_searched)  # named from the scan itself
         reduce_cells(texty, engine="spark", master="local[2]")
     with pytest.raises(DataError, match=r"7 of 480 judgment\(s\) have an empty 'score' \(the first in .*a\.parquet\)"):
         reduce_cells(holes, engine="spark", master="local[2]")
@@ -181,7 +185,7 @@ def test_scores_and_labels_on_spark_mean_what_they_mean_to_the_rows_reader(spark
     for comp in rows.components:
         assert fit.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-6, abs=1e-9)
     assert eg.fit(folder / "nan.parquet", object="system", drop_missing=True, engine="spark").components.n_obs == 94
-    monkeypatch.setattr("evalgauge.io.engine.first_bad_sql", _never)  # the exact scan carries them to the message
+    monkeypatch.setattr("evalgauge.io.engine.first_bad_sql", never_searched)  # the exact scan carries them
     with pytest.raises(DataError, match=r"inf\.parquet: column 'score' holds 'Infinity', which is not a number"):
         eg.fit(folder / "inf.parquet", object="system", engine="spark")
     with pytest.raises(DataError, match=r"huge\.parquet: column 'score' has 2 value\(s\) too large"):

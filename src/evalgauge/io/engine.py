@@ -204,12 +204,12 @@ def _carried(condition: str) -> str:
     return f"MIN(CASE WHEN {condition} THEN {_FILE} || chr(0) || CAST({_SCORE} AS STRING) END)"
 
 
-def _carried_scores(least) -> dict[str, tuple[str, str]]:
-    """The bad scores a scan carried, kind -> (file, the score's text); ``least(column)`` gives the least value
-    of a column of the scan's cells, None when the column is absent or empty."""
+def _carried_scores(least: dict[str, str | None]) -> dict[str, tuple[str, str]]:
+    """The bad scores a scan carried, kind -> (file, the score's text); ``least``: the least value of each
+    carrying column (:data:`_FIRST`) the scan's cells have."""
     found = {}
     for kind, column in _FIRST.items():
-        text = least(column)
+        text = least.get(column)
         if text:
             where, _, value = text.partition("\0")  # a path holds no NUL: the first one ends it
             found[kind] = (where, value)
@@ -650,8 +650,7 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
                            facets, source, query, label)
         elif column:
             _check_replicates(pc.any(pc.less(table[_SLOTS], judged)).as_py(), facets, column, source, query, label)
-        least = {c: pc.min(table[c]).as_py() for c in _FIRST.values() if c in table.column_names}
-        carried = _carried_scores(least.get)
+        carried = _carried_scores({c: pc.min(table[c]).as_py() for c in _FIRST.values() if c in table.column_names})
         dropped = _check_scores(counts, score, source, drop_missing, query, label, text_scores, carried)
     finally:
         con.close()  # DuckDB's buffers go before the cells become a frame
@@ -826,7 +825,7 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
         elif column:
             _check_replicates(bool((raw[_SLOTS] < judged).any()), facets, column, source, query)
         carried = _carried_scores({c: raw[c].dropna().min() for c in _FIRST.values()
-                                  if c in raw.columns and raw[c].notna().any()}.get)
+                                   if c in raw.columns and raw[c].notna().any()})
         dropped = _check_scores(counts, score, source, drop_missing, query, text_scores=text_scores, carried=carried)
         return _cells(raw, facets, counts[N] + dropped, dropped, files)
     finally:
