@@ -40,6 +40,9 @@ from dataclasses import dataclass
 PROTOCOLS = ("mt-bench-single", "mt-bench-pair", "arena-hard", "inspect-grade", "prometheus", "score-line",
              "json", "pattern")
 
+#: what a stored completion's parse error begins with when the reply was cut at max_tokens
+TRUNCATED = "cut at max_tokens"
+
 #: protocols whose verdict is a preference of A over B (1, tie 0.5, 0) or a grade in 0-1, not a score
 UNSCALED = ("mt-bench-pair", "arena-hard", "inspect-grade")
 
@@ -89,8 +92,12 @@ def strip_reasoning(text: str) -> str:
 
 
 def parse(text: str | None, protocol: str = "score-line", *, scale_min: float | None = None,
-          scale_max: float | None = None, pattern: str | None = None) -> Verdict:
-    """The verdict ``text`` gives under ``protocol`` (see the module's table); reasoning blocks are not read."""
+          scale_max: float | None = None, pattern: str | None = None, cut: bool = False) -> Verdict:
+    """The verdict ``text`` gives under ``protocol`` (see the module's table); reasoning blocks are not read.
+
+    ``cut``: the reply was cut at max_tokens (``finish_reason`` "length"). Only a verdict complete in the
+    protocol's final form is read then: no ``[N]`` fallback, and a number is a verdict only when something
+    follows it (a closing bracket, the line's end), since the next token might have been another digit."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; one of {', '.join(PROTOCOLS)}")
     if text is None or not text.strip():
@@ -101,6 +108,8 @@ def parse(text: str | None, protocol: str = "score-line", *, scale_min: float | 
     if protocol == "mt-bench-single":
         m = _SINGLE.search(text)
         rule = "[[N]]"
+        if m is None and cut:
+            return Verdict(None, "no complete [[N]] rating (the [N] fallback is not read in a cut reply)")
         if m is None:
             m, rule = _SINGLE_BACKUP.search(text), "[N]"
         if m is None:
@@ -131,12 +140,16 @@ def parse(text: str | None, protocol: str = "score-line", *, scale_min: float | 
         m = _PROMETHEUS.search(text)
         if m is None:
             return Verdict(None, "no [RESULT] N")
+        if cut and _at_end(text, m):
+            return Verdict(None, _CUT_NUMBER)
         return _in_scale(float(m.group(1)), "[RESULT] N", scale_min, scale_max)
     if protocol == "score-line":
-        found = _SCORE_LINE.findall(text)
+        found = list(_SCORE_LINE.finditer(text))
         if not found:
             return Verdict(None, "no line reading 'Score: N'")
-        return _in_scale(float(found[-1]), "Score: N", scale_min, scale_max)
+        if cut and _at_end(text, found[-1]):
+            return Verdict(None, _CUT_NUMBER)
+        return _in_scale(float(found[-1].group(1)), "Score: N", scale_min, scale_max)
     if protocol == "json":
         return _json_score(text, scale_min, scale_max)
     if not pattern:
@@ -148,11 +161,22 @@ def parse(text: str | None, protocol: str = "score-line", *, scale_min: float | 
     m = regex.search(text)
     if m is None:
         return Verdict(None, "the pattern does not match")
+    if cut and _at_end(text, m):
+        return Verdict(None, _CUT_NUMBER)
     try:
         value = float(m.group(1))
     except (TypeError, ValueError):
         return Verdict(None, f"the pattern matched {m.group(1)!r}, not a number")
     return _in_scale(value, "pattern", scale_min, scale_max)
+
+
+_CUT_NUMBER = "the reply was cut right after its number, which may be incomplete"
+
+
+def _at_end(text: str, match: re.Match) -> bool:
+    """Whether the number ``match`` read ends the text: a reply cut there may have been cut inside it (any
+    character after it, a space or a newline included, shows that the number was finished)."""
+    return match.end(1) >= len(text)
 
 
 def _score_field(text: str) -> tuple[object, Verdict | None]:

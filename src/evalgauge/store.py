@@ -310,13 +310,15 @@ class RunStore:
             return int(self.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
     def rescore(self, read, protocol: str) -> tuple[int, int]:
-        """Each stored completion read again by ``read(completion, position) -> (score, error, rule)``, in one
-        transaction; the earlier parse of every changed call is kept in ``rescores``. (changed, calls)."""
+        """Each stored completion read again by ``read(completion, position, cut) -> (score, error, rule)``
+        (``cut``: the reply was cut at max_tokens), in one transaction; the earlier parse of every changed call
+        is kept in ``rescores``. (changed, calls)."""
         with self._guard():
-            rows = self.db.execute("SELECT key, completion, position, score, parse_error, rule FROM calls").fetchall()
+            rows = self.db.execute("SELECT key, completion, position, score, parse_error, rule, finish_reason "
+                                   "FROM calls").fetchall()
             changed = []
-            for key, completion, position, score, error, rule in rows:
-                new = read(completion, position)
+            for key, completion, position, score, error, rule, finish in rows:
+                new = read(completion, position, finish == "length")
                 if (new[0], new[1], new[2]) != (score, error, rule):
                     changed.append((key, score, error, rule, *new))
             now = time.time()

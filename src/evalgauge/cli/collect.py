@@ -15,6 +15,7 @@ from rich.text import Text
 from ..errors import EvalGaugeError
 from ..outputs import atomic_write_with, check_new, check_outputs
 from ..protocols import PROTOCOLS as PROTOCOL_NAMES
+from ..protocols import TRUNCATED
 from .base import _console, _emit, _need_collector, json_option, main, user_errors, writes
 
 
@@ -228,15 +229,16 @@ def rescore_cmd(database, protocol, pattern, scale_min, scale_max) -> None:
                                  "distributions over the scale (output = \"logprobs\"); a protocol reads a verdict "
                                  "from text and would replace them with the sampled verdicts. Nothing was changed.")
 
-        def read(text, position):
+        def read(text, position, cut):
             try:
-                v = parse(text, protocol, scale_min=scale_min, scale_max=scale_max, pattern=pattern)
+                v = parse(text, protocol, scale_min=scale_min, scale_max=scale_max, pattern=pattern, cut=cut)
             except ValueError as exc:
                 raise EvalGaugeError(f"--pattern: {exc}") from None
             value = v.value
             if value is not None and pairwise and position == "BA":
                 value = 1.0 - value  # the system was shown second
-            return value, None if value is not None else v.reason, f"{protocol}: {v.rule}" if v.rule else None
+            reason = f"{TRUNCATED} before a verdict: {v.reason}" if cut else v.reason
+            return value, None if value is not None else reason, f"{protocol}: {v.rule}" if v.rule else None
 
         changed, total = store.rescore(read, protocol)
         calls = store.calls()

@@ -14,7 +14,7 @@ _NUMBER = r"[-+]?\d+(?:\.\d+)?"
 
 
 def parse_score(text: str | None, mode: str, *, scale_max: int = 5, scale_min: int = 1,
-                choices: str = "ABCD") -> tuple[float | None, str | None]:
+                choices: str = "ABCD", cut: bool = False) -> tuple[float | None, str | None]:
     """Parse a completion in one of the scoring modes.
 
     likert: the last "score: N" / "rating: N" / "rating: [[N]]" (not a range "N-M"), else the last "[[N]]",
@@ -22,25 +22,19 @@ def parse_score(text: str | None, mode: str, *, scale_max: int = 5, scale_min: i
         [min, max]. A number elsewhere in the
         text (list numbering, the prompt's own scale, a range, a denominator) is never a score;
     binary: yes/no, true/false, safe/unsafe, 1/0 (the last such token);
-    pairwise: "A", "B" or "tie" (also [[A]], "Output (a)"), returned as 1.0, 0.0, 0.5 for A;
+    pairwise: :func:`read_preference` (labels in double brackets, or a verdict line), 1.0 for A, 0.0 for B,
+        0.5 for a tie; arena-hard's graded labels keep arena-hard's values (``[[A>B]]`` 0.75);
     choice: a letter among ``choices`` (the last standalone one), returned as its index;
     numeric: the last number.
+
+    ``cut``: the reply was cut at max_tokens; a likert or numeric verdict is read only when complete (its
+    brackets closed, something after its number), a pairwise one only from a complete label.
     """
     if text is None or not text.strip():
         return None, "empty completion"
     t = text.strip()
     if mode == "likert":
-        m = re.findall(rf"(?:score|rating|grade)\s*[:=]?\s*\**\s*\[{{0,2}}\s*({_NUMBER})(?!\s*(?:-|–|to\b)\s*\d)"
-                       rf"(?!\w|\.\d)", t, re.I) \
-            or re.findall(rf"\[\[\s*({_NUMBER})\s*\]\]", t) \
-            or re.findall(rf"(?<![\w.\-/])({_NUMBER})\s*/\s*{scale_max}\b", t) \
-            or re.findall(rf"^[\s*\"'(\[]*({_NUMBER})[\s*\"').\]]*$", t)
-        if not m:
-            return None, "no score found"
-        value = float(m[-1])
-        if not (scale_min <= value <= scale_max) or not math.isfinite(value):
-            return None, f"score {value:g} outside {scale_min}..{scale_max}"
-        return value, None
+        return _likert(t, scale_min, scale_max, cut)
     if mode == "binary":
         tokens = re.findall(r"\b(yes|no|true|false|unsafe|safe|1|0)\b", t, re.I)
         if not tokens:
@@ -48,21 +42,90 @@ def parse_score(text: str | None, mode: str, *, scale_max: int = 5, scale_min: i
         last = tokens[-1].lower()
         return (1.0 if last in ("yes", "true", "1", "unsafe") else 0.0), None
     if mode == "pairwise":
-        m = re.findall(r"\[\[\s*(A|B|C|tie)\s*\]\]", t, re.I) or \
-            re.findall(r"\b(?:output|response|answer|winner)\s*\(?\s*(a|b)\b\)?", t, re.I) or \
-            re.findall(r"(?<![\w])(A|B|tie)(?![\w])", t)
-        if not m:
-            return None, "no A/B/tie verdict found"
-        v = m[-1].lower()
-        return {"a": 1.0, "b": 0.0, "c": 0.5, "tie": 0.5}[v], None
+        return read_preference(t, cut=cut)
     if mode == "choice":
         m = re.findall(rf"(?<![A-Za-z])([{re.escape(choices)}])(?![A-Za-z])", t)
         if not m:
             return None, f"no choice among {', '.join(choices)}"
         return float(choices.index(m[-1])), None
     if mode == "numeric":
-        m = re.findall(_NUMBER, t)
-        if not m:
+        found = list(re.finditer(_NUMBER, t))
+        if not found:
             return None, "no number found"
-        return float(m[-1]), None
+        if cut and found[-1].end() >= len(text.rstrip("\n")) and not text.endswith("\n"):
+            return None, _CUT
+        return float(found[-1].group()), None
     raise ValueError(f"unknown scoring mode '{mode}'")
+
+
+_CUT = "the reply was cut right after its number, which may be incomplete"
+# "Score: 4", "Rating: [[4]]", "grade = [4]": the brackets, when opened, must close round the number
+_LABELLED = re.compile(rf"(?:score|rating|grade)\s*[:=]?\s*\**\s*(\[{{0,2}})\s*({_NUMBER})(?!\s*(?:-|–|to\b)\s*\d)"
+                       rf"(?!\w|\.\d)(\s*\]{{0,2}})", re.I)
+
+
+def _likert(t: str, scale_min: int, scale_max: int, cut: bool) -> tuple[float | None, str | None]:
+    labelled = [m for m in _LABELLED.finditer(t)
+                if not cut or (m.group(3).strip() == "]" * len(m.group(1)) and (m.group(1) or m.end() < len(t)))]
+    if labelled:
+        value = float(labelled[-1].group(2))
+    else:
+        m = re.findall(rf"\[\[\s*({_NUMBER})\s*\]\]", t) \
+            or re.findall(rf"(?<![\w.\-/])({_NUMBER})\s*/\s*{scale_max}\b", t) \
+            or ([] if cut else re.findall(rf"^[\s*\"'(\[]*({_NUMBER})[\s*\"').\]]*$", t))
+        if not m:
+            return None, "no complete score in a reply cut at max_tokens" if cut else "no score found"
+        value = float(m[-1])
+    if not (scale_min <= value <= scale_max) or not math.isfinite(value):
+        return None, f"score {value:g} outside {scale_min}..{scale_max}"
+    return value, None
+
+
+# -- pairwise: a preference read only where its direction is written ------------------------------------------
+_PAIR_LABEL = re.compile(r"\[\[\s*(A|B|C|tie)\s*\]\]", re.I)
+_GRADED_LABEL = re.compile(r"\[\[\s*([AB])\s*(>>|>|=|<<|<)\s*([AB])\s*\]\]")
+#: a comparison of the two outputs written outside double brackets ("A>B", "[B>>A]", "A = B")
+_COMPARISON = re.compile(r"(?<![\w\[])\[?\s*[AB]\s*(?:>>|>|=|<<|<)\s*[AB]\s*\]?(?![\w\]])")
+#: a line that is the verdict: "B", "**Tie**", "Output (a)", "Final verdict: A", "Winner: Response B"
+_VERDICT_LINE = re.compile(
+    r"(?im)^[\s*_\"'`#>.-]*(?:(?:my\s+)?(?:final\s+)?(?:verdict|winner|decision|preference|choice|answer)"
+    r"(?:\s+is)?\s*[:=]?\s*)?[\s*_\"'`]*(?:(?:output|response|assistant|answer|model)\s*)?\(?\s*(A|B|tie)\s*\)?"
+    r"[\s*_\"'`).!]*$")
+#: "Output (a) is better", "Response B is preferred"
+_BETTER = re.compile(r"(?i)\b(?:output|response|assistant|answer|model)\s*\(?\s*(a|b)\s*\)?\s+(?:is|was)\s+"
+                     r"(?:better|preferred|superior|the\s+(?:better\s+(?:one|response|output)|winner))\b")
+_PAIR_VALUES = {"a": 1.0, "b": 0.0, "c": 0.5, "tie": 0.5}
+
+
+def read_preference(text: str, cut: bool = False) -> tuple[float | None, str | None]:
+    """The preference of A over B a pairwise reply states (1, tie 0.5, 0), read where its direction is
+    written, never from the last letter of a label.
+
+    1. Labels in double brackets: MT-bench's ``[[A]]``/``[[B]]``/``[[C]]`` (also ``[[tie]]``) and
+       arena-hard's ``[[A>>B]]``, ``[[A>B]]``, ``[[A=B]]``, ``[[B>A]]``, ``[[B>>A]]`` (and their ``<``
+       forms, with arena-hard's values 1, 0.75, 0.5, 0.25, 0). Labels that disagree: no verdict.
+    2. Otherwise a verdict written in words: the last line that is only the verdict ("B", "Tie",
+       "Output (a)", "Final verdict: A") or "Output (a) is better".
+    A comparison written outside double brackets ("A>B", "[B>>A]") with no bracketed label is no verdict:
+    its last letter is the loser, and reading it as the winner is what inverts a leaderboard.
+    ``cut`` (the reply was cut at max_tokens): a verdict in words that ends the text is not read ("Final
+    verdict: A" may have gone on as "A>B").
+    """
+    from ..protocols import _ARENA_VALUES
+
+    values = {_PAIR_VALUES[m.lower()] for m in _PAIR_LABEL.findall(text)}
+    values |= {_ARENA_VALUES[f"{a}{op}{b}"] for a, op, b in _GRADED_LABEL.findall(text) if a != b}
+    if any(a == b for a, _, b in _GRADED_LABEL.findall(text)):
+        return None, "a label comparing an output with itself"
+    if len(values) > 1:
+        return None, f"labels that disagree ({len(values)} different verdicts)"
+    if values:
+        return values.pop(), None
+    if _COMPARISON.search(text):
+        return None, ("a comparison ('A>B') outside [[...]]: read arena-hard verdicts with protocol = "
+                      "\"arena-hard\"")
+    found = [*_VERDICT_LINE.finditer(text), *_BETTER.finditer(text)]
+    words = [(m.start(), m.group(1)) for m in found if not cut or m.end() < len(text)]
+    if not words:
+        return None, "no A/B/tie verdict found"
+    return _PAIR_VALUES[max(words)[1].lower()], None

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..errors import DataError
-from ..protocols import Verdict
+from ..protocols import TRUNCATED, Verdict
 from ..store import CallRecord, RunStore
 from .config import Judge, RunConfig
 from .parsers import parse_score
@@ -78,6 +78,8 @@ class RunSummary:
     flagged: dict[str, int] = field(default_factory=dict)
     #: stored calls whose reply was cut at max_tokens before a verdict could be read
     truncated: int = 0
+    #: stored calls whose reply was cut at max_tokens after a complete verdict, which was read
+    truncated_scored: int = 0
     #: follow-up turns sent after unreadable verdicts ([scoring] reask)
     reasks: int = 0
 
@@ -224,10 +226,13 @@ def _flag_notes(summary: RunSummary) -> None:
                 "key-shaped text redacted": "echoed a key or key-shaped text; redacted before it was stored",
                 "lone surrogates replaced": "held lone UTF-16 surrogates; stored with U+FFFD in their place"}
         summary.notes.append(f"{n} repl{'y' if n == 1 else 'ies'} {what.get(kind, kind)}.")
-    if summary.truncated:
-        summary.notes.append(f"{summary.truncated} repl{'y was' if summary.truncated == 1 else 'ies were'} cut at "
-                             "max_tokens before a verdict could be read (finish_reason 'length'); raise the judge's "
-                             "max_tokens, or ask for a shorter answer (output = \"json\").")
+    cut = summary.truncated + summary.truncated_scored
+    if cut:
+        read = (f"; {summary.truncated_scored} of them had a complete verdict before the cut, which was read"
+                if summary.truncated_scored else "")
+        summary.notes.append(f"{cut} repl{'y was' if cut == 1 else 'ies were'} cut at max_tokens (finish_reason "
+                             f"'length'){read}; {summary.truncated} without a complete verdict stored unscored. "
+                             "Raise the judge's max_tokens, or ask for a shorter answer (output = \"json\").")
     if summary.billed_failures:
         summary.notes.append(f"{summary.billed_failures} repl{'y' if summary.billed_failures == 1 else 'ies'} "
                              "the provider may have billed gave no usable completion (malformed, cut short or too "
@@ -305,6 +310,8 @@ async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secre
                 summary.reasks += record.reasks
                 if record.parse_error and record.parse_error.startswith(TRUNCATED):
                     summary.truncated += 1
+                elif record.finish_reason == "length":
+                    summary.truncated_scored += 1
                 _count_flags(summary, record.flags)
             else:
                 _release(store, held)
@@ -457,9 +464,10 @@ def output_spec(cfg: RunConfig) -> Output | None:
     return Output(cfg.output, verdict_schema(cfg.mode, cfg.scale_min, cfg.scale_max, cfg.choices))
 
 
-def read_verdict(cfg: RunConfig, variant: str, text: str | None, tokens=None) -> Verdict:
+def read_verdict(cfg: RunConfig, variant: str, text: str | None, tokens=None, cut: bool = False) -> Verdict:
     """The verdict of a completion: a structured answer's ``score`` (with ``tokens``: the probability-weighted
-    score), else by the variant's protocol, else the scoring mode's parser. Reasoning blocks are never read."""
+    score), else by the variant's protocol, else the scoring mode's parser. Reasoning blocks are never read.
+    ``cut``: the reply was cut at max_tokens, so only a verdict complete in its final form is read."""
     from ..protocols import parse, read_structured, strip_reasoning
 
     if cfg.output != "text":
@@ -469,9 +477,9 @@ def read_verdict(cfg: RunConfig, variant: str, text: str | None, tokens=None) ->
     protocol, pattern = cfg.protocol_for(variant)
     if protocol is None:
         score, error = parse_score(strip_reasoning(text) if text else text, cfg.mode, scale_max=cfg.scale_max,
-                                   scale_min=cfg.scale_min, choices=cfg.choices)
+                                   scale_min=cfg.scale_min, choices=cfg.choices, cut=cut)
         return Verdict(score, error or "", None)
-    verdict = parse(text, protocol, scale_min=cfg.scale_min, scale_max=cfg.scale_max, pattern=pattern)
+    verdict = parse(text, protocol, scale_min=cfg.scale_min, scale_max=cfg.scale_max, pattern=pattern, cut=cut)
     return replace(verdict, rule=f"{protocol}: {verdict.rule}" if verdict.rule else None)
 
 
@@ -484,8 +492,6 @@ def reask_text(cfg: RunConfig, variant: str, reason: str) -> str:
     return f"Your verdict could not be read ({reason}). Reply with the verdict only, written as {form}."
 
 
-#: what a stored completion's parse error says when the reply was cut at max_tokens
-TRUNCATED = "cut at max_tokens"
 
 
 async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, task: Task, secrets: list[str],
@@ -505,7 +511,8 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
     first, latency = at, at.latency
     while True:
         completion = at.vetted.completion
-        verdict = read_verdict(cfg, task.variant.id, completion.text, completion.tokens)
+        verdict = read_verdict(cfg, task.variant.id, completion.text, completion.tokens,
+                               cut=completion.finish_reason == "length")
         error = None if verdict.value is not None else verdict.reason or "no verdict"
         if error is not None and completion.finish_reason == "length":
             error = f"{TRUNCATED} ({judge.max_tokens} tokens) before a verdict: {error}"
