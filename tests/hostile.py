@@ -15,14 +15,19 @@ import zlib
 from aiohttp import web
 
 MODES = ("good", "echo", "no_usage", "inflated", "surrogate", "retry_after", "truncated", "bad_utf8", "short",
-         "huge", "control", "not_object", "long")
+         "huge", "control", "not_object", "long", "redirect", "stall")
+#: how long a "stall" reply waits after its first bytes: past any timeout_s the tests set
+STALL_S = 4.0
 
 
 class HostileServer:
     def __init__(self, mode: str, key: str, *, share: float = 1.0, first_only: bool = False,
-                 price_in: float = 1.0, price_out: float = 2.0):
+                 price_in: float = 1.0, price_out: float = 2.0, redirect_to: str | None = None):
         assert mode in MODES
         self.mode, self.key, self.share, self.first_only = mode, key, share, first_only
+        #: "redirect": where the 307 points (another origin); every request's headers are kept in ``headers``
+        self.redirect_to = redirect_to
+        self.headers: list[dict[str, str]] = []
         self.price_in, self.price_out = price_in, price_out
         self.requests = 0
         self.billed_usd = 0.0
@@ -42,7 +47,8 @@ class HostileServer:
         asyncio.set_event_loop(self._loop)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app)
+        app.router.add_post("/v1/messages", self._handle)  # Anthropic's Messages API
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)  # a stalled reply does not hold up stop()
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
@@ -71,17 +77,22 @@ class HostileServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
+        self.headers.append(dict(request.headers))
+        anthropic = request.path.endswith("/messages")
         body = await request.json()
         prompt = body["messages"][-1]["content"]
         max_tokens = int(body.get("max_tokens", 16))
         mode = self.mode if self._faulty(prompt) else "good"
-        text, model, rid = "Score: 3", "m-1", f"r-{self.requests}"
+        text, model, rid, finish = "Score: 3", "m-1", f"r-{self.requests}", "stop"
         usage = {"prompt_tokens": len(prompt.encode()) // 4, "completion_tokens": 3}
         if mode == "retry_after":
             return web.Response(status=429, headers={"Retry-After": "86400"}, text="slow down")
-        if mode == "echo":
-            auth = request.headers.get("Authorization", "")
-            text, model, rid = f"Score: 3 ({auth})", f"m-1 {self.key}", f"r-{self.key}"
+        if mode == "redirect":
+            path = "/v1/messages" if anthropic else "/v1/chat/completions"
+            return web.Response(status=307, headers={"Location": f"{self.redirect_to}{path}"})
+        if mode == "echo":  # the key header into every text field the reply has
+            auth = request.headers.get("x-api-key" if anthropic else "Authorization", "")
+            text, model, rid, finish = f"Score: 3 ({auth})", f"m-1 {self.key}", f"r-{self.key}", f"stop {auth}"
         elif mode == "no_usage":
             usage = None
         elif mode == "inflated":
@@ -96,11 +107,17 @@ class HostileServer:
         elif mode == "huge":
             text = "Score: 3 " + "x" * 10_000_000
             usage["completion_tokens"] = max_tokens
-        reply = {"id": rid, "model": model, "object": "chat.completion",
-                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                              "finish_reason": "stop"}]}
-        if usage is not None:
-            reply["usage"] = usage
+        if anthropic:
+            reply = {"id": rid, "model": model, "type": "message", "role": "assistant",
+                     "content": [{"type": "text", "text": text}], "stop_reason": finish}
+            if usage is not None:
+                reply["usage"] = {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]}
+        else:
+            reply = {"id": rid, "model": model, "object": "chat.completion",
+                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                  "finish_reason": finish}]}
+            if usage is not None:
+                reply["usage"] = usage
         raw = json.dumps(reply).encode()
         self._bill(prompt, min(max_tokens, (usage or {}).get("completion_tokens", 3)),
                    usage["prompt_tokens"] if mode == "long" else None)
@@ -110,6 +127,13 @@ class HostileServer:
             raw = raw.replace(b"Score: 3", b"Score: \xff\xfe3")
         elif mode == "not_object":
             raw = b"[1, 2, 3]"
+        elif mode == "stall":  # 200 and the first bytes, then nothing past the client's timeout
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                           "Content-Length": str(len(raw))})
+            await resp.prepare(request)
+            await resp.write(raw[:10])
+            await asyncio.sleep(STALL_S)
+            return resp
         elif mode == "short":
             resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
                                                            "Content-Length": str(len(raw) + 500)})
@@ -144,12 +168,14 @@ def boundary_violations(mode: str, key: str, summary, calls, cost: float, budget
     return found
 
 
-def hostile_config(tmp, server: HostileServer, *, retries: int = 1, budget: float | None = None):
+def hostile_config(tmp, server: HostileServer, *, retries: int = 1, budget: float | None = None,
+                   provider: str = "openai", timeout: float = 10.0):
     """A 32-call factorial (tests/test_collector.py's config: 4 items x 2 systems x 2 variants x 2 replicates,
     one judge) pointed at ``server``."""
     from test_collector import write_config
 
-    config = write_config(tmp, server.port, items=4, systems=2, reps=2, judges=1, in_flight=4)
+    config = write_config(tmp, server.port, items=4, systems=2, reps=2, judges=1, in_flight=4, provider=provider,
+                          timeout=timeout)
     text = config.read_text().replace("max_retries = 8", f"max_retries = {retries}")
     if budget is not None:
         text = text.replace("[data]", f"budget_usd = {budget}\n\n[data]")
@@ -157,7 +183,8 @@ def hostile_config(tmp, server: HostileServer, *, retries: int = 1, budget: floa
     return config
 
 
-def collect_against(tmp, mode: str, key: str, *, retries: int = 1, budget: float | None = None, **server_kw):
+def collect_against(tmp, mode: str, key: str, *, retries: int = 1, budget: float | None = None,
+                    provider: str = "openai", timeout: float = 10.0, **server_kw):
     """A 32-call factorial (tests/test_collector.py's config) run against a fresh hostile server:
     (config, summary, calls, failures, cost, server, the run database's bytes)."""
     from evalgauge.collect.config import load_config
@@ -166,7 +193,8 @@ def collect_against(tmp, mode: str, key: str, *, retries: int = 1, budget: float
 
     server = HostileServer(mode, key, **server_kw)
     try:
-        cfg = load_config(hostile_config(tmp, server, retries=retries, budget=budget))
+        cfg = load_config(hostile_config(tmp, server, retries=retries, budget=budget, provider=provider,
+                                         timeout=timeout))
         summary = run(cfg)
     finally:
         server.stop()

@@ -8,6 +8,7 @@ never parking the run.
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -133,9 +134,60 @@ max_tokens = 256
     assert server.billed_usd <= summary.cost_usd <= worst
 
 
-@pytest.mark.parametrize("mode", [m for m in MODES if m != "retry_after"])
+@pytest.mark.parametrize("mode", [m for m in MODES if m not in ("retry_after", "redirect", "stall")])
 def test_every_reply_class_on_half_the_calls_keeps_the_boundary(tmp_path, env_key, mode):
     """No leak, no overrun (by either side's books), no broken reply stored as an answer: every class."""
     budget = 0.003
     cfg, summary, calls, _, cost, server = _collect(tmp_path, mode, share=0.5, budget=budget)
     assert boundary_violations(mode, KEY, summary, calls, cost, budget, server, _database_bytes(cfg)) == []
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_key_echoed_into_every_field_is_in_no_stored_exported_or_printed_byte(tmp_path, env_key, provider):
+    """The server echoes the key header into the completion, the model, the response id and the finish
+    (stop) reason; none of it is stored, exported to CSV or Parquet, or printed."""
+    cfg, summary, calls, _, _, server = _collect(tmp_path, "echo", provider=provider)
+    assert KEY in str(server.headers[0])  # the key was sent, so the echo held it
+    assert len(calls) == count_tasks(cfg) and summary.failed == 0
+    assert KEY.encode() not in _database_bytes(cfg) and KEY not in json.dumps(summary.to_dict())
+    assert calls["finish_reason"].str.contains("***", regex=False).all()
+    assert calls["flags"].str.contains("redacted").all()
+    runner = CliRunner()
+    for args in (["-o", str(tmp_path / "calls.csv")], ["-o", str(tmp_path / "calls.parquet")],
+                 ["--judgments", "-o", str(tmp_path / "judgments.csv")]):
+        out = runner.invoke(main, ["export", str(cfg.database), *args])
+        assert out.exit_code == 0, out.output
+        assert KEY not in out.output and KEY.encode() not in Path(args[-1]).read_bytes()
+    for cmd in (["analyze", str(cfg.database), "--json", "-"], ["analyze", str(cfg.database)]):
+        out = runner.invoke(main, cmd)
+        assert KEY not in out.output
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_no_key_header_follows_a_redirect_to_another_origin(tmp_path, env_key, provider):
+    other = HostileServer("good", KEY)
+    try:
+        cfg, summary, calls, failures, cost, server = _collect(
+            tmp_path, "redirect", provider=provider, redirect_to=f"http://localhost:{other.port}")
+    finally:
+        other.stop()
+    assert other.requests == 0 and not other.headers  # nothing reached the other origin
+    assert len(calls) == 0 and cost == 0.0
+    assert server.requests == 1  # the judge was stopped at its first call: every call would be redirected
+    stopped = " ".join(summary.fatal.values())
+    assert "redirects to http://localhost:" in stopped and "not followed" in stopped and KEY not in stopped
+
+
+def test_a_body_that_stalls_past_the_timeout_is_charged_at_its_worst_case(tmp_path, env_key):
+    """The server answers 200, bills the call, then stalls the body past timeout_s: the collector charges
+    each such call at its worst case, so the server's books never pass the cap."""
+    from hostile import STALL_S
+
+    budget = 0.0005
+    t0 = time.monotonic()
+    cfg, summary, calls, failures, cost, server = _collect(tmp_path, "stall", budget=budget, timeout=0.5,
+                                                           retries=3, share=0.5)
+    assert time.monotonic() - t0 < 20 * STALL_S
+    assert server.billed_usd > 0 and server.billed_usd <= budget + 1e-12
+    assert cost >= server.billed_usd - 1e-12  # what the collector counts covers what the server billed
+    assert summary.stopped_by_budget

@@ -102,6 +102,19 @@ def status_error(judge: Judge, status: int, body: object, headers) -> ProviderEr
                          retry_after=_retry_after(headers), status=status, fatal=status in FATAL_STATUSES)
 
 
+def redirect_error(judge: Judge, url: str, status: int, location: str | None) -> ProviderError:
+    """A redirect, refused: the request carries the key, and a redirect may point anywhere."""
+    from urllib.parse import urljoin, urlsplit
+
+    target = urlsplit(urljoin(url, location or ""))
+    where = f"{target.scheme}://{target.hostname}" + (f":{target.port}" if target.port else "") \
+        if target.hostname else "nowhere (no Location)"
+    return ProviderError(
+        f"judge '{judge.name}': HTTP {status}: {url} redirects to {_clean(where, 120)}; redirects are not "
+        "followed (the request carries the key). Set base_url to the address that answers, if you trust it.",
+        retryable=False, status=status, fatal=True)
+
+
 def connection_error(judge: Judge, exc: Exception) -> ProviderError:
     """A timeout or a refused connection, with the cause (e.g. 'Connection refused') and the endpoint."""
     cause = exc.__cause__ or exc.__context__ or getattr(exc, "os_error", None)
@@ -194,14 +207,20 @@ class _HTTPProvider:
         limit = body_limit(self.judge.max_tokens)
         status = None
         try:
+            # redirects are not followed: the key header would go with the request to wherever it points
             async with session.post(self.url, data=json.dumps(body), headers=self._headers,
-                                    proxy=self._proxy) as resp:
+                                    proxy=self._proxy, allow_redirects=False) as resp:
                 status = resp.status
+                if 300 <= resp.status < 400:
+                    raise redirect_error(self.judge, self.url, resp.status, resp.headers.get("Location"))
                 raw = await _read_bounded(resp, limit, self.judge)
                 if resp.status >= 400:
                     raise status_error(self.judge, resp.status, _json_or_text(raw), resp.headers)
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
-            raise connection_error(self.judge, exc) from None
+            error = connection_error(self.judge, exc)
+            # once the request was sent the provider may bill it, answered or not: charged at its worst case
+            error.billed = not isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError)
+            raise error from None
         except aiohttp.ClientPayloadError as exc:  # a body cut short or a broken encoding: a transport fault
             raise ProviderError(f"judge '{self.judge.name}': the reply was cut short or garbled in transfer "
                                 f"({_clean(exc, 120)})", retryable=True, billed=status is not None and status < 400

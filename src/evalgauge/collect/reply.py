@@ -1,8 +1,9 @@
 """A provider's reply is untrusted: the one place it is made safe to store, show and charge for.
 
 Every completion, judge or generating system, passes through :func:`vet` before it is parsed, priced
-or written: the run's secret values and anything key-shaped are redacted from its text, model id and
-response id (a server may echo the Authorization header); lone UTF-16 surrogates (valid JSON, not
+or written: the run's secret values and anything key-shaped are redacted from every text field it carries
+(the completion, model id, response id and finish reason: a server may echo the Authorization header into
+any of them); lone UTF-16 surrogates (valid JSON, not
 valid UTF-8) become U+FFFD; identifiers lose control characters and are bounded; a text longer than
 ``max_tokens`` tokens can decode to is refused; and the token counts charged are the server's only
 when they are plausible for this request, otherwise the worst case the request allows.
@@ -11,7 +12,7 @@ when they are plausible for this request, otherwise the worst case the request a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from .config import Judge
 from .providers import Completion, ProviderError
@@ -93,7 +94,13 @@ def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | 
         text = redact(safe_text, secrets)
         if text != safe_text:
             flags.append("key-shaped text redacted")
-    model, rid = _identifier(completion.model, secrets), _identifier(completion.response_id, secrets)
+    # every other text field (model, response id, finish reason, and any added later) is an identifier
+    raw = {f.name: getattr(completion, f.name) for f in fields(completion)
+           if f.name != "text" and isinstance(getattr(completion, f.name), str)}
+    identifiers = {name: _identifier(value, secrets) for name, value in raw.items()}
+    if "key-shaped text redacted" not in flags and any(redact(_utf8_safe(v), secrets) != _utf8_safe(v)
+                                                        for v in raw.values()):
+        flags.append("key-shaped text redacted")
     in_bound = worst_case_input_tokens(prompt, system_prompt, history)
     sent = len(prompt.encode("utf-8", "surrogatepass")) + sum(len((a + f).encode("utf-8", "surrogatepass"))
                                                               for a, f in history)
@@ -104,5 +111,5 @@ def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | 
             or (tokens_in == 0 and tokens_out == 0):
         flags.append(f"implausible usage ({tokens_in} in, {tokens_out} out); charged at the worst case")
         tokens_in, tokens_out = in_bound, judge.max_tokens
-    safe = replace(completion, text=text, model=model, response_id=rid)
+    safe = replace(completion, text=text, **identifiers)
     return Vetted(safe, tokens_in, tokens_out, tuple(flags))
