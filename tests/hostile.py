@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import zlib
 
 from aiohttp import web
@@ -28,6 +29,8 @@ class HostileServer:
         #: "redirect": where the 307 points (another origin); every request's headers are kept in ``headers``
         self.redirect_to = redirect_to
         self.headers: list[dict[str, str]] = []
+        #: when each request arrived (time.monotonic)
+        self.arrivals: list[float] = []
         self.price_in, self.price_out = price_in, price_out
         self.requests = 0
         self.billed_usd = 0.0
@@ -77,6 +80,7 @@ class HostileServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
+        self.arrivals.append(time.monotonic())
         self.headers.append(dict(request.headers))
         anthropic = request.path.endswith("/messages")
         body = await request.json()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -20,38 +21,61 @@ from .reply import Vetted, redact, text_limit, vet
 from .tasks import Task, build_tasks, check_templates, count_tasks, generation_prompt, prompt_hash
 
 
-class RateLimiter:
-    """Token buckets for requests and tokens per minute (None: unlimited)."""
+#: the window a per-minute limit is kept over, with a second's margin: the requests reach the server a little
+#: unevenly, so a limit kept over 61 s at the client holds over any 60 s at the server
+LIMIT_WINDOW_S = 61.0
 
-    def __init__(self, rpm: float | None, tpm: float | None):
+
+class RateLimiter:
+    """Requests and tokens per minute (None: unlimited), never more in any window of ``LIMIT_WINDOW_S``.
+
+    A token bucket that starts full sends a whole minute's requests at once and another minute's as it
+    refills (twice the limit in the first minute). Here requests are paced ``LIMIT_WINDOW_S / rpm`` apart
+    and a log of the window's requests (and their tokens) is checked before each one, so no window holds
+    more than ``rpm`` requests or ``tpm`` tokens (a request larger than ``tpm`` goes alone in its window).
+    ``clock`` and ``sleep`` are injectable for tests on virtual time."""
+
+    def __init__(self, rpm: float | None, tpm: float | None, *, clock=time.monotonic, sleep=None):
+        from collections import deque
+
         self.rpm, self.tpm = rpm, tpm
-        self.req = float(rpm or 0)
-        self.tok = float(tpm or 0)
-        self.last = time.monotonic()
+        self._log: deque[tuple[float, int]] = deque()  # (sent at, tokens) of the window's requests
+        self._tokens = 0
+        self._next = -math.inf
+        self._clock, self._sleep = clock, sleep or asyncio.sleep
         self.lock = asyncio.Lock()
+
+    def _wait(self, now: float, tokens: int) -> float:
+        """Seconds until a request of ``tokens`` may go (0: now)."""
+        log, window = self._log, LIMIT_WINDOW_S
+        while log and log[0][0] <= now - window:
+            self._tokens -= log.popleft()[1]
+        wait = 0.0
+        if self.rpm:
+            wait = self._next - now
+            over = len(log) - int(self.rpm) + 1  # requests that must leave the window first
+            if over > 0:
+                wait = max(wait, log[over - 1][0] + window - now)
+        if self.tpm and log:
+            excess = self._tokens + min(tokens, self.tpm) - self.tpm
+            for sent, held in log:
+                if excess <= 0:
+                    break
+                excess -= held
+                wait = max(wait, sent + window - now)
+        return wait
 
     async def acquire(self, tokens: int) -> None:
         if not self.rpm and not self.tpm:
             return
         async with self.lock:
-            while True:
-                now = time.monotonic()
-                dt, self.last = now - self.last, now
-                if self.rpm:
-                    self.req = min(self.rpm, self.req + dt * self.rpm / 60)
-                if self.tpm:
-                    self.tok = min(self.tpm, self.tok + dt * self.tpm / 60)
-                need_r = 1 if self.rpm and self.req < 1 else 0
-                need_t = tokens if self.tpm and self.tok < min(tokens, self.tpm) else 0
-                if not need_r and not need_t:
-                    if self.rpm:
-                        self.req -= 1
-                    if self.tpm:
-                        self.tok -= tokens
-                    return
-                wait = max((1 - self.req) * 60 / self.rpm if need_r else 0.0,
-                           (min(tokens, self.tpm) - self.tok) * 60 / self.tpm if need_t else 0.0)
-                await asyncio.sleep(wait)
+            while (wait := self._wait(self._clock(), tokens)) > 0:
+                await self._sleep(wait)
+            now = self._clock()
+            self._log.append((now, tokens))
+            self._tokens += tokens
+            if self.rpm:
+                self._next = now + LIMIT_WINDOW_S / self.rpm
 
 
 @dataclass

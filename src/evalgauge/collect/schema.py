@@ -105,8 +105,9 @@ class JudgeSpec(_Table):
     price_input_per_mtok: float = Field(0.0, ge=0)
     price_output_per_mtok: float = Field(0.0, ge=0)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
-    rpm: float | None = Field(None, gt=0)
-    tpm: float | None = Field(None, gt=0)
+    # a limit below one request a minute waits for hours; the limiter keeps a log of a minute's requests
+    rpm: float | None = Field(None, ge=1, le=1_000_000, allow_inf_nan=False)
+    tpm: float | None = Field(None, ge=1, le=1e10, allow_inf_nan=False)
 
 
 class GenerationSpec(_Table):
