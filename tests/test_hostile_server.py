@@ -167,7 +167,7 @@ def test_a_key_echoed_into_every_field_is_in_no_stored_exported_or_printed_byte(
 def test_no_key_header_follows_a_redirect_to_another_origin(tmp_path, env_key, provider):
     other = HostileServer("good", KEY)
     try:
-        cfg, summary, calls, failures, cost, server = _collect(
+        _, summary, calls, _, cost, server = _collect(
             tmp_path, "redirect", provider=provider, redirect_to=f"http://localhost:{other.port}")
     finally:
         other.stop()
@@ -185,8 +185,7 @@ def test_a_body_that_stalls_past_the_timeout_is_charged_at_its_worst_case(tmp_pa
 
     budget = 0.0005
     t0 = time.monotonic()
-    cfg, summary, calls, failures, cost, server = _collect(tmp_path, "stall", budget=budget, timeout=0.5,
-                                                           retries=3, share=0.5)
+    _, summary, _, _, cost, server = _collect(tmp_path, "stall", budget=budget, timeout=0.5, retries=3, share=0.5)
     assert time.monotonic() - t0 < 20 * STALL_S
     assert server.billed_usd > 0 and server.billed_usd <= budget + 1e-12
     assert cost >= server.billed_usd - 1e-12  # what the collector counts covers what the server billed

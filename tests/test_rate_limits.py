@@ -98,7 +98,7 @@ def test_requests_reach_a_real_server_paced(tmp_path, monkeypatch):
         return path
 
     monkeypatch.setattr(hostile, "hostile_config", paced)
-    _, summary, calls, *_, server, _ = collect_against(tmp_path, "good", KEY)
+    _, _, calls, *_, server, _ = collect_against(tmp_path, "good", KEY)
     assert len(calls) == 32 and server.requests == 32
     arrivals = np.array(server.arrivals)
     assert _most_in_a_window(arrivals, 1.0) <= 11

@@ -58,6 +58,23 @@ CREATE TABLE IF NOT EXISTS rescores (
 FACETS = ("item", "category", "system", "variant", "temperature", "judge", "replicate", "position")
 
 
+def cell_key(*levels: str) -> str:
+    """A cell's key: its levels joined by ``|``, each with ``\\`` and ``|`` escaped, so that no two cells
+    share a key whatever their levels hold (item ``a`` with system ``b|c`` and item ``a|b`` with system ``c``
+    are two cells). Levels without either character give the plain ``a|b|c`` of earlier run databases."""
+    return "|".join(level.replace("\\", "\\\\").replace("|", "\\|") for level in levels)
+
+
+def call_key(item: str, system: str | None, variant: str, temperature: float, judge: str, replicate: int,
+             position: str | None) -> str:
+    """The key of one judge call (a cell of the factorial and its replicate)."""
+    return cell_key(item, system or "", variant, f"{temperature:g}", judge, str(replicate), position or "")
+
+
+#: the run table's entry saying the keys are escaped (:func:`cell_key`); a writer migrates a database without it
+KEYS_ESCAPED = "cell_keys_escaped"
+
+
 @dataclass(frozen=True)
 class CallRecord:
     key: str
@@ -162,6 +179,36 @@ class RunStore:
             raise DataError(f"{self.path}: a SQLite database, but not one `evalgauge run` wrote (its calls table has "
                             f"no {', '.join(missing[:4])}). Export the judgments to CSV or Parquet instead.")
         self._has = have
+        if writer:
+            self._escape_keys()
+
+    def _escape_keys(self) -> None:
+        """Give the calls and responses whose levels hold ``|`` or ``\\`` their escaped keys (:func:`cell_key`),
+        once per database, in one transaction. Their old keys could collide; the levels in their columns
+        cannot, so the new keys are computed from them."""
+        with self._guard():
+            if self.db.execute("SELECT 1 FROM run WHERE key = ?", (KEYS_ESCAPED,)).fetchone():
+                return
+            odd = " OR ".join(f"instr(COALESCE({c}, ''), '|') OR instr(COALESCE({c}, ''), '\\')"
+                              for c in ("item", "system", "variant", "judge", "position"))
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                calls = self.db.execute("SELECT rowid, item, system, variant, temperature, judge, replicate, position "
+                                        f"FROM calls WHERE {odd}").fetchall()
+                self.db.executemany("UPDATE calls SET key = ? WHERE rowid = ?",
+                                    [(call_key(i, s, v, t, j, r, p), rowid) for rowid, i, s, v, t, j, r, p in calls])
+                odd = " OR ".join(f"instr(COALESCE({c}, ''), '|') OR instr(COALESCE({c}, ''), '\\')"
+                                  for c in ("item", "system"))
+                made = self.db.execute(f"SELECT rowid, item, system FROM responses WHERE {odd}").fetchall()
+                self.db.executemany("UPDATE responses SET key = ? WHERE rowid = ?",
+                                    [(cell_key(i, s), rowid) for rowid, i, s in made])
+                self.db.execute("INSERT OR REPLACE INTO run (key, value) VALUES (?, '1')", (KEYS_ESCAPED,))
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    with suppress(sqlite3.Error):
+                        self.db.execute("ROLLBACK")
+                raise
 
     @contextmanager
     def _guard(self) -> Iterator[None]:

@@ -13,13 +13,12 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import DataError
 from ..protocols import TRUNCATED, Verdict
-from ..store import CallRecord, RunStore
+from ..store import CallRecord, RunStore, cell_key
 from .config import Judge, RunConfig
 from .parsers import parse_score
 from .providers import Output, ProviderError, make_provider
 from .reply import Vetted, redact, text_limit, vet
 from .tasks import Task, build_tasks, check_templates, count_tasks, generation_prompt, prompt_hash
-
 
 #: the window a per-minute limit is kept over, with a second's margin: the requests reach the server a little
 #: unevenly, so a limit kept over 61 s at the client holds over any 60 s at the server
@@ -584,7 +583,7 @@ async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secret
                     providers: dict) -> None:
     """Phase one with [[systems]]: each system answers each item once (resumable, within the budget)."""
     done = store.done_generations()
-    todo = [(item, g) for item in cfg.items for g in cfg.generators if f"{item.id}|{g.name}" not in done]
+    todo = [(item, g) for item in cfg.items for g in cfg.generators if cell_key(item.id, g.name) not in done]
     limiters = _limiters(cfg.generators)
     gates = {g.name: JudgeGate() for g in cfg.generators}
     it = iter(todo)
@@ -596,7 +595,7 @@ async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secret
         if summary.cost_usd + reserved[0] + worst > cfg.budget_usd:
             summary.stopped_by_budget = True
             return False
-        key = f"{item.id}|{gen.name}"
+        key = cell_key(item.id, gen.name)
         reserved[0] += worst
         reservation = store.reserve(f"generate|{key}", worst) if worst > 0 else None
 
@@ -669,7 +668,7 @@ def dry_run(cfg: RunConfig) -> dict:
     for task in build_tasks(cfg, skip=done):
         to_send += 1
         worst += worst_case_cost(judges[task.judge], task.prompt, cfg.system_prompt)
-    gen_todo = [(i, g) for i in cfg.items for g in cfg.generators if f"{i.id}|{g.name}" not in generations]
+    gen_todo = [(i, g) for i in cfg.items for g in cfg.generators if cell_key(i.id, g.name) not in generations]
     gen_worst = sum(worst_case_cost(g, generation_prompt(cfg, i)) for i, g in gen_todo)
     notes = []
     if gen_todo:

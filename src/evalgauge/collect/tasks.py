@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..store import call_key
 from .config import Item, RunConfig, Variant, check_templates
 
 
@@ -58,8 +59,7 @@ def build_tasks(cfg: RunConfig, skip: set[str] | None = None) -> Iterator[Task]:
                     for temperature in cfg.temperatures:
                         for judge in cfg.judges:
                             for rep in range(1, cfg.replicates + 1):
-                                key = "|".join([item.id, system or "", variant.id, f"{temperature:g}", judge.name,
-                                                str(rep), position or ""])
+                                key = call_key(item.id, system, variant.id, temperature, judge.name, rep, position)
                                 if key in skip:
                                     continue
                                 if prompt is None:
