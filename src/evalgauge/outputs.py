@@ -196,3 +196,39 @@ def _write_special(path: Path, writer) -> Path:
     finally:
         os.unlink(tmp)
     return path
+
+
+#: what a spreadsheet reads as the start of a formula (OWASP's CSV injection list)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value: object) -> object:
+    """A text cell a spreadsheet would run as a formula (``=HYPERLINK(...)``, ``@SUM``, ``+cmd|...``), with a
+    leading ``'`` so it shows as the text it is; numbers ("-0.5") and other values are returned as they are.
+    Judge completions and imported levels are untrusted text, so every CSV evalgauge writes passes here
+    unless the user asks for the raw cells (``--raw-csv``)."""
+    if not isinstance(value, str) or not value.startswith(_FORMULA_START):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    return value
+
+
+def csv_safe_frame(frame):
+    """``frame`` with :func:`csv_safe` applied to its text cells (a copy; numeric columns untouched)."""
+    import pandas as pd
+
+    out = {}
+    for c in frame.columns:
+        col = frame[c]
+        if not (col.dtype == object or isinstance(col.dtype, pd.StringDtype)):
+            continue
+        # vectorised (a non-string cell of an object column reads as NaN here: not a formula)
+        hit = col.str.startswith(_FORMULA_START) if isinstance(col.dtype, pd.StringDtype) else \
+            col.map(lambda v: isinstance(v, str) and v.startswith(_FORMULA_START))
+        hit = hit.fillna(False).astype(bool)
+        if hit.any():
+            out[c] = col.where(~hit, col[hit].map(csv_safe))
+    return frame.assign(**out) if out else frame

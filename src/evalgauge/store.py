@@ -391,11 +391,21 @@ class RunStore:
         with self._guard():
             return {name: kind.upper() for _, name, kind, *_ in self.db.execute("PRAGMA table_info(calls)")}
 
-    def call_chunks(self, columns: list[str], size: int = 100_000) -> Iterator[list[tuple]]:
+    def call_chunks(self, columns: list[str], size: int = 100_000, *, text_cell=None) -> Iterator[list[tuple]]:
         """The calls' ``columns`` in the order they were stored, ``size`` rows at a time: a run of millions of
-        calls is read in pieces, never whole."""
+        calls is read in pieces, never whole. ``text_cell(value)``: applied to each text cell that starts with
+        a character a spreadsheet reads as a formula's (:func:`evalgauge.outputs.csv_safe`); SQLite picks
+        those cells out, so the function runs on them only."""
         # the names come from call_columns (the table's own): quoted as identifiers, never spliced from input
-        cols = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+        quoted = ['"' + c.replace('"', '""') + '"' for c in columns]
+        if text_cell is not None:  # on the columns declared TEXT (a number column holds text only by hand edits)
+            self.db.create_function("text_cell", 1, text_cell, deterministic=True)
+            starts = "('=', '+', '-', '@', char(9), char(13))"
+            kinds = self.call_columns()
+            quoted = [f"CASE WHEN substr({q}, 1, 1) IN {starts} AND typeof({q}) = 'text' THEN text_cell({q}) "
+                      f"ELSE {q} END" if kinds.get(c, "TEXT") not in ("REAL", "INTEGER") else q
+                      for c, q in zip(columns, quoted, strict=True)]
+        cols = ", ".join(quoted)
         with self._guard():
             cursor = self.db.execute(f"SELECT {cols} FROM calls ORDER BY rowid")
             while rows := cursor.fetchmany(size):

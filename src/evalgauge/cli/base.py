@@ -363,16 +363,29 @@ def _float_list(text: str | None, what: str) -> list[float] | None:
         raise click.BadParameter(f"'{text}' should be comma-separated numbers", param_hint=what) from None
 
 
-def _write_frame(frame: pd.DataFrame, path: Path) -> None:
-    """A judgments table in the format its suffix names (CSV by default); ``-`` is CSV on stdout."""
-    if str(path) == "-":
-        click.echo(frame.to_csv(index=False), nl=False)
-    elif path.suffix == ".parquet":
+def _write_frame(frame: pd.DataFrame, path: Path, raw_csv: bool = False) -> None:
+    """A judgments table in the format its suffix names (CSV by default); ``-`` is CSV on stdout. CSV cells a
+    spreadsheet would run as formulas are written as text (:func:`csv_safe`) unless ``raw_csv``."""
+    from ..outputs import csv_safe_frame
+
+    if path.suffix == ".parquet" and str(path) != "-":
         atomic_write_with(path, lambda tmp: frame.to_parquet(tmp, index=False))
-    elif path.suffix == ".jsonl":
+        return
+    if path.suffix == ".jsonl" and str(path) != "-":
         atomic_write_with(path, lambda tmp: frame.to_json(tmp, orient="records", lines=True))
+        return
+    table = frame if raw_csv else csv_safe_frame(frame)
+    if str(path) == "-":
+        click.echo(table.to_csv(index=False), nl=False)
     else:
-        atomic_write_with(path, lambda tmp: frame.to_csv(tmp, index=False))
+        atomic_write_with(path, lambda tmp: table.to_csv(tmp, index=False))
+
+
+#: the option that writes CSV cells as they are
+raw_csv_option = click.option(
+    "--raw-csv", is_flag=True,
+    help="Write CSV cells as they are. By default a text cell starting with =, +, -, @, a tab or a carriage return "
+         "(a formula to a spreadsheet) is written with a leading ' (numbers are left as they are).")
 
 
 def _emit(payload: dict, json_out: str | None, printer) -> None:

@@ -13,10 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EvalGaugeError
-from ..outputs import atomic_write_with, check_new, check_outputs
+from ..outputs import atomic_write_with, check_new, check_outputs, csv_safe_frame
 from ..protocols import PROTOCOLS as PROTOCOL_NAMES
 from ..protocols import TRUNCATED
-from .base import _console, _emit, _need_collector, json_option, main, user_errors, writes
+from .base import _console, _emit, _need_collector, json_option, main, raw_csv_option, user_errors, writes
 
 
 def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json_out) -> None:
@@ -257,8 +257,9 @@ def rescore_cmd(database, protocol, pattern, scale_min, scale_max) -> None:
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=str), help="Output file (default: beside).")
 @click.option("--judgments", is_flag=True, help="Only the judgments table (facets and score), as components reads.")
 @click.option("--force", is_flag=True, help="Replace an existing file at the default output path.")
+@raw_csv_option
 @user_errors
-def export_cmd(database, fmt, parquet, out, judgments, force) -> None:
+def export_cmd(database, fmt, parquet, out, judgments, force, raw_csv) -> None:
     """Export a run database: every call with its completion, parse, model, tokens and cost.
 
     \b
@@ -278,12 +279,13 @@ def export_cmd(database, fmt, parquet, out, judgments, force) -> None:
         check_new("--out", target, force)
     if judgments:
         frame = read_run(Path(path))
+        table = frame if raw_csv or fmt == "parquet" else csv_safe_frame(frame)
         write = (lambda dest: frame.to_parquet(dest, index=False)) if fmt == "parquet" else \
-            (lambda dest: frame.to_csv(dest, index=False))
+            (lambda dest: table.to_csv(dest, index=False))
         rows = len(frame)
     else:  # every call, streamed: a run of millions of calls is written in pieces
         write = (lambda dest: write_calls_parquet(path, dest)) if fmt == "parquet" else \
-            (lambda dest: _csv_to(dest, lambda stream: write_calls_csv(path, stream)))
+            (lambda dest: _csv_to(dest, lambda stream: write_calls_csv(path, stream, raw=raw_csv)))
         rows = None
     if str(target) == "-":
         if fmt == "parquet":

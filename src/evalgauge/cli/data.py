@@ -24,6 +24,7 @@ from .base import (
     json_option,
     main,
     pd,
+    raw_csv_option,
     read_judgments,
     text_options,
     user_errors,
@@ -222,9 +223,10 @@ def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, mast
               help="wide: a facet and the column holding it, e.g. --id system=exam_model --id item=question_id.")
 @click.option("--columns", metavar="FACET=COL1,COL2|GLOB",
               help="wide: the score columns, each a level of FACET, e.g. --columns judge=gpt4,llama3 or judge='j_*'.")
+@raw_csv_option
 @user_errors
 @writes(("files",), out="--out")
-def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, columns) -> None:
+def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, columns, raw_csv) -> None:
     """Convert judgment files of other tools (Inspect, lm-eval, arena-hard, AlpacaEval, MT-bench, wide tables).
 
     \b
@@ -250,7 +252,7 @@ def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, colum
     frame = import_files(fmt, list(files), metric=metric, system=system, baseline=baseline, unweighted=unweighted,
                          ids=id_map, columns=cols)
     notes = frame.attrs.get("notes", [])
-    _write_frame(frame, Path(out))
+    _write_frame(frame, Path(out), raw_csv=raw_csv)
     c = _console(stderr=out == "-")  # the table itself may be on stdout
     kind = "pairwise rows" if "winner" in frame else "judgments"
     c.print(f"{len(frame)} {kind} written to {'stdout' if out == '-' else out}.")

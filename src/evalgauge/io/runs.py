@@ -131,10 +131,13 @@ def _typed(path: Path, column: str, values: tuple, kind, offset: int):
                         f"not {kind}; the run database was changed by hand or is damaged.") from None
 
 
-def write_calls_csv(path: str | Path, stream, *, size: int = 100_000) -> int:
+def write_calls_csv(path: str | Path, stream, *, size: int = 100_000, raw: bool = False) -> int:
     """The calls of a run database as CSV on ``stream`` (a text file), ``size`` rows at a time; an empty value
-    is an empty field. Returns the rows written."""
+    is an empty field; a text cell a spreadsheet would run as a formula is written as text (a leading ``'``,
+    :func:`evalgauge.outputs.csv_safe`) unless ``raw``. Returns the rows written."""
     import csv
+
+    from ..outputs import csv_safe
 
     store = RunStore(Path(path))
     try:
@@ -142,7 +145,7 @@ def write_calls_csv(path: str | Path, stream, *, size: int = 100_000) -> int:
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(columns)
         written = 0
-        for rows in store.call_chunks(columns, size):
+        for rows in store.call_chunks(columns, size, text_cell=None if raw else csv_safe):
             writer.writerows(rows)
             written += len(rows)
     finally:
