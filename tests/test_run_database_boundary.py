@@ -155,3 +155,23 @@ def test_a_full_disk_keeps_every_stored_call_and_says_what_to_do(tmp_path):
         assert again.count() == stored > 0
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("special", ["null", "fifo", "folder"])
+def test_a_run_database_that_is_not_a_regular_file_is_refused_and_nothing_is_left_beside_it(tmp_path, special):
+    """database = "/dev/null" once left /dev/null-journal in /dev: a device, a FIFO or a folder is refused
+    before SQLite opens it (the device here is a symlink to /dev/null in the test's folder)."""
+    from evalgauge.errors import DataError
+    from evalgauge.store import RunStore
+
+    path = tmp_path / "run.sqlite"
+    if special == "null":
+        path.symlink_to("/dev/null")
+    elif special == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(DataError, match="not a regular file"):
+        RunStore(path, writer=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

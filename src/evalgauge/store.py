@@ -127,6 +127,10 @@ class RunStore:
         self._lock = None
         with self._guard():
             if writer:
+                if self.path.exists() and not self.path.is_file():
+                    # SQLite would write its journal beside a device (/dev/null-journal) or fail on a FIFO
+                    raise DataError(f"{self.path}: not a regular file; a run database must be one (SQLite keeps "
+                                    "its log beside it). Set [run] database to a file path.")
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._lock = self._acquire_lock()
                 self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
