@@ -3,6 +3,8 @@ reading command and eg.read, with bad parts named by file and column and nothing
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -106,3 +108,52 @@ def test_a_bad_row_of_a_dataset_is_named_by_its_part_and_its_row_there(tmp_path)
         eg.fit(eg.read(tmp_path / "log"), object="system", drop_missing=True)
     out = CliRunner().invoke(main, ["components", str(tmp_path / "log"), "--drop-missing", "--engine", "pandas"])
     assert out.exit_code == 2 and "row 9 of judge=j2/a.csv" in out.output
+
+
+@pytest.mark.parametrize("name", ["x[1].csv", "y*?.csv", "z{a,b}.csv"])
+def test_a_file_name_with_glob_characters_is_read_literally_by_every_engine(tmp_path, name):
+    """components 'x[1].csv' --engine duckdb once fitted x1.csv: DuckDB reads every path as a glob."""
+    frame = _frame()
+    frame.to_csv(tmp_path / name, index=False)
+    decoy = frame[frame["item"].isin(sorted(frame["item"].unique())[:5])]
+    for other in ("x1.csv", "y12.csv", "za.csv", "zb.csv"):  # what the name matches as a pattern
+        decoy.to_csv(tmp_path / other, index=False)
+    fits = {}
+    for engine in ("pandas", "duckdb"):
+        out = CliRunner().invoke(main, ["components", str(tmp_path / name), "--engine", engine,
+                                        "--json", str(tmp_path / f"{engine}.json")])
+        assert out.exit_code == 0, out.output
+        fits[engine] = json.loads((tmp_path / f"{engine}.json").read_text())
+    assert fits["pandas"]["n_obs"] == fits["duckdb"]["n_obs"] == len(frame)
+    assert fits["duckdb"]["engine"]["files"] == 1
+    for a, b in zip(fits["pandas"]["components"], fits["duckdb"]["components"], strict=True):
+        assert a["variance"] == pytest.approx(b["variance"], rel=1e-9, abs=1e-12)
+
+
+def test_a_recursive_glob_does_not_follow_a_folder_link_that_loops(tmp_path):
+    frame = _frame()
+    root = tmp_path / "d"
+    (root / "a").mkdir(parents=True)
+    frame.to_parquet(root / "a" / "part-0.parquet", index=False)
+    (root / "a" / "loop").symlink_to(root, target_is_directory=True)  # d/a/loop -> d
+    (root / "elsewhere").symlink_to(tmp_path, target_is_directory=True)
+    from evalgauge.io.datasets import glob_files
+
+    assert glob_files(str(root / "**" / "*.parquet")) == [root / "a" / "part-0.parquet"]
+    for engine in ("pandas", "duckdb"):
+        out = CliRunner().invoke(main, ["components", str(root / "**" / "*.parquet"), "--engine", engine])
+        assert out.exit_code == 0, (engine, out.output)
+
+
+def test_the_glob_matches_as_the_shell_does(tmp_path):
+    from evalgauge.io.datasets import glob_files
+
+    for rel in ("p/a.csv", "p/b.csv", "p/.hidden.csv", "p/q/c.csv", "p/q/r/d.csv", "p/e.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x\n")
+    names = lambda pattern: [str(p.relative_to(tmp_path)) for p in glob_files(str(tmp_path / pattern))]  # noqa: E731
+    assert names("p/*.csv") == ["p/a.csv", "p/b.csv"]
+    assert names("p/**/*.csv") == ["p/a.csv", "p/b.csv", "p/q/c.csv", "p/q/r/d.csv"]
+    assert names("p/[ab].csv") == ["p/a.csv", "p/b.csv"] and names("p/?.csv") == ["p/a.csv", "p/b.csv"]
+    assert names("p/.*.csv") == ["p/.hidden.csv"] and names("p/*/c.csv") == ["p/q/c.csv"]
+    assert names("nothing/*.csv") == []

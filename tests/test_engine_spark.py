@@ -190,3 +190,14 @@ def test_scores_and_labels_on_spark_mean_what_they_mean_to_the_rows_reader(spark
         eg.fit(folder / "inf.parquet", object="system", engine="spark")
     with pytest.raises(DataError, match=r"huge\.parquet: column 'score' has 2 value\(s\) too large"):
         eg.fit(folder / "huge.parquet", object="system", engine="spark")
+
+
+def test_spark_reads_a_file_name_with_glob_characters_literally(spark, tmp_path):
+    frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7)
+    frame.to_csv(tmp_path / "x[1]{a,b}.csv", index=False)
+    frame.head(40).to_csv(tmp_path / "x1a.csv", index=False)  # what the name matches as a pattern
+    on_duck, duck_info = reduce_cells(tmp_path / "x[1]{a,b}.csv")
+    on_spark, spark_info = reduce_cells(tmp_path / "x[1]{a,b}.csv", engine="spark", master="local[2]")
+    assert spark_info == duck_info and spark_info["rows"] == len(frame)
+    np.testing.assert_allclose(_sorted(on_spark)[["sum", "sum_squares"]], _sorted(on_duck)[["sum", "sum_squares"]],
+                               rtol=1e-12)

@@ -10,7 +10,6 @@ under the same bound as one file.
 
 from __future__ import annotations
 
-import glob as globbing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +44,7 @@ def dataset_parts(data) -> list[Path]:
                  and not any(seg.startswith((".", "_")) for seg in p.relative_to(text).parts)]
         where = f"{text}: a folder with no Parquet, CSV, TSV or JSONL parts"
     else:
-        parts = [Path(p) for p in globbing.glob(text, recursive=True) if Path(p).is_file()]
+        parts = glob_files(text)
         where = f"{text}: no file matches this pattern"
     if not parts:
         raise DataError(where + ".")
@@ -56,6 +55,49 @@ def dataset_parts(data) -> list[Path]:
     if len(kinds) > 1:
         raise DataError(f"{text}: the parts mix kinds ({', '.join(sorted(kinds))}); a dataset is one kind of file.")
     return sorted(parts)
+
+
+def glob_files(pattern: str) -> list[Path]:
+    """The files ``pattern`` matches (``*``, ``?``, ``[...]`` within a name; ``**`` any folders below), found
+    without following a symbolic link to a folder: a link that loops back (``a/loop -> ..``) would make the
+    walk endless. Names starting with a dot match only a pattern that starts with one, as in the shell."""
+    import fnmatch
+    import os
+
+    segments = Path(pattern).parts
+    k = next((i for i, seg in enumerate(segments) if _GLOB_CHARS & set(seg)), len(segments))
+    root = Path(*segments[:k]) if k else Path(".")
+    rest = segments[k:]
+    if not rest:
+        return [root] if root.is_file() else []
+
+    def entries(folder: str):
+        try:
+            with os.scandir(folder) as it:
+                return list(it)
+        except OSError:  # unreadable, vanished, or not a folder: nothing matches there
+            return []
+
+    def walk(folder: str, segs: tuple[str, ...]):
+        seg, more = segs[0], segs[1:]
+        if seg == "**":
+            yield from (walk(folder, more) if more else ())
+            for entry in entries(folder):
+                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                    yield from walk(entry.path, segs)
+            return
+        for entry in entries(folder):
+            if entry.name.startswith(".") and not seg.startswith("."):
+                continue
+            if not fnmatch.fnmatchcase(entry.name, seg):
+                continue
+            if not more:
+                if entry.is_file():
+                    yield Path(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                yield from walk(entry.path, more)
+
+    return sorted(set(walk(str(root), rest)))
 
 
 def partition_keys(part: Path, root: Path | None) -> dict[str, str]:

@@ -21,6 +21,7 @@ This module is an edge (it reads files); :func:`evalgauge.estimate.estimate_from
 
 from __future__ import annotations
 
+import re
 import warnings
 from contextlib import contextmanager
 from functools import lru_cache
@@ -276,10 +277,22 @@ def _file_columns(columns: list[str], data: Parts) -> list[str]:
     return [c for c in columns if c not in keys and c != "filename"]
 
 
+def literal_path(path: Path | str) -> str:
+    """A file's path as DuckDB's readers take it literally: they read every path as a glob, so ``x[1].csv``
+    would read ``x1.csv``; each glob character is written as a one-character class (``[[]``, ``[*]``, ``[?]``)."""
+    return re.sub(r"([\[*?])", r"[\1]", str(path))
+
+
+def hadoop_path(path: Path | str) -> str:
+    """A file's path as Spark's (Hadoop's) readers take it literally: their glob characters escaped with a
+    backslash."""
+    return re.sub(r"([\\\[\]{}*?])", r"\\\1", str(path))
+
+
 def _duckdb_relation(con, data: Parts):
     """A DuckDB relation over every part (hive partition keys as columns, the file's name in ``filename``); a text
     part's fields as the rows' reader takes them (:func:`csv_field_sql`)."""
-    kind, files, hive = _kind(data.files), [str(p) for p in data.files], _hive(data.files, data.root)
+    kind, files, hive = _kind(data.files), [literal_path(p) for p in data.files], _hive(data.files, data.root)
     fields: set[str] = set()
     if kind == "parquet":
         rel = con.read_parquet(files, filename=True, hive_partitioning=hive)
@@ -402,9 +415,9 @@ def _text_schemas(data: Parts):
         for part in data.files:
             with _duckdb_errors(part):
                 if kind == "jsonl":
-                    rel = con.read_json(str(part), format="newline_delimited")
+                    rel = con.read_json(literal_path(part), format="newline_delimited")
                 else:
-                    rel = con.read_csv(str(part), all_varchar=True, header=True, delimiter=data.delimiter)
+                    rel = con.read_csv(literal_path(part), all_varchar=True, header=True, delimiter=data.delimiter)
             # names without surrounding spaces, as the rows' reader and the scan's view take them
             yield {c.strip(): (_type_word(str(t)), _numeric(str(t)))
                    for c, t in zip(rel.columns, rel.types, strict=True)}
@@ -763,7 +776,7 @@ def spark_session(master: str = "local[*]"):
 def _spark_frame(spark, data: Parts):
     from pyspark.sql import functions as F
 
-    kind, files = _kind(data.files), [str(p) for p in data.files]
+    kind, files = _kind(data.files), [hadoop_path(p) for p in data.files]
     base = {"basePath": str(data.root)} if data.root is not None and _hive(data.files, data.root) else {}
     if kind == "parquet":
         frame = spark.read.options(**base).parquet(*files)
