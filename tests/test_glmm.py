@@ -110,3 +110,19 @@ def test_glmm_with_one_random_term_matches_glmer_on_cbpp(capfd):
     assert out.exit_code == 0, out.output
     assert "No rank correlation of the shares with 1 random term" in out.output
     assert "DPOTRI" not in capfd.readouterr().err  # LAPACK is never handed an empty matrix
+
+
+def test_a_component_is_found_off_the_boundary_and_a_boundary_term_is_named(tmp_path):
+    """tests/fixtures/reml/glmm_boundary.csv: glmer's optimum has the item term at theta 0.4043182786 and the
+    judge term at exactly 0 (a singular fit). The deviance's gradient is 0 at theta = 0, so an optimiser that
+    steps there must probe off it; the judge term is named as a boundary term in the notes the terminal
+    prints under the GLMM table."""
+    path = FIXTURES / "reml" / "glmm_boundary.csv"
+    vc = fit_glmm_logit(read_judgments(path), parse_formula("score ~ 1 + (1 | item) + (1 | judge)"))
+    assert vc.reml.theta[0] == pytest.approx(0.4043182786, abs=2e-5) and vc.reml.theta[1] == 0.0
+    assert vc.reml.criterion == pytest.approx(331.6750354723, abs=1e-5)
+    assert vc.reml.boundary == ("judge",)
+    out = CliRunner().invoke(main, ["components", str(path), "--object", "item", "--glmm"])
+    assert out.exit_code == 0, out.output
+    tail = out.output[out.output.index("linear probability model vs logit GLMM"):]
+    assert "judge: boundary estimate" in tail and "item: boundary" not in tail

@@ -26,6 +26,7 @@ from .errors import DesignError
 from .estimate.model import model_from_design
 from .estimate.spec import ModelSpec
 from .io import read_judgments
+from .vocabulary import RESIDUAL
 
 
 def read(data: Any, *, encoding: str | None = None, sep: str | None = None,
@@ -68,7 +69,10 @@ class Fit:
         """The model as lme4 writes it (the formula given, or the one the design implies)."""
         if self.components.reml is not None:
             return self.components.reml["formula"]
-        return (self.spec.mixed if self.spec is not None else model_from_design(self.design)).formula()
+        model = self.spec.mixed if self.spec is not None else model_from_design(self.design)
+        # the terms the ANOVA estimated (the cell term is in the residual with one observation per cell)
+        estimated = {frozenset(c.facets) for c in self.components.components if c.name != RESIDUAL}
+        return model.fitted([t for t in model.random if frozenset(t.columns) in estimated]).formula()
 
     @property
     def summary(self):

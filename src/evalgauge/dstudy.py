@@ -179,10 +179,13 @@ def project(vc: VarianceComponents, counts: Mapping[str, float] | None = None, r
 
 
 def object_errors(vc: VarianceComponents, obj: str, counts, reps, condition_on=()) -> tuple[float, float, float]:
-    """(sigma2_p, sigma2_delta, sigma2_Delta) for object ``obj`` (Brennan 2001 sec. 4.1; sizing eq. 2)."""
+    """(sigma2_tau, sigma2_delta, sigma2_Delta) for object ``obj`` (Brennan 2001 sec. 4.1; sizing eq. 2): the
+    relative error counts every error term that holds the object or a facet it is nested in (a category x
+    judge effect moves a nested item against the others), the absolute error every error term."""
     s2p, divisors = absolute_error_divisors(vc, obj, counts, reps, condition_on)
     terms = {name: vc[name].variance_truncated / d for name, d in divisors.items()}
-    delta = sum(share for name, share in terms.items() if obj in term_facets(vc[name], vc))
+    universe = universe_facets(vc, obj)
+    delta = sum(share for name, share in terms.items() if universe & set(term_facets(vc[name], vc)))
     return s2p, max(delta, 0.0), max(sum(terms.values()), 0.0)
 
 
@@ -196,23 +199,39 @@ def universe_facets(vc: VarianceComponents, obj: str) -> set[str]:
     return universe
 
 
+def universe_divisors(vc: VarianceComponents, obj: str, counts) -> dict[str, float]:
+    """The terms of an object's universe-score variance sigma2_tau and the divisor of each (Brennan 2001
+    secs. 4.1 and 4.4): every term made of the object's universe facets (the object and the facets it is
+    nested in: a nested item's score alpha_i = kappa_c(i) + delta_i|c counts sigma2_kappa and sigma2_delta,
+    TEE sec. 3.1) and of fixed facets, divided by the levels of its fixed facets (the estimand averages over
+    the chosen levels, TEE C.2); a term of fixed facets only is no variance of the object."""
+    universe = universe_facets(vc, obj)
+    fixed = set(vc.fixed) - universe
+    out = {}
+    for c in vc.components:
+        facets = set(term_facets(c, vc))
+        if c.name == RESIDUAL or not facets & universe or not facets <= universe | fixed:
+            continue
+        out[c.name] = divisor(c, vc, counts, 1.0, exclude=universe)
+    return out
+
+
 def absolute_error_divisors(vc: VarianceComponents, obj: str, counts, reps,
                             condition_on=()) -> tuple[float, dict[str, float]]:
-    """sigma2_p and the divisor d_k of each term sigma2_k / d_k of one object's absolute error sigma2_Delta
-    (Brennan 2001 eq. 4.1.9): every component outside the object's universe score, divided by the levels
-    of its term other than the object (and the object's parents)."""
-    universe = universe_facets(vc, obj)
-    s2p = 0.0
+    """sigma2_tau (:func:`universe_divisors`) and the divisor d_k of each term sigma2_k / d_k of one object's
+    absolute error sigma2_Delta (Brennan 2001 eq. 4.1.9): every component outside the object's universe
+    score, divided by the levels of its term other than the object (and the object's parents)."""
+    universe = universe_divisors(vc, obj, counts)
+    s2p = sum(vc[name].variance_truncated / d for name, d in universe.items())
+    inside = universe_facets(vc, obj)
     divisors = {}
     for c in vc.components:
         facets = set(term_facets(c, vc))
-        if c.name != RESIDUAL and facets and facets <= universe:
-            if obj in facets:  # the universe score: the object's own term (and its parents' are part of it)
-                s2p += c.variance_truncated
+        if c.name in universe or (c.name != RESIDUAL and facets and facets <= inside):
             continue
         if _conditioned(c, vc, condition_on):
             continue
-        divisors[c.name] = divisor(c, vc, counts, reps, exclude=universe)
+        divisors[c.name] = divisor(c, vc, counts, reps, exclude=inside)
     return s2p, divisors
 
 

@@ -104,13 +104,15 @@ def fit_glmm_logit(data, model: MixedModel) -> VarianceComponents:
     # BLAS threads only where the dense part is large enough to use them (idle threads spinning between
     # small products cost more than they give; measured in bench/bench_glmm.py)
     with threadpool_limits(limits=1 if problem.g < SINGLE_THREAD_BELOW else None, user_api="blas"):
-        res = minimize(laplace.value_and_gradient, theta, method="L-BFGS-B", jac=True,
-                       bounds=[(0.0, None)] * problem.n_terms, options={"maxiter": 500, "ftol": 1e-12, "gtol": 1e-7})
+        res = _minimise_off_the_boundary(laplace, theta)
     theta = np.maximum(res.x, 0.0)
     if not res.success:
         notes.append(f"the GLMM optimiser stopped early ({res.message}); read the logit-scale ranking with care.")
     components = [Component(t.name, t.columns, float(th**2), math.nan, math.nan, "random")
                   for t, th in zip(terms, theta, strict=True)]
+    notes += [f"{t.name}: boundary estimate (exactly 0, a singular fit, as glmer reports it); the data are "
+              "consistent with no variance from this term on the logit scale." for t, th in zip(terms, theta,
+                                                                                            strict=True) if th == 0.0]
     components.append(Component(RESIDUAL, (), LEVEL1, math.nan, math.nan, RESIDUAL))
     notes.append("logit scale: the residual is the logistic level-1 variance pi^2/3, fixed, not estimated.")
     return VarianceComponents(
@@ -124,9 +126,42 @@ def fit_glmm_logit(data, model: MixedModel) -> VarianceComponents:
         method_reason="logit-link GLMM, Laplace approximation, fixed effects in PIRLS (lme4 nAGQ = 0)",
         reml=FitSummary("glmm-laplace", float(res.fun), tuple(theta.tolist()),
                         dict(zip(x_names, laplace.beta.tolist(), strict=True)), int(res.nit), laplace.calls,
-                        bool(res.success), model.formula(), message=str(res.message), cells=cells.n_cells,
+                        bool(res.success), model.fitted(terms).formula(), message=str(res.message),
+                        cells=cells.n_cells,
                         boundary=tuple(t.name for t, th in zip(terms, theta, strict=True) if th == 0.0)),
     )
+
+
+#: where a component at zero is probed: the deviance is even in each theta_k, so its gradient there is 0 and a
+#: gradient method that steps onto the boundary stops at a saddle (lme4's derivative-free bobyqa does not)
+BOUNDARY_PROBES = (0.05, 0.2, 0.6, 1.5)
+
+
+def _minimise_off_the_boundary(laplace, theta: np.ndarray, rounds: int = 5):
+    """L-BFGS-B on the Laplace deviance, then each component at zero probed at a few values of theta_k: if the
+    deviance falls there the optimiser starts again from the best probe (a zero gradient at theta_k = 0 is no
+    proof of a minimum). The result whose deviance is least."""
+    options = {"maxiter": 500, "ftol": 1e-12, "gtol": 1e-7}
+    bounds = [(0.0, None)] * theta.size
+    res = minimize(laplace.value_and_gradient, theta, method="L-BFGS-B", jac=True, bounds=bounds, options=options)
+    for _ in range(rounds):
+        at = np.maximum(res.x, 0.0)
+        best, start = res.fun, None
+        for k in np.flatnonzero(at == 0.0):
+            for value in BOUNDARY_PROBES:
+                probe = at.copy()
+                probe[k] = value
+                dev = laplace.value_and_gradient(probe)[0]
+                if dev < best - 1e-9 * max(1.0, abs(best)):
+                    best, start = dev, probe
+        if start is None:
+            break
+        again = minimize(laplace.value_and_gradient, start, method="L-BFGS-B", jac=True, bounds=bounds,
+                         options=options)
+        if again.fun >= res.fun:
+            break
+        res = again
+    return res
 
 
 class _Laplace:

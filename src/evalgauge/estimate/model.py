@@ -9,7 +9,7 @@ are supported: random intercepts, no random slopes.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations, pairwise
 
 from ..design import Design
@@ -51,6 +51,13 @@ class MixedModel:
         parts = [("1" if self.intercept else "0")] + [t.name for t in self.fixed]
         parts += [f"(1 | {t.name})" for t in self.random]
         return f"{self.response} ~ " + " + ".join(parts)
+
+    def fitted(self, terms) -> MixedModel:
+        """The model with only the random ``terms`` a fit estimated (a term with one level, one with another's
+        levels, or the cell term with one observation per cell is left out of the fit), so that its formula is
+        the model that was fitted, and lme4 given it fits the same."""
+        kept = {t.name for t in terms}
+        return replace(self, random=tuple(t for t in self.random if t.name in kept))
 
 
 def model_from_design(design: Design) -> MixedModel:
