@@ -245,9 +245,19 @@ RESPONSE_FIELDS = {"response", "response_a", "response_b", "system"}
 
 
 def template_fields(template: str, what: str) -> set[str]:
-    """The placeholders of a template, or a message naming ``what`` when it is not a valid format string."""
+    """The placeholders of a template, or a message naming ``what`` when it is not a valid format string.
+
+    Placeholders are plain ``{name}``: a format spec or a conversion (``{item:>99999999999}`` asks for a
+    string of 10^11 characters, ``{item!r}`` quotes the text) is refused, so a template can only insert text."""
     try:
-        fields = {f for _, f, spec, _ in string.Formatter().parse(template) if f is not None}
+        parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
+        fancy = next((f for f, spec, conv in parsed if spec or conv or "." in f or "[" in f), None)
+        if fancy is not None:
+            name = fancy.split(".")[0].split("[")[0]
+            raise DataError(f"{what}: the placeholder {{{name}...}} has a format spec, a conversion, an attribute or "
+                            f"an index; write plain placeholders such as {{{name}}}, and a literal brace as '{{{{' "
+                            "or '}}}}'.")
+        fields = {f for f, _, _ in parsed}
         template.format_map({f: "" for f in fields if f})
     except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
         raise DataError(f"{what}: the template is not valid ({exc}); write a literal brace as '{{{{' or '}}}}'.") \
