@@ -6,6 +6,7 @@ the steering repository's shared/data (see the notes of issue 6).
 
 import json
 import zipfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -103,3 +104,103 @@ def test_import_cli_then_analyze(tmp_path):
     assert len(pd.read_csv(tmp_path / "j.csv")) == 120
     bad = CliRunner().invoke(main, ["import", "lm-eval", str(tmp_path / "nope.jsonl"), "-o", "x.csv"])
     assert bad.exit_code == 2 and "no such file" in bad.output
+
+
+# -- Inspect logs as inspect-ai writes them today, and archives built to break a reader ----------------------
+
+CURRENT_EVAL = Path(__file__).parent / "fixtures" / "importers" / "inspect" / "arithmetic_mockllm_inspect-0.3.285.eval"
+
+
+def test_a_log_written_by_a_current_inspect_with_zstd_members_imports_as_inspect_reads_it():
+    with zipfile.ZipFile(CURRENT_EVAL) as z:
+        assert {i.compress_type for i in z.infolist()} == {93}  # zstd, which Python's zipfile cannot read
+    frame = import_inspect([CURRENT_EVAL])
+    assert len(frame) == 20 and frame["score"].mean() == pytest.approx(0.8)
+    assert sorted(frame["judge"].unique()) == ["includes", "match"] and sorted(frame["replicate"].unique()) == [1, 2]
+    wrong = frame[frame["score"] == 0.0]
+    assert sorted(zip(wrong["item"], wrong["replicate"], strict=True)) == [("q22", 2)] * 2 + [("q55", 1)] * 2
+
+
+def _zstd_archive(path: Path, members: dict[str, bytes], declared: dict[str, int] | None = None) -> Path:
+    """A zip whose members are zstd frames (method 93), written by hand: each is stored, then its method and
+    (optionally) its declared size patched in the local and central headers."""
+    import zstandard
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, data in members.items():
+            z.writestr(name, zstandard.ZstdCompressor().compress(data))
+    blob = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        infos = z.infolist()
+        central = blob.find(b"PK\x01\x02")
+    for info in infos:
+        size = (declared or {}).get(info.filename, len(members[info.filename]))
+        blob[info.header_offset + 8:info.header_offset + 10] = (93).to_bytes(2, "little")
+        blob[info.header_offset + 22:info.header_offset + 26] = size.to_bytes(4, "little")
+        at = blob.find(b"PK\x01\x02" + bytes(0), central)
+        while blob[at + 46:at + 46 + len(info.filename)] != info.filename.encode():
+            at = blob.find(b"PK\x01\x02", at + 4)
+        blob[at + 10:at + 12] = (93).to_bytes(2, "little")
+        blob[at + 24:at + 28] = size.to_bytes(4, "little")
+    path.write_bytes(bytes(blob))
+    return path
+
+
+def _header() -> bytes:
+    return json.dumps({"eval": {"model": "m", "task": "t"}, "status": "success"}).encode()
+
+
+def _sample(k: int, epoch=1) -> bytes:
+    return json.dumps({"id": k, "epoch": epoch, "scores": {"s": {"value": "C"}}}).encode()
+
+
+def test_a_hand_built_zstd_archive_reads_like_inspects(tmp_path):
+    path = _zstd_archive(tmp_path / "ok.eval", {"header.json": _header(), "samples/1_epoch_1.json": _sample(1)})
+    assert import_inspect([path])["score"].tolist() == [1.0]
+
+
+@pytest.mark.parametrize("kind", ["zstd", "deflate"])
+def test_a_member_that_decompresses_past_its_bound_is_refused_not_read_whole(tmp_path, monkeypatch, kind):
+    """A zip bomb: a few KB that decompress to megabytes, whatever size the header declares."""
+    import evalgauge.io.importers as importers
+
+    monkeypatch.setattr(importers, "EVAL_MEMBER_LIMIT", 1024 * 1024)
+    bomb = _sample(1)[:-1] + b', "pad": "' + b" " * (3 * 1024 * 1024) + b'"}'
+    path = tmp_path / "bomb.eval"
+    if kind == "zstd":  # the header lies: it says 100 bytes
+        _zstd_archive(path, {"header.json": _header(), "samples/1_epoch_1.json": bomb},
+                      declared={"samples/1_epoch_1.json": 100})
+    else:
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("header.json", _header())
+            z.writestr("samples/1_epoch_1.json", bomb)
+    assert path.stat().st_size < 64 * 1024
+    with pytest.raises(DataError, match=r"more than (the )?1,048,576"):
+        import_inspect([path])
+    out = CliRunner().invoke(main, ["import", "inspect", str(path), "-o", str(tmp_path / "o.csv")])
+    assert out.exit_code == 2 and "Traceback" not in out.output and not (tmp_path / "o.csv").exists()
+
+
+def test_an_encrypted_member_is_named_not_a_traceback(tmp_path):
+    path = tmp_path / "enc.eval"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("header.json", _header())
+        z.writestr("samples/1_epoch_1.json", _sample(1))
+    blob = bytearray(path.read_bytes())
+    for sig, flag_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # set the "encrypted" bit everywhere
+        at = blob.find(sig)
+        while at >= 0:
+            blob[at + flag_at] |= 1
+            at = blob.find(sig, at + 4)
+    path.write_bytes(bytes(blob))
+    with pytest.raises(DataError, match="is encrypted"):
+        import_inspect([path])
+
+
+@pytest.mark.parametrize("epoch", ["1e400", "1.5", "0", "-2", '"two"', "true"])
+def test_an_epoch_that_is_not_a_whole_number_from_1_is_named(tmp_path, epoch):
+    path = tmp_path / "log.json"
+    path.write_text('{"eval": {"model": "m", "task": "t"}, "status": "success", "samples": '
+                    '[{"id": 1, "epoch": ' + epoch + ', "scores": {"s": {"value": "C"}}}]}')
+    with pytest.raises(DataError, match="sample 1 has epoch"):
+        import_inspect([path])

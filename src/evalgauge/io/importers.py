@@ -138,20 +138,89 @@ def _inspect_value(value) -> float | None:
     return None
 
 
+#: the most bytes one member of an Inspect .eval archive may decompress to (a sample with its whole transcript
+#: is rarely above a few MB; a member past this is refused rather than read whole: a zip bomb)
+EVAL_MEMBER_LIMIT = 256 * 1024 * 1024
+#: the most bytes all the members of one archive may decompress to together
+EVAL_ARCHIVE_LIMIT = 4 * 1024**3
+#: the zip compression method of zstd (APPNOTE 4.4.5), which inspect-ai writes since 0.3.206
+ZIP_ZSTANDARD = 93
+
+
+def _read_eval(p: Path) -> tuple[dict, list]:
+    """The header and the samples of an Inspect ``.eval`` archive: every member read through
+    :func:`_eval_member`, so a member that decompresses past its bound is refused, not read whole."""
+    try:
+        with zipfile.ZipFile(p) as z, open(p, "rb") as raw:
+            budget = [EVAL_ARCHIVE_LIMIT]
+            infos = {i.filename: i for i in z.infolist()}
+            if "header.json" not in infos:
+                raise DataError(f"{p}: not an Inspect .eval archive (no header.json); it may be truncated.")
+            header = json.loads(_eval_member(p, z, raw, infos["header.json"], budget))
+            samples = [json.loads(_eval_member(p, z, raw, i, budget)) for n, i in infos.items()
+                       if n.startswith("samples/")]
+    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, zlib.error, EOFError, OSError,
+            ValueError) as exc:
+        raise DataError(f"{p}: not an Inspect .eval archive ({_plain(exc)}); it may be truncated.") from None
+    return header, samples
+
+
+def _eval_member(p: Path, z: zipfile.ZipFile, raw, info: zipfile.ZipInfo, budget: list[int]) -> bytes:
+    """One member's bytes, decompressed in pieces and refused past :data:`EVAL_MEMBER_LIMIT` (or what is left
+    of the archive's :data:`EVAL_ARCHIVE_LIMIT`): stored, deflate and the other methods zipfile reads, and
+    zstd (method 93) with the ``zstandard`` package."""
+    if info.flag_bits & 0x1:
+        raise DataError(f"{p}: the member {info.filename} is encrypted; Inspect writes none. Export the log "
+                        "again (inspect log convert) or decrypt it first.")
+    limit = min(EVAL_MEMBER_LIMIT, budget[0])
+    if info.file_size > limit:
+        raise DataError(f"{p}: the member {info.filename} says it holds {info.file_size:,} bytes, more than the "
+                        f"{limit:,} one member may; not read.")
+    if info.compress_type == ZIP_ZSTANDARD:
+        import zstandard
+
+        raw.seek(info.header_offset)
+        local = raw.read(30)
+        if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            raise zipfile.BadZipFile(f"no local header for {info.filename}")
+        name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+        raw.seek(info.header_offset + 30 + name_len + extra_len)
+        compressed = _BoundedReader(raw, info.compress_size)
+        stream = zstandard.ZstdDecompressor().stream_reader(compressed, read_across_frames=True)
+    else:
+        stream = z.open(info)
+    chunks, size = [], 0
+    with stream:
+        while chunk := stream.read(1024 * 1024):
+            size += len(chunk)
+            if size > limit:
+                raise DataError(f"{p}: the member {info.filename} decompresses to more than {limit:,} bytes "
+                                "(a zip bomb, or a log far larger than any Inspect writes); not read further.")
+            chunks.append(chunk)
+    budget[0] -= size
+    return b"".join(chunks)
+
+
+class _BoundedReader:
+    """A file object that reads at most ``size`` bytes from ``raw``'s current position (one member's data)."""
+
+    def __init__(self, raw, size: int):
+        self._raw, self._left = raw, size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        data = self._raw.read(n)
+        self._left -= len(data)
+        return data
+
+
 def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
     paths = list(paths)
     rows, notes = [], []
     for p in map(Path, paths):
         _at(p, "the log header")
         if p.suffix == ".eval":
-            try:
-                with zipfile.ZipFile(p) as z:
-                    header = json.loads(z.read("header.json"))
-                    samples = [json.loads(z.read(n)) for n in z.namelist() if n.startswith("samples/")]
-            except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError, zlib.error,
-                    EOFError) as exc:
-                raise DataError(f"{p}: not an Inspect .eval archive ({_plain(exc)}); it may be "
-                                "truncated.") from None
+            header, samples = _read_eval(p)
         else:
             log = _json(p, "an Inspect log")
             if not isinstance(log, dict):
@@ -166,14 +235,24 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
             _at(p, f"sample {k + 1}")
             if not isinstance(s, dict):
                 raise DataError(f"{p}: sample {k + 1} is not a JSON object.")
+            epoch = _epoch(s.get("epoch", 1), p, k)
             for scorer, score in (s.get("scores") or {}).items():
                 value = _inspect_value(score.get("value") if isinstance(score, dict) else score)
                 rows.append({"system": model, "task": task, "item": str(s.get("id")),
-                             "replicate": int(s.get("epoch", 1)), "judge": scorer, "score": value})
+                             "replicate": epoch, "judge": scorer, "score": value})
         notes += _inspect_completeness(p, header, ev, samples, len(rows) - n_before)
     if not rows:
         raise DataError(f"{', '.join(map(str, paths))}: no scored samples found in the Inspect log(s).")
     return _nest_in_task(_with_notes(pd.DataFrame(rows), notes))
+
+
+def _epoch(value, p: Path, k: int) -> int:
+    """A sample's epoch: a whole number from 1 (1.5 is not an epoch; 1e400 is no number at all)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or value != int(value) or value < 1:
+        raise DataError(f"{p}: sample {k + 1} has epoch {str(value)[:40]!r}, not a whole number from 1; the log "
+                        "was changed or damaged.")
+    return int(value)
 
 
 def _inspect_completeness(p: Path, header: dict, ev: dict, samples: list, n_rows: int) -> list[str]:
