@@ -166,3 +166,17 @@ def test_bundled_examples_read_as_the_readme_says():
     assert out.exit_code == 0, out.output
     assert "0 of 222 adjacent pairs exceed" in out.output
     assert "too many to letter" in out.output  # dozens of overlapping groups: the rank sets carry them
+
+
+def test_a_board_whose_name_column_is_model_or_name_is_read(tmp_path):
+    """arena-hard-auto's published leaderboard names its systems in 'model' (its show_result.py columns:
+    model, score, rating_q025, rating_q975, CI, avg_tokens)."""
+    runner = CliRunner()
+    for column in ("model", "Name", "system"):
+        path = tmp_path / f"{column}.csv"
+        pd.DataFrame({column: ["gpt-4-turbo", "claude-3-opus", "llama-3-70b"], "score": [82.6, 60.4, 46.6],
+                      "rating_q025": [81.1, 58.0, 44.0], "CI": ["(-1.5, 1.9)", "(-2.4, 2.5)", "(-2.6, 2.4)"],
+                      "avg_tokens": [662, 541, 591]}).to_csv(path, index=False)
+        out = runner.invoke(main, ["audit", str(path), "--preset", "pairwise", "--scale", "0-100", "--json", "-"])
+        assert out.exit_code == 0, (column, out.output)
+        assert "Traceback" not in out.output and "gpt-4-turbo" in out.output

@@ -108,7 +108,7 @@ def audit(vc: VarianceComponents, table: pd.DataFrame, *, items: float | None = 
         labels = frame["claim"].astype(str) if "claim" in frame else pd.Series([f"row {k + 1}" for k in
                                                                                  range(len(frame))])
         return _audit_claims(labels, published, values * factor, delta2, design, z, level, components)
-    systems = frame["system"].astype(str)
+    systems = frame[system_col.lower()].astype(str)  # the board's own name column: system, model or name
     dup = systems[systems.duplicated()]
     if len(dup):
         raise DesignError(f"{source}: system '{dup.iloc[0]}' appears twice (row {dup.index[0] + 1}); a leaderboard "
