@@ -23,11 +23,14 @@ STALL_S = 4.0
 
 class HostileServer:
     def __init__(self, mode: str, key: str, *, share: float = 1.0, first_only: bool = False,
-                 price_in: float = 1.0, price_out: float = 2.0, redirect_to: str | None = None):
+                 price_in: float = 1.0, price_out: float = 2.0, redirect_to: str | None = None,
+                 delay: float = 0.0, on_request=None):
         assert mode in MODES
         self.mode, self.key, self.share, self.first_only = mode, key, share, first_only
         #: "redirect": where the 307 points (another origin); every request's headers are kept in ``headers``
         self.redirect_to = redirect_to
+        #: seconds each reply waits; ``on_request(n)`` is called with the request count as each arrives
+        self.delay, self.on_request = delay, on_request
         self.headers: list[dict[str, str]] = []
         #: when each request arrived (time.monotonic)
         self.arrivals: list[float] = []
@@ -81,6 +84,10 @@ class HostileServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         self.arrivals.append(time.monotonic())
+        if self.on_request is not None:
+            self.on_request(self.requests)
+        if self.delay:
+            await asyncio.sleep(self.delay)
         self.headers.append(dict(request.headers))
         anthropic = request.path.endswith("/messages")
         body = await request.json()

@@ -175,3 +175,76 @@ def test_a_run_database_that_is_not_a_regular_file_is_refused_and_nothing_is_lef
     with pytest.raises(DataError, match="not a regular file"):
         RunStore(path, writer=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def _paced_run(tmp_path, on_request, *, items=12):
+    """A factorial of 12 items x 2 systems x 2 variants x 2 replicates (96 calls, 4 in flight) against the
+    loopback server, each reply 20 ms late, ``on_request(n, database)`` called as request n arrives."""
+    from evalgauge.collect.config import load_config
+    from hostile import HostileServer, hostile_config
+    from test_collector import KEY
+
+    holder = {}
+    server = HostileServer("good", KEY, delay=0.02, on_request=lambda n: on_request(n, holder["db"]))
+    config = hostile_config(tmp_path, server)
+    import pandas as pd
+
+    pd.DataFrame({"id": [f"q{i:02d}" for i in range(items)], "text": [f"Q{i}?" for i in range(items)]}).to_csv(
+        tmp_path / "items.csv", index=False)
+    pd.DataFrame([(f"q{i:02d}", f"s{s}", f"A{s}{i}") for i in range(items) for s in range(2)],
+                 columns=["item", "system", "response"]).to_csv(tmp_path / "responses.csv", index=False)
+    cfg = load_config(config)
+    holder["db"] = cfg.database
+    return server, cfg
+
+
+@pytest.mark.parametrize("fault", ["delete", "truncate", "overwrite"])
+def test_a_run_whose_database_is_deleted_or_damaged_stops_at_once(tmp_path, monkeypatch, fault):
+    from evalgauge.collect.runner import run
+    from test_collector import KEY
+
+    monkeypatch.setenv("SIM_KEY", KEY)
+
+    def damage(n, db):
+        if n == 20:
+            if fault == "delete":
+                os.unlink(db)
+            elif fault == "truncate":
+                os.truncate(db, 0)
+            else:
+                with open(db, "r+b") as fh:
+                    fh.write(b"\0" * 100)
+
+    server, cfg = _paced_run(tmp_path, damage)
+    try:
+        with pytest.raises(DataError, match="during the run; the run stopped at once") as err:
+            run(cfg)
+    finally:
+        server.stop()
+    assert server.requests <= 20 + 4 + 1  # the calls in flight then, no more (96 were planned)
+    assert "paid for" in str(err.value) and KEY not in str(err.value)
+
+
+def test_a_second_run_on_a_recreated_path_stops_the_first(tmp_path, monkeypatch):
+    """The first run's file is deleted and a second run starts on the same path (a new file, its own lock):
+    the first stops at its next call, so no cell is paid twice beyond the calls it had in flight."""
+    from evalgauge.collect.runner import run
+    from test_collector import KEY
+
+    monkeypatch.setenv("SIM_KEY", KEY)
+    second = {}
+
+    def start_second(n, db):
+        if n == 20:
+            os.unlink(db)
+            second["store"] = RunStore(db, writer=True)  # a second writer takes the path (and holds it)
+
+    server, cfg = _paced_run(tmp_path, start_second)
+    try:
+        with pytest.raises(DataError, match=r"replaced by another file|was deleted"):
+            run(cfg)
+    finally:
+        server.stop()
+        if "store" in second:
+            second["store"].close()
+    assert server.requests <= 25

@@ -105,6 +105,8 @@ class RunSummary:
     truncated_scored: int = 0
     #: follow-up turns sent after unreadable verdicts ([scoring] reask)
     reasks: int = 0
+    #: the run database was deleted, replaced, truncated or overwritten during the run (the run stopped)
+    database_error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -234,6 +236,12 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
         await _judge_all(cfg, store, summary, secrets, providers, done, limit, progress)
     finally:
         store.close()
+    if summary.database_error:
+        raise DataError(f"{summary.database_error}; the run stopped at once. This run paid for "
+                        f"{summary.completed + summary.generated + summary.failed} call(s) (${summary.cost_usd:.4f} "
+                        "counted in all, earlier runs included); the answers that came back after that could not "
+                        "be kept. Restore the database (or keep the other run's) and run again to resume from "
+                        "what it holds.")
     if summary.stopped_by_budget:
         summary.notes.append(f"stopped at the budget cap of ${cfg.budget_usd:g}; run again with a larger "
                              "budget_usd to finish (completed calls are kept).")
@@ -260,6 +268,21 @@ def _flag_notes(summary: RunSummary) -> None:
         summary.notes.append(f"{summary.billed_failures} repl{'y' if summary.billed_failures == 1 else 'ies'} "
                              "the provider may have billed gave no usable completion (malformed, cut short or too "
                              "long); each counts its worst-case cost as spent.")
+
+
+def _database_intact(store: RunStore, summary: RunSummary, stop: asyncio.Event | None) -> bool:
+    """Whether the run database is still the file the run opened (:meth:`RunStore.check_intact`); if not, the
+    run stops sending (``stop``) and the summary keeps why."""
+    if summary.database_error:
+        return False
+    try:
+        store.check_intact()
+    except DataError as exc:
+        summary.database_error = str(exc)
+        if stop is not None:
+            stop.set()
+        return False
+    return True
 
 
 async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secrets: list[str], providers: dict,
@@ -290,6 +313,8 @@ async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secre
 
     async def worker() -> None:
         while (task := await next_task()) is not None:
+            if not _database_intact(store, summary, stop):
+                return
             judge = judges[task.judge]
             # The hard cap: a call starts only if what is spent, what the calls in flight could still cost
             # and this call's worst case fit in the budget.
@@ -590,6 +615,8 @@ async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secret
     reserved = [0.0]
 
     async def one(item, gen):
+        if summary.database_error or not _database_intact(store, summary, None):
+            return False
         prompt = generation_prompt(cfg, item)
         worst = worst_case_cost(gen, prompt)
         if summary.cost_usd + reserved[0] + worst > cfg.budget_usd:
