@@ -605,3 +605,68 @@ def test_nearly_complete_data_start_reml_at_the_closed_form_anova():
     gappy = simulate(sizing_preset(systems=8, items=40, judges=3, replicates=1), seed=5).sample(frac=0.9,
                                                                                               random_state=5)
     assert _moment_start(code_data(as_judgments(gappy), infer_design(gappy, object="system"))) is None
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (from /proc)."""
+    from pathlib import Path
+
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(d.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_a_stopped_bootstrap_stops_its_workers(tmp_path, how):
+    """`components --bootstrap` on a REML design refits in worker processes: SIGTERM or Ctrl-C ends the
+    command within seconds (not after every queued refit), and after kill -9 of the command its workers die
+    too (they were once found alive 23 minutes later)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from evalgauge.simulate import simulate, sizing_preset
+
+    frame = simulate(sizing_preset(systems=12, items=60, judges=6, replicates=2), seed=4).sample(frac=0.9,
+                                                                                                random_state=1)
+    frame.to_csv(tmp_path / "j.csv", index=False)
+    env = {**os.environ, "EVALGAUGE_WORKERS": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "evalgauge.cli", "components", str(tmp_path / "j.csv"),
+                             "--bootstrap", "3000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 60
+    while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = _children(proc.pid)
+    assert len(workers) >= 2, "the bootstrap did not start its workers"
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    proc.send_signal(getattr(signal, how))
+    try:
+        proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"{how}: the command did not end within 15 s")
+    while any(_alive(w) for w in workers) and time.monotonic() - t0 < 10:
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers), f"{how}: workers outlived the command"
+    if how != "SIGKILL":
+        assert time.monotonic() - t0 < 10 and proc.returncode != 0

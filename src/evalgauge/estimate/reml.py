@@ -224,9 +224,43 @@ def bootstrap_workers(n_boot: int) -> int:
 REFIT_TOL = 1e-9
 
 
-def _init_refits(problem: RemlProblem, start: np.ndarray) -> None:
+def _init_refits(problem: RemlProblem, start: np.ndarray, parent: int | None = None) -> None:
+    if parent is not None:
+        _die_with(parent)
     problem.pin(start)  # every refit starts here: factorise once per process
     _REFIT["problem"], _REFIT["start"] = problem, start
+
+
+def _die_with(parent: int) -> None:
+    """A bootstrap worker's ties to the command that started it: killed when it dies, even by kill -9
+    (Linux's PR_SET_PDEATHSIG; elsewhere the pool's own shutdown), and deaf to Ctrl-C, which the command
+    handles by stopping the pool."""
+    import contextlib
+    import ctypes
+    import os
+    import signal
+    import sys
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+def _stop_pool(pool) -> None:
+    """Stop a process pool now: no queued refit starts, and the running ones are killed (SIGTERM, then
+    SIGKILL), instead of the executor's exit waiting for every refit to finish."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        proc.terminate()
+    for proc in processes:
+        proc.join(timeout=2)
+        if proc.is_alive():
+            proc.kill()
 
 
 def _refit_one(data: tuple[np.ndarray, float]) -> tuple[np.ndarray, float] | None:
@@ -272,11 +306,18 @@ def _reml_bootstrap(result, problem: RemlProblem, fit: RemlFit, x: np.ndarray, n
     workers = bootstrap_workers(n_boot)
     if workers > 1:
         import multiprocessing
+        import os
         from concurrent.futures import ProcessPoolExecutor
 
         ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_refits, initargs=(problem, start)) as ex:
+        ex = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_refits,
+                                 initargs=(problem, start, os.getpid()))
+        try:
             refits = list(ex.map(_refit_one, datasets, chunksize=max(1, n_boot // (8 * workers))))
+        except BaseException:  # Ctrl-C, SIGTERM (exit 143), an error: the workers stop with the command
+            _stop_pool(ex)
+            raise
+        ex.shutdown()
     else:
         _init_refits(problem, start)
         refits = [_refit_one(d) for d in datasets]
