@@ -248,3 +248,50 @@ def test_a_second_run_on_a_recreated_path_stops_the_first(tmp_path, monkeypatch)
         if "store" in second:
             second["store"].close()
     assert server.requests <= 25
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("signame,after", [("SIGTERM", 5), ("SIGTERM", 17), ("SIGTERM", 33), ("SIGINT", 9),
+                                           ("SIGINT", 41)])
+def test_a_signal_during_a_run_stops_it_cleanly_and_a_resume_finishes(tmp_path, monkeypatch, signame, after):
+    """SIGTERM (or Ctrl-C) while calls are in flight: the run cancels them where they wait and closes its
+    sessions (no traceback: aiohttp's once reached the terminal), exits 143 (130), keeps every stored call,
+    and a resume sends only what is missing."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from test_collector import KEY
+
+    monkeypatch.setenv("SIM_KEY", KEY)
+    sent = {}
+
+    def on_request(n, db):
+        if n == after and "proc" in sent:
+            sent["proc"].send_signal(getattr(signal, signame))
+
+    server, cfg = _paced_run(tmp_path, on_request)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "evalgauge.cli", "run", str(cfg.path), "--no-progress"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sent["proc"] = proc
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == (130 if signame == "SIGINT" else 143), (out, err)
+        assert "Traceback" not in out + err and "Unclosed" not in out + err and "Task exception" not in err, err
+        assert f"stopped by {signame}" in out + err
+        con = sqlite3.connect(cfg.database)
+        stored = con.execute("SELECT COUNT(*), COUNT(DISTINCT key) FROM calls").fetchone()
+        con.close()
+        assert stored[0] == stored[1] and after - 5 <= stored[0] < 96
+        t0 = time.monotonic()
+        again = subprocess.run([sys.executable, "-m", "evalgauge.cli", "run", str(cfg.path), "--no-progress"],
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+        assert time.monotonic() - t0 < 60
+    finally:
+        server.stop()
+    con = sqlite3.connect(cfg.database)
+    assert con.execute("SELECT COUNT(*), COUNT(DISTINCT key) FROM calls").fetchone() == (96, 96)
+    con.close()
+    assert server.requests <= 96 + 4  # at most the calls in flight at the signal were sent twice

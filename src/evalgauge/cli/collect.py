@@ -175,6 +175,8 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
         for warning in diag.warnings:
             c.print(Text("warning: ", style="bold yellow") + Text(warning))
     _emit(payload, json_out, show)
+    if summary.interrupted:  # what was stored is kept; the note above says how to resume
+        sys.exit(130 if summary.interrupted == "SIGINT" else 143)
     if summary.paused and not summary.fatal:
         err = _console(stderr=True)
         for name, reason in summary.paused.items():

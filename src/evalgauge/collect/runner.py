@@ -107,13 +107,15 @@ class RunSummary:
     reasks: int = 0
     #: the run database was deleted, replaced, truncated or overwritten during the run (the run stopped)
     database_error: str | None = None
+    #: the signal that stopped the run (SIGTERM, SIGINT): the calls in flight were cancelled, the stored kept
+    interrupted: str | None = None
 
     @property
     def ok(self) -> bool:
         """False when a judge was stopped or paused, or calls were due and none completed."""
         due = self.planned - self.already_done
         nothing_done = due > 0 and self.completed == 0 and not self.stopped_by_budget
-        return not self.fatal and not self.paused and not nothing_done
+        return not self.fatal and not self.paused and not nothing_done and not self.interrupted
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "ok": self.ok}
@@ -222,6 +224,7 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
     if progress is not None:
         progress(summary)
     secrets = _secrets(cfg)
+    handlers = _stop_on_signals(summary)
     try:
         if cfg.generators:
             await _generate(cfg, store, summary, secrets, gen_providers)
@@ -234,8 +237,18 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
                     await p.close()
                 return summary
         await _judge_all(cfg, store, summary, secrets, providers, done, limit, progress)
+    except asyncio.CancelledError:
+        if summary.interrupted is None:
+            raise
+        for p in (*providers.values(), *gen_providers.values()):
+            await p.close()
     finally:
+        _restore_signals(handlers)
         store.close()
+    if summary.interrupted:
+        summary.notes.append(f"stopped by {summary.interrupted}: the calls in flight were cancelled (their worst "
+                             "case counts as spent until a resume sends them again); every stored call is kept. "
+                             "Run the same command again to resume.")
     if summary.database_error:
         raise DataError(f"{summary.database_error}; the run stopped at once. This run paid for "
                         f"{summary.completed + summary.generated + summary.failed} call(s) (${summary.cost_usd:.4f} "
@@ -268,6 +281,42 @@ def _flag_notes(summary: RunSummary) -> None:
         summary.notes.append(f"{summary.billed_failures} repl{'y' if summary.billed_failures == 1 else 'ies'} "
                              "the provider may have billed gave no usable completion (malformed, cut short or too "
                              "long); each counts its worst-case cost as spent.")
+
+
+def _stop_on_signals(summary: RunSummary) -> list:
+    """SIGTERM and SIGINT cancel the run's task inside the event loop, so that every call in flight is
+    cancelled where it waits and the sessions close (a handler raising SystemExit wherever the loop happened
+    to be left aiohttp's tracebacks on the terminal). The signals handled, to restore afterwards."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    handled = []
+
+    def stop(name: str) -> None:
+        if summary.interrupted is None:
+            summary.interrupted = name
+            task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        before = signal.getsignal(sig)
+        try:
+            loop.add_signal_handler(sig, stop, sig.name)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no such support
+            continue
+        handled.append((sig, before))
+    return handled
+
+
+def _restore_signals(handled: list) -> None:
+    """The handlers the command had before the run (the loop's removal would leave the defaults)."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    for sig, before in handled:
+        loop.remove_signal_handler(sig)
+        if before is not None:
+            signal.signal(sig, before)
 
 
 def _database_intact(store: RunStore, summary: RunSummary, stop: asyncio.Event | None) -> bool:
