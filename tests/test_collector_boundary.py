@@ -292,6 +292,7 @@ def _variant(tmp_path, old, new, name):
     ("Rate: {{item}} /", "Rate: {{item.upper}} /", "an attribute or an index"),
     ("Rate: {{item}} /", "Rate: /", "variant 'v1' does not show the item ({item})"),
     ('mode = "numeric"', 'mode = "numeric"\nscale_min = 5\nscale_max = 1', "scale_min (5) must be below"),
+    ('mode = "numeric"', 'mode = "likert"\nscale_max = 100000000', "more than 1000 points; use mode = \"numeric\""),
     ("temperatures = [0.0]", "temperatures = [nan]", "[run] temperatures #1: input should be a finite number"),
     ("temperatures = [0.0]", "temperatures = [inf, -1.0]", "[run] temperatures #1: input should be a finite"),
     ("temperatures = [0.0]", "temperatures = [0.0, -1.0]", "temperatures #2: input should be greater than"),

@@ -180,6 +180,12 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
     if scoring.scale_min >= scoring.scale_max:
         raise DataError(f"{path}: [scoring] scale_min ({scoring.scale_min}) must be below scale_max "
                         f"({scoring.scale_max}).")
+    if scoring.mode == "likert" and scoring.scale_max - scoring.scale_min > MAX_LIKERT_POINTS:
+        # a rating scale's points are listed (the JSON schema's enum, the re-ask's wording): a million of them
+        # is no rating scale, and listing them took gigabytes before the first call
+        raise DataError(f"{path}: [scoring] a likert scale of {scoring.scale_min}..{scoring.scale_max} has more "
+                        f"than {MAX_LIKERT_POINTS} points; use mode = \"numeric\" for a score on a continuous "
+                        "range (its values are validated when read).")
     notes = []
     if spec.pilot is not None:
         n_items = spec.pilot.items if spec.pilot.items is not None else len(items)
@@ -266,6 +272,10 @@ def template_fields(template: str, what: str) -> set[str]:
         raise DataError(f"{what}: the template has an empty '{{}}'; name a placeholder, e.g. {{item}}, or write a "
                         "literal brace as '{{{{' or '}}}}'.")
     return fields
+
+
+#: the most points a likert scale may span (0-100 and 1-1000 rating scales exist; a million-point one does not)
+MAX_LIKERT_POINTS = 1000
 
 
 def check_templates(cfg: RunConfig) -> None:
