@@ -228,3 +228,19 @@ def test_draws_with_almost_no_degrees_of_freedom_stay_finite():
     assert np.isfinite(z).all()
     crit = max_t_quantile(z, np.array([[0, 1], [0, 2], [1, 2]]), np.full(3, np.sqrt(2.0)), 0.95)
     assert np.isfinite(crit) and crit > 1e6
+
+
+def test_the_item_bootstrap_draws_in_pieces_the_same_resamples(monkeypatch):
+    """500,000 items x 2,000 resamples once asked for 7.45 GiB of weights at once: the weights are drawn in
+    pieces, and the draws are those of one piece (the generator's stream is the same)."""
+    import importlib
+
+    pg = importlib.import_module("evalgauge.compare.pair_gstudy")  # the package exports a function of that name
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"system": np.repeat(["a", "b", "c"], 300), "item": np.tile([f"i{k}" for k in range(300)], 3),
+                          "__y": rng.normal(size=900)})
+    whole = pg.item_bootstrap(frame, "system", "item", ["a", "b", "c"], 50, np.random.default_rng(1))
+    monkeypatch.setattr(pg, "BOOTSTRAP_CELLS", 300 * 7)  # pieces of 7 resamples
+    pieces = pg.item_bootstrap(frame, "system", "item", ["a", "b", "c"], 50, np.random.default_rng(1))
+    np.testing.assert_allclose(whole, pieces, rtol=1e-13, atol=0)  # the same weights; BLAS sums in its order

@@ -26,9 +26,20 @@ def item_bootstrap(frame: pd.DataFrame, obj: str, item: str, systems: list[str],
     cnts = np.zeros((n_items, len(systems)))
     np.add.at(sums, (i_code, s_code), frame["__y"].to_numpy(dtype=float))
     np.add.at(cnts, (i_code, s_code), 1.0)
-    w = rng.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=n_boot).astype(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (w @ sums) / (w @ cnts)
+    # the resamples' item weights in pieces of at most BOOTSTRAP_CELLS numbers (500,000 items x 2,000
+    # resamples at once is 7.45 GiB); the generator draws row after row, so the draws are the same
+    out = np.empty((n_boot, len(systems)))
+    step = max(1, BOOTSTRAP_CELLS // n_items)
+    p = np.full(n_items, 1.0 / n_items)
+    for start in range(0, n_boot, step):
+        w = rng.multinomial(n_items, p, size=min(step, n_boot - start)).astype(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[start:start + len(w)] = (w @ sums) / (w @ cnts)
+    return out
+
+
+#: the most item weights one piece of the item bootstrap holds (8 bytes each: 128 MiB)
+BOOTSTRAP_CELLS = 1 << 24
 
 
 def pair_gstudy_block(cube: np.ndarray, a: int, b: int, level: float) -> dict:
