@@ -12,8 +12,11 @@ def checklist(vc: VarianceComponents, meta: dict, diagnostics: dict | None) -> l
     n_var = levels.get(variants, 1) if variants else 1
     items = []
 
-    def add(tier, name, met, evidence, todo):
-        items.append({"tier": tier, "item": name, "met": bool(met), "evidence": evidence if met else todo})
+    def add(tier, name, met, evidence, todo, status=None):
+        """``met``: True, False, or None for what this design does not measure (not a failure)."""
+        state = status or ("met" if met else "missing")
+        items.append({"tier": tier, "item": name, "met": None if state == "not measured" else bool(met),
+                      "status": state, "evidence": evidence if met else todo})
 
     add("Minimum", "Prompt text", "variants" in meta,
         f"{len(meta.get('variants', []))} template(s) recorded in the run configuration",
@@ -38,9 +41,14 @@ def checklist(vc: VarianceComponents, meta: dict, diagnostics: dict | None) -> l
         f"{' x '.join(f'{n} {f}' for f, n in levels.items())} x {vc.replicates} replicates",
         "run a factorial pilot crossing items, prompts, judges (and temperatures) with replicates")
     add("Comprehensive", "D-study projection", True, "projections and interventions in this report", "")
-    if diagnostics and diagnostics.get("warnings"):
-        add("Minimum", "Integrity (no caching, empty completions, snapshot drift)", False, "",
-            "; ".join(diagnostics["warnings"]))
+    if diagnostics is not None:
+        warned = diagnostics.get("warnings") or []
+        add("Minimum", "Integrity (no caching, empty completions, snapshot drift)", not warned,
+            "no replicate caching, empty completions, parse failures or snapshot drift found", "; ".join(warned))
+    if judge is None or levels.get(judge, 1) < 2:
+        add("Standard", "Judge sensitivity", False, "",
+            "one judge: judge variance and its interactions are not measured by this design; add a second judge "
+            "to measure them", status="not measured")
     missing = (diagnostics or {}).get("missing_answers")
     if missing:
         add("Minimum", "Missing answers", missing["unscored"] == 0, f"all {missing['calls']} stored calls scored",

@@ -174,6 +174,8 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
             c.print(table)
         for warning in diag.warnings:
             c.print(Text("warning: ", style="bold yellow") + Text(warning))
+        for note in diag.design_notes:
+            c.print(Text("note: ", style="yellow") + Text(note))
     _emit(payload, json_out, show)
     if summary.interrupted:  # what was stored is kept; the note above says how to resume
         sys.exit(130 if summary.interrupted == "SIGINT" else 143)

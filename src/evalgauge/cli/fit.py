@@ -408,10 +408,15 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         c.print(inter)
         for w in (result.diagnostics or {}).get("warnings", []):
             c.print(Text("warning: ", style="bold yellow") + Text(w))
-        missing = [i for i in result.checklist if not i["met"]]
-        c.print(f"Reporting checklist (TEE Table 15): {len(result.checklist) - len(missing)} of "
-                f"{len(result.checklist)} met" + (f"; missing: {', '.join(i['item'] for i in missing)}."
-                                                   if missing else "."))
+        for n in (result.diagnostics or {}).get("design_notes", []):
+            c.print(Text("note: ", style="yellow") + Text(n))
+        missing = [i for i in result.checklist if i["met"] is False]
+        unmeasured = [i for i in result.checklist if i["met"] is None]
+        met = len(result.checklist) - len(missing) - len(unmeasured)
+        c.print(f"Reporting checklist (TEE Table 15): {met} of {len(result.checklist)} met"
+                + (f"; missing: {', '.join(i['item'] for i in missing)}" if missing else "")
+                + (f"; not measured by this design: {', '.join(i['item'] for i in unmeasured)}" if unmeasured
+                   else "") + ".")
         for section in extra:
             section(c)
         if report_path:

@@ -1,16 +1,16 @@
 """Integrity diagnostics of a run: the failures that silently corrupt measurement (sizing sec. 4).
 
-* replicate caching: what a cache repeats across the replicates of a cell (a caching
+* replicate caching: what a response cache repeats across the replicates of a cell (a caching
   gateway makes residual variance read zero): the response id; the same long completion where the
-  server gives no ids; the same completion returned at a fraction of the cell's first call's latency.
-  Equal short verdicts ("Score: 4" on a 5-point scale) are what an honest judge often gives, and
-  never count alone;
+  server gives no ids. Speed is no evidence (llama.cpp's and the providers' prompt caches answer a
+  repeated prompt 5-19x faster with a new reply and a new id), and equal short verdicts ("Score: 4"
+  on a 5-point scale) are what an honest judge often gives, so neither counts;
 * empty completions and parse failures per judge (a reasoning judge whose
   token budget was sized for a score returns nothing);
 * model identifiers that changed during the run (aliases resolving to other
   snapshots);
-* designs that cannot identify a component (one replicate, one judge, a judge
-  with no usable score).
+* designs that cannot identify a component (one replicate, one judge): not integrity failures but
+  what the design does not measure, kept apart in ``design_notes``.
 """
 
 from __future__ import annotations
@@ -31,13 +31,16 @@ class Diagnostics:
     repeated_response_ids: int
     per_judge: pd.DataFrame  # judge, calls, empty, parse_failures, usable, models
     model_changes: dict[str, list[str]]
+    #: integrity failures (caching, empty completions, parse failures, snapshot drift)
     warnings: tuple[str, ...] = field(default=())
+    #: what the design cannot measure (one replicate, one judge): no failure, said apart
+    design_notes: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict:
         return {"calls": self.calls, "cells": self.cells, "cached_cells": self.cached_cells,
                 "cached_fraction": self.cached_fraction, "repeated_response_ids": self.repeated_response_ids,
                 "per_judge": self.per_judge.to_dict(orient="records"), "model_changes": self.model_changes,
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "design_notes": list(self.design_notes)}
 
 
 def diagnose(calls: pd.DataFrame, replicates_planned: int | None = None) -> Diagnostics:
@@ -56,9 +59,9 @@ def diagnose(calls: pd.DataFrame, replicates_planned: int | None = None) -> Diag
     fraction = cached / n_multi if n_multi else 0.0
     if n_multi and fraction > 0.5:
         warnings.append(f"replicate caching: {100 * fraction:.1f}% of cells with several replicates were answered "
-                        "from a cache (the same response id, or the same completion without ids or at a fraction "
-                        "of the first call's latency); a caching gateway makes residual variance read as zero. Disable "
-                        "response caching, or vary the request (e.g. a per-call nonce), and rerun.")
+                        "from a cache (the same response id, or the same long completion without ids); a caching "
+                        "gateway makes residual variance read as zero. Disable response caching, or vary the "
+                        "request (e.g. a per-call nonce), and rerun.")
     if rid_rep:
         warnings.append(f"{rid_rep} response id(s) repeat across calls: replies are being served from a cache.")
     per = []
@@ -82,38 +85,33 @@ def diagnose(calls: pd.DataFrame, replicates_planned: int | None = None) -> Diag
                             "template's answer format and the scoring mode.")
         if usable == 0:
             warnings.append(f"judge '{judge}' has no usable score: it drops out of the design.")
+    design: list[str] = []
     reps = frame["replicate"].nunique()
     if reps < 2:
-        warnings.append("one replicate per cell: the cell term and the residual are confounded (sizing sec. 3); "
-                        "run at least 2 replicates to see run-to-run noise.")
+        design.append("one replicate per cell: the cell term and the residual are confounded (sizing sec. 3); "
+                      "run at least 2 replicates to see run-to-run noise.")
     if frame["judge"].nunique() < 2:
-        warnings.append("one judge: judge variance and the item x judge interaction are not identifiable.")
+        design.append("one judge: judge variance and the item x judge interaction are not identifiable.")
     return Diagnostics(len(frame), int(sizes.size), cached, fraction, rid_rep, pd.DataFrame(per), models,
-                       tuple(warnings))
+                       tuple(warnings), tuple(design))
 
 
 #: a completion at least this long, repeated byte for byte with no response ids, is a cache's, not chance
 LONG_COMPLETION = 64
-#: a repeat answered this much faster than the cell's first call came from a cache
-FAST_FRACTION = 0.1
 
 
 def _cached_cells(frame: pd.DataFrame, cell_cols: list[str]) -> pd.Series:
     """Per cell with several replicates: True when what a cache repeats is repeated (see the module)."""
     order = frame.sort_values("finished_at", kind="stable") if "finished_at" in frame else frame
     work = pd.DataFrame({"cell": order.groupby(cell_cols, sort=False, dropna=False).ngroup(),
-                         "text": order["completion"].fillna(""), "rid": order["response_id"],
-                         "latency": pd.to_numeric(order["latency_s"], errors="coerce") if "latency_s" in order
-                         else float("nan")})
+                         "text": order["completion"].fillna(""), "rid": order["response_id"]})
     g = work.groupby("cell", sort=False)
     size = g.size()
     ids = g["rid"].agg(lambda r: r.notna().all())
     repeated_id = g["rid"].agg(lambda r: r.dropna().duplicated().any())
     same_text = g["text"].nunique() == 1
     long_text = g["text"].agg(lambda t: t.str.len().min() >= LONG_COMPLETION)
-    # every replicate after the cell's first answered in a fraction of the first one's time
-    fast_repeats = g["latency"].agg(lambda x: len(x) > 1 and bool((x.iloc[1:] < FAST_FRACTION * x.iloc[0]).all()))
-    cached = repeated_id | (same_text & ~ids & long_text) | (same_text & fast_repeats)
+    cached = repeated_id | (same_text & ~ids & long_text)
     return cached & (size > 1)
 
 

@@ -22,7 +22,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:98
 color:#222;line-height:1.45}
 h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{padding:3px 10px;border-bottom:1px solid #eee;
-text-align:right}td:first-child,th:first-child{text-align:left}.met{color:#1a7f37}.missing{color:#b42318}
+text-align:right}td:first-child,th:first-child{text-align:left}.met{color:#1a7f37}.missing{color:#b42318}.not-measured{color:#6e7781}
 .box{background:#f6f8fa;border-radius:6px;padding:.8em 1em}.warn{background:#fff4e5;border-radius:6px;padding:.5em 1em}
 img{max-width:100%}.muted{color:#666;font-size:.85em}.nw{white-space:nowrap}.scroll{overflow-x:auto}
 """
@@ -220,7 +220,8 @@ def render(a: Analysis) -> str:
         parts.append("<h2>Naive and honest intervals as items grow</h2>"
                      f"<img alt='ci vs n' src='data:image/png;base64,{figs['ci_vs_n']}'>")
     parts.append("<h2>Reporting checklist (TEE Table 15)</h2>" + "".join(
-        f"<p><span class='{'met' if i['met'] else 'missing'}'>{'met' if i['met'] else 'missing'}</span> · "
+        f"<p><span class='{i.get('status', 'met' if i['met'] else 'missing').replace(' ', '-')}'>"
+        f"{i.get('status', 'met' if i['met'] else 'missing')}</span> · "
         f"<b>{escape(i['tier'])}</b> · {escape(i['item'])}: {escape(i['evidence'])}</p>" for i in a.checklist))
     if vc.notes:
         parts.append("<h2>Notes</h2>" + "".join(f"<p class='muted'>{escape(n)}</p>" for n in vc.notes))
