@@ -104,3 +104,36 @@ def test_a_fully_scored_run_meets_the_missing_answers_item(tmp_path, monkeypatch
     payload = json.loads(out.output)
     check = next(i for i in payload["checklist"] if i["item"] == "Missing answers")
     assert check["met"] and payload["diagnostics"]["missing_answers"]["headline"] is None
+
+
+def test_failures_that_depend_on_the_variant_are_said_first_with_one_system():
+    """One system, a fixed temperature, two prompt variants: 76.7% of variant a's replies unread against 19.2%
+    of variant b's (a small model's real run). The system test cannot run; the variant test flags it, and the
+    headline says how the scored calls lean."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for variant, rate in (("a", 0.767), ("b", 0.192)):
+        for _ in range(240):
+            failed = rng.random() < rate
+            rows.append({"judge": "j", "variant": variant, "temperature": 0.7, "system": "s",
+                         "score": None if failed else 3.0, "finish_reason": "stop"})
+    m = missing_answers(pd.DataFrame(rows))
+    assert m.test is None and set(m.tests) == {"variant"}  # one system, one judge, one temperature: untested
+    assert m.tests["variant"]["p_holm"] < 1e-10
+    assert m.headline.startswith("The judges failed to give a readable verdict at rates that differ by variant")
+    scored_b = sum(r["score"] is not None for r in rows if r["variant"] == "b")
+    share = scored_b / sum(r["score"] is not None for r in rows)
+    assert f"{100 * share:.0f}% of the scored calls are variant b, which the design gives 50%" in m.headline
+
+
+@pytest.mark.slow
+def test_holm_keeps_the_family_level_when_no_facet_matters():
+    # 300 runs of 3 facets at equal rates: the chance that any facet is flagged stays near 5% (Holm), not
+    # 1 - 0.95^3 = 14%. Binomial(300, 0.05): mean 15, sd 3.8; 30 is 4 sd above
+    rng = np.random.default_rng(11)
+    flagged = 0
+    for _ in range(300):
+        rows = [{"judge": f"j{k % 2}", "variant": f"v{k % 3}", "system": f"s{k % 4}",
+                 "score": None if rng.random() < 0.2 else 1.0} for k in range(240)]
+        flagged += missing_answers(pd.DataFrame(rows)).headline is not None
+    assert flagged <= 30

@@ -123,16 +123,23 @@ CHI2_MIN_EXPECTED = 5.0
 PERMUTATIONS = 4000
 
 
+#: the facets whose levels the missing answers are tested against (each with more than one level)
+MISSING_FACETS = ("system", "variant", "judge", "temperature", "position")
+
+
 @dataclass(frozen=True)
 class MissingAnswers:
     """Calls stored without a score (parse failures and truncations), where they fall and whether their rate
-    depends on the system.
+    depends on any facet.
 
     ``table``: judge x variant x system rows with calls, scored, unread (a verdict not found or invalid),
-    truncated (cut at max_tokens) and the unscored rate. ``by_system``: the same by system. ``test``: Pearson's
-    chi-square test of independence on the system x (scored, unscored) table, or its permutation version
-    when an expected count is below 5 (statistic, df, p, method). ``headline``: what a reader must know before
-    any mean, when the test rejects at 5%: the systems' means come from different subsets of their cells.
+    truncated (cut at max_tokens) and the unscored rate. ``by_facet``: the same by each facet of
+    :data:`MISSING_FACETS` that has several levels (``by_system`` is the system's). ``tests``: for each such
+    facet, Pearson's chi-square test of independence on the facet x (scored, unscored) table, or its
+    permutation version when an expected count is below 5 (statistic, df, p, method), with Holm's adjusted p
+    over the facets tested (``test`` is the system's). ``headline``: what a reader must know before any mean,
+    when a facet's adjusted p is below 5%: the rates by its levels, and how the scored calls the estimate
+    averages then lean (one variant's calls making most of a mean whose design weighs the variants equally).
     """
 
     calls: int
@@ -142,15 +149,18 @@ class MissingAnswers:
     by_system: pd.DataFrame
     test: dict | None
     headline: str | None
+    by_facet: dict = field(default_factory=dict)
+    tests: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"calls": self.calls, "unscored": self.unscored, "truncated": self.truncated,
                 "table": self.table.to_dict(orient="records"), "by_system": self.by_system.to_dict(orient="records"),
-                "test": self.test, "headline": self.headline}
+                "test": self.test, "headline": self.headline,
+                "by_facet": {f: t.to_dict(orient="records") for f, t in self.by_facet.items()}, "tests": self.tests}
 
 
 def missing_answers(calls: pd.DataFrame, seed: int = 0) -> MissingAnswers:
-    """Where the calls without a score are, and a test of whether the failure rate depends on the system."""
+    """Where the calls without a score are, and a test of whether the failure rate depends on each facet."""
     frame = calls.copy()
     unscored = frame["score"].isna()
     finish = frame["finish_reason"] if "finish_reason" in frame else pd.Series(None, index=frame.index)
@@ -158,22 +168,51 @@ def missing_answers(calls: pd.DataFrame, seed: int = 0) -> MissingAnswers:
     frame["scored"] = (~unscored).astype(int)
     frame["truncated"] = truncated.astype(int)
     frame["unread"] = (unscored & ~truncated).astype(int)
-    keys = [c for c in ("judge", "variant", "system") if c in frame and frame[c].notna().any()]
-    for c in keys:
+    facets = [c for c in MISSING_FACETS if c in frame and frame[c].notna().any()]
+    for c in facets:
         frame[c] = frame[c].astype(str)
+    keys = [c for c in ("judge", "variant", "system") if c in facets]
     table = _rates(frame, keys)
-    has_systems = "system" in keys and frame["system"].nunique() > 1
-    by_system = _rates(frame, ["system"]) if has_systems else pd.DataFrame()
-    test = headline = None
-    if has_systems and unscored.any() and not unscored.all():  # with none scored there is no rate to compare
-        test = _independence(frame["system"].to_numpy(), unscored.to_numpy(), seed)
-        if test["p"] < MISSING_TEST_LEVEL:
-            rates = ", ".join(f"{r['system']} {100 * r['rate']:.0f}%" for r in by_system.to_dict(orient="records"))
-            headline = (f"The judges failed to give a readable verdict at rates that differ by system ({rates}; "
-                        f"{test['method']} p = {test['p']:.2g}): each system's mean comes from a different subset "
-                        "of its cells, so the comparison may be biased. Re-ask (reask = N), use structured output, "
-                        "raise max_tokens, or compare only cells every system has.")
-    return MissingAnswers(len(frame), int(unscored.sum()), int(truncated.sum()), table, by_system, test, headline)
+    varying = [f for f in facets if frame[f].nunique() > 1]
+    by_facet = {f: _rates(frame, [f]) for f in varying}
+    tests: dict[str, dict] = {}
+    if unscored.any() and not unscored.all():  # with none (or all) scored there is no rate to compare
+        tests = {f: _independence(frame[f].to_numpy(), unscored.to_numpy(), seed) for f in varying}
+        _holm(tests)
+    flagged = [f for f in varying if f in tests and tests[f]["p_holm"] < MISSING_TEST_LEVEL]
+    headline = _missing_headline(flagged, by_facet, tests, frame) if flagged else None
+    by_system = by_facet.get("system", pd.DataFrame())
+    return MissingAnswers(len(frame), int(unscored.sum()), int(truncated.sum()), table, by_system,
+                          tests.get("system"), headline, by_facet, tests)
+
+
+def _holm(tests: dict[str, dict]) -> None:
+    """Holm's step-down adjustment of the facets' p-values (``p_holm``): the chance that any facet is flagged
+    when the rate depends on none stays at 5% however many facets are tested."""
+    order = sorted(tests, key=lambda f: tests[f]["p"])
+    running = 0.0
+    for k, f in enumerate(order):
+        running = max(running, min(1.0, (len(order) - k) * tests[f]["p"]))
+        tests[f]["p_holm"] = running
+
+
+def _missing_headline(flagged: list[str], by_facet: dict, tests: dict, frame: pd.DataFrame) -> str:
+    """The rates by each flagged facet's levels and what the estimate then averages over, in words."""
+    parts = []
+    for f in flagged:
+        rows = by_facet[f].to_dict(orient="records")
+        rates = ", ".join(f"{r[f]} {100 * r['rate']:.0f}%" for r in rows)
+        scored = sum(r["scored"] for r in rows)
+        calls = sum(r["calls"] for r in rows)
+        lean = max(rows, key=lambda r: r["scored"] / scored - r["calls"] / calls if scored else 0.0)
+        share = lean["scored"] / scored if scored else 0.0
+        parts.append(f"by {f} ({rates}; {tests[f]['method']} p = {tests[f]['p']:.2g}, Holm {tests[f]['p_holm']:.2g}): "
+                     f"{100 * share:.0f}% of the scored calls are {f} {lean[f]}, which the design gives "
+                     f"{100 * lean['calls'] / calls:.0f}%")
+    what = "each system's mean comes from a different subset of its cells, so the comparison may be biased" \
+        if "system" in flagged else "the estimate averages mostly over the levels that answered"
+    return (f"The judges failed to give a readable verdict at rates that differ {'; and '.join(parts)}: {what}. "
+            "Re-ask (reask = N), use structured output, raise max_tokens, or compare only cells every level has.")
 
 
 def _rates(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
