@@ -167,3 +167,25 @@ def test_theta_interval_naive_vs_full():
     item_means = frame.groupby("item", observed=True)["score"].mean()
     assert ci.naive_se == pytest.approx(item_means.std(ddof=1) / math.sqrt(len(item_means)), rel=0.35)
     assert pd.Series(ci.to_dict()).notna().all()
+
+
+def test_interventions_are_ranked_by_the_quantity_asked_and_negligible_ones_last():
+    """A share of texts labelled (items the object, the question the share itself): more replicates shrink the
+    items' relative error a lot but the share's Var(theta-hat) by under 1%, so they are not first; comparing
+    systems, the relative error ranks."""
+    share = VarianceComponents.from_values(
+        {"item": 0.2, "variant": 0.002, "item:variant": 0.01, "judge": 0.01, "item:judge": 0.01, "residual": 0.05},
+        {"item": 300, "variant": 2, "judge": 2}, 2, object="item")
+    table = dstudy.interventions(share)
+    assert table.attrs["ranked_by"] == "var_abs"
+    reps = table.set_index("intervention").filter(like="replicates", axis=0)
+    assert not reps.empty and (reps["pct_change_var_abs"].abs() < 1).all()
+    assert (reps["pct_change_sigma2_delta"] < -5).all()  # what the old ranking put first
+    first = table.iloc[0]
+    assert abs(first["pct_change_var_abs"]) >= 1 and "replicates" not in first["intervention"]
+    moved = table["pct_change_var_abs"].abs() >= 1
+    assert not (moved.astype(int).diff() > 0).any()  # every negligible row after every one that moves
+    board = VarianceComponents.from_values({"system": 0.08, "item": 0.3, "system:item": 0.3, "judge": 0.02,
+                                            "system:judge": 0.01, "residual": 0.2},
+                                           {"system": 10, "item": 50, "judge": 3}, 2, object="system")
+    assert dstudy.interventions(board).attrs["ranked_by"] == "sigma2_delta"

@@ -384,8 +384,27 @@ def default_interventions(vc: VarianceComponents) -> list[tuple[str, dict[str, f
     return out
 
 
-def interventions(vc: VarianceComponents, changes=None, **kw) -> pd.DataFrame:
-    """% change of Var(theta-hat) (and sigma2_delta with an object) per single-factor change, best first."""
+#: an intervention that moves the ranked quantity by less than this (in %) is listed after every one that moves
+#: it more, whatever its sign: it changes nothing a reader would notice
+NEGLIGIBLE_PCT = 1.0
+
+
+def ranking_quantity(vc: VarianceComponents) -> str:
+    """What the interventions are ranked by: the relative error sigma2_delta when objects are compared
+    (systems on a board), else Var(theta-hat), the error of the estimate itself (a share of texts labelled,
+    a benchmark's mean over its items: with the items as object the question is still the mean)."""
+    obj = vc.object
+    is_item = bool(obj) and vocabulary.facet_with_role("item", {obj: vc.levels.get(obj, 0)}) == obj
+    if obj and not is_item and vc.levels.get(obj, 0) > 1:
+        return "sigma2_delta"
+    return "var_abs"
+
+
+def interventions(vc: VarianceComponents, changes=None, rank_by: str | None = None, **kw) -> pd.DataFrame:
+    """% change of Var(theta-hat) (and sigma2_delta with an object) per single-factor change, best first.
+
+    Ranked by ``rank_by`` ("var_abs" or "sigma2_delta"; default :func:`ranking_quantity`), with every change
+    that moves it by less than :data:`NEGLIGIBLE_PCT` after those that move it more."""
     base = project(vc, **kw)
     rows = []
     for label, counts, reps in changes or default_interventions(vc):
@@ -399,9 +418,14 @@ def interventions(vc: VarianceComponents, changes=None, **kw) -> pd.DataFrame:
                                         if base.sigma2_delta and base.sigma2_delta > 0 else math.nan),
         })
     frame = pd.DataFrame(rows)
-    key = "pct_change_sigma2_delta" if base.object and frame["pct_change_sigma2_delta"].notna().any() \
-        else "pct_change_var_abs"
-    return frame.sort_values(key, kind="stable").reset_index(drop=True)
+    quantity = rank_by or ranking_quantity(vc)
+    key = f"pct_change_{quantity}"
+    if quantity == "sigma2_delta" and not frame[key].notna().any():
+        key = "pct_change_var_abs"
+    negligible = ~(frame[key].abs() >= NEGLIGIBLE_PCT)  # NaN (no such quantity) is negligible too
+    frame = frame.assign(_negligible=negligible).sort_values(["_negligible", key], kind="stable")
+    frame.attrs["ranked_by"] = key.removeprefix("pct_change_")
+    return frame.drop(columns="_negligible").reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------

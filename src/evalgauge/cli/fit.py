@@ -399,7 +399,10 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         # with a comparison, the leaderboard above already gives each system its own interval
         if result.object_interval is not None and result.comparison is None:
             print_object_scores(result.object_interval, result.object_scores, c)
-        inter = Table(title="Single-factor interventions (% change)")
+        ranked = result.interventions.attrs.get("ranked_by", "var_abs")
+        inter = Table(title="Single-factor interventions (% change; ranked by "
+                      f"{'sigma2_delta' if ranked == 'sigma2_delta' else 'Var(theta-hat)'}, those moving it "
+                      "less than 1% last)")
         for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
             inter.add_column(col, justify="left" if col == "intervention" else "right")
         for r in result.interventions.to_dict(orient="records"):

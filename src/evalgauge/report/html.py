@@ -207,7 +207,9 @@ def render(a: Analysis) -> str:
     if vc.reml is not None:  # the model the likelihood fit was of, as lme4 writes it
         parts.append(f"<p class='muted'>Model: <code>{escape(vc.reml['formula'])}</code></p>")
     parts.append(f"<img alt='variance shares' src='data:image/png;base64,{figs['shares']}'>")
-    parts.append("<h2>What to change</h2>" + _table(
+    ranked = "sigma2_delta" if a.interventions.attrs.get("ranked_by") == "sigma2_delta" else "Var(theta-hat)"
+    parts.append(f"<h2>What to change</h2><p class='muted'>Ranked by the change in {ranked}; a change "
+                 "of less than 1% is listed last.</p>" + _table(
         ["intervention", "% change Var(theta-hat)", "% change sigma2_delta"],
         [[r["intervention"], _num(r["pct_change_var_abs"], "+.1f"), _num(r["pct_change_sigma2_delta"], "+.1f")]
          for r in a.interventions.to_dict(orient="records")]))
