@@ -1,6 +1,7 @@
 """Standard errors and parametric-bootstrap intervals of the components."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from evalgauge.estimate import estimate_components
@@ -83,3 +84,39 @@ def test_bad_interval_options(balanced):
     from evalgauge.errors import DesignError
     with pytest.raises(DesignError, match="level"):
         estimate_components(frame, spec.design(), level=1.5)
+
+
+def test_theta_hats_interval_stays_inside_the_scale_with_its_method_named(tmp_path):
+    """A share near 0 and five judges that disagree (rates 0-30%): the normal interval would reach below 0;
+    the analysis gives the logit interval (inside 0-1) and names it, in the terminal and the JSON. A 1-5
+    rating near its top (a run's declared scale) is clipped at 5, said as such."""
+    import json
+
+    from click.testing import CliRunner
+
+    import evalgauge as eg
+    from evalgauge.cli import main
+    from evalgauge.inference import bounded_interval, theta_interval
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(40):
+        for judge, rate in (("j1", 0.0), ("j2", 0.02), ("j3", 0.05), ("j4", 0.1), ("j5", 0.3)):
+            for rep in (1, 2):
+                rows.append({"item": f"t{i}", "judge": judge, "replicate": rep, "score": float(rng.random() < rate)})
+    path = tmp_path / "labels.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    out = CliRunner().invoke(main, ["analyze", str(path), "--json", str(tmp_path / "a.json")])
+    assert out.exit_code == 0, out.output
+    theta = json.loads((tmp_path / "a.json").read_text())["theta"]
+    assert theta["method"].startswith("logit") and theta["scale"] == [0.0, 1.0]
+    assert 0.0 <= theta["low"] < theta["estimate"] < theta["high"] <= 1.0
+    assert theta["estimate"] - 2 * theta["se"] < 0  # the normal one would have left the scale
+    assert "logit (the normal interval left 0-1)" in out.output
+    # a rating near the top of its declared scale
+    ratings = pd.DataFrame(rows).assign(score=lambda f: 4.6 + f["score"] * 0.4)
+    vc = estimate_components(ratings, eg.infer_design(ratings))
+    ci = theta_interval(vc, bounds=("scale", 1.0, 5.0))
+    assert ci.high <= 5.0 and ci.low >= 1.0
+    _, high, how = bounded_interval(np.array([4.9]), np.array([0.2]), np.array([2.0]), ("scale", 1.0, 5.0))
+    assert high[0] == 5.0 and "clipped" in how

@@ -29,6 +29,9 @@ from .components import VarianceComponents
 from .errors import DesignError
 from .results import Result, json_safe
 
+#: the method of an interval that is estimate +- q SE
+NORMAL = "normal"
+
 
 @dataclass(frozen=True)
 class ThetaInterval(Result):
@@ -44,6 +47,10 @@ class ThetaInterval(Result):
     naive_high: float
     level: float
     sampling_facet: str
+    #: the range a mean of the scores cannot leave (:func:`score_bounds`), and how the intervals were kept
+    #: inside it (:func:`bounded_interval`; "normal" when estimate +- q SE did not reach past it)
+    scale: tuple[float, float] | None = None
+    method: str = NORMAL
 
     @property
     def se_ratio(self) -> float:
@@ -53,7 +60,10 @@ class ThetaInterval(Result):
     def to_dict(self) -> dict:
         out = {"estimate": self.estimate, "se": self.se, "df": self.df, "low": self.low, "high": self.high,
                "naive_se": self.naive_se, "naive_low": self.naive_low, "naive_high": self.naive_high,
-               "se_ratio": self.se_ratio, "level": self.level, "naive_counts": self.sampling_facet}
+               "se_ratio": self.se_ratio, "level": self.level, "naive_counts": self.sampling_facet,
+               "method": self.method}
+        if self.scale:
+            out["scale"] = list(self.scale)
         return json_safe(out)
 
 
@@ -84,13 +94,14 @@ def satterthwaite_df(vc: VarianceComponents, coefficients: np.ndarray) -> float:
 
 
 def theta_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: str | None = None,
-                   **project_kw) -> ThetaInterval:
+                   bounds: tuple[str, float, float] | None = None, **project_kw) -> ThetaInterval:
     """The full CI of theta-hat at the observed design, with Satterthwaite df, beside the naive CI.
 
     The naive variance keeps only the terms that contain the sampling facet
     (default: item, else the object of measurement): what s/sqrt(N) over item
     means, or a bootstrap over items, estimates. Var(theta-hat) at the observed
-    design equals the squared SE of the grand mean from the fit (tested).
+    design equals the squared SE of the grand mean from the fit (tested). With ``bounds`` (a share in 0-1, a
+    1-5 rating: :func:`score_bounds`) both intervals stay inside them (:func:`bounded_interval`).
     """
     facet = sampling_facet or default_sampling_facet(vc)
     if facet not in vc.levels:
@@ -109,8 +120,20 @@ def theta_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: 
                     if c.name in projection.contributions and facet in dstudy.term_facets(c, vc))
     naive_se = math.sqrt(max(naive_var, 0.0))
     z = float(ndtri(0.5 + level / 2))
-    return ThetaInterval(est, se, df, est - q * se, est + q * se, naive_se, est - z * naive_se, est + z * naive_se,
-                         level, facet)
+    low, high, method = _inside(est, se, q, bounds)
+    naive_low, naive_high, _ = _inside(est, naive_se, z, bounds)
+    return ThetaInterval(est, se, df, low, high, naive_se, naive_low, naive_high, level, facet,
+                         (bounds[1], bounds[2]) if bounds else None, method)
+
+
+def _inside(est: float, se: float, q: float, bounds) -> tuple[float, float, str]:
+    """est +- q SE, or, only when that leaves ``bounds``, :func:`bounded_interval`'s interval, with the method."""
+    low, high = est - q * se, est + q * se
+    if bounds is None or (bounds[1] <= low and high <= bounds[2]) or not (math.isfinite(low) and math.isfinite(high)):
+        return low, high, NORMAL
+    (low,), (high,), _ = bounded_interval(np.array([est]), np.array([se]), np.array([q]), bounds)
+    how = "logit" if bounds[0] == "proportion" else "clipped"
+    return float(low), float(high), f"{how} (the normal interval left {bounds[1]:g}-{bounds[2]:g})"
 
 
 def default_sampling_facet(vc: VarianceComponents) -> str | None:
@@ -278,6 +301,17 @@ def score_bounds(y: np.ndarray) -> tuple[str, float, float] | None:
         return ("proportion", 0.0, 1.0)
     if np.all(y == np.round(y)) and np.unique(y).size <= 11:
         return ("scale", float(y.min()), float(y.max()))
+    return None
+
+
+def cells_bounds(cells) -> tuple[str, float, float] | None:
+    """:func:`score_bounds` from cell statistics alone (an engine's reduction: n, sum and sum of squares per
+    cell): 0-1 scores hold y^2 = y, so every cell's sum of squares equals its sum exactly when every score is
+    0 or 1."""
+    total, squares = np.asarray(cells["sum"], dtype=float), np.asarray(cells["sum_squares"], dtype=float)
+    n = np.asarray(cells["n"], dtype=float)
+    if total.size and np.allclose(squares, total, rtol=1e-12, atol=1e-9) and (total >= 0).all() and (total <= n).all():
+        return ("proportion", 0.0, 1.0)
     return None
 
 

@@ -47,6 +47,8 @@ class Analysis(Result):
     object_interval: ObjectInterval | None = None  # one system's score: full vs naive error
     object_scores: pd.DataFrame | None = None  # each system's mean with both intervals
     comparison: Any = None  # evalgauge.compare.Comparison: which system is better
+    #: the range a mean of the scores cannot leave (:func:`judgments_bounds`); every interval stays inside it
+    bounds: tuple | None = None
 
     def to_dict(self) -> dict:
         out = {
@@ -112,11 +114,12 @@ def derive(judgments: Judgments, spec: ModelSpec, components: VarianceComponents
     judge = vc.role("judge")
     # the items: a facet, or the object itself when items are what is measured (TEE): theta-hat's curve over N
     item = vc.role("item") or (vc.object if vocabulary.role_of(vc.object or "") == "item" else None)
-    theta = _theta_or_none(vc)
+    bounds = judgments_bounds(judgments, spec.score, run_meta)
+    theta = _theta_or_none(vc, bounds)
     if theta is not None and theta.df < 1:  # an interval on less than one degree of freedom is not a result
         theta = None
     result = Analysis(judgments.source, vc, theta, dstudy.project(vc), dstudy.interventions(vc), judge, item,
-                      diagnostics=diagnostics, run_meta=run_meta)
+                      diagnostics=diagnostics, run_meta=run_meta, bounds=bounds)
     if vc.object and judge and judge != vc.object:
         result.ceiling = dstudy.ceiling(vc, judge, 1)
         result.judges_needed = dstudy.needed(vc, judge, target_erho2)
@@ -132,6 +135,8 @@ def derive(judgments: Judgments, spec: ModelSpec, components: VarianceComponents
             result.object_scores = pd.DataFrame({
                 vc.object: sysf["object"], "mean": sysf["mean"], "n": sysf["n"], "low": sysf["low"],
                 "high": sysf["high"], "naive_low": sysf["naive_low"], "naive_high": sysf["naive_high"]})
+        else:  # one object: its interval kept inside the scale here (a comparison's board keeps its own inside)
+            result.object_scores = _bounded_rows(result.object_scores, bounds)
     if run_meta.get("adaptive"):
         result.adaptive = json.loads(run_meta["adaptive"])
     result.checklist = checklist(vc, run_meta, diagnostics)
@@ -169,12 +174,47 @@ def derive_pairwise(judgments: Judgments, *, method: str = "auto", target_erho2:
     return result
 
 
-def _theta_or_none(vc):
+def _theta_or_none(vc, bounds=None):
     try:
-        return theta_interval(vc)
+        return theta_interval(vc, bounds=bounds)
     except DesignError:
         return None
 
+
+def judgments_bounds(judgments: Judgments, score: str, run_meta: dict | None = None):
+    """The range a mean of the scores cannot leave: the run's own scale (its ``scale`` record, "low,high": a
+    likert run's scale_min..scale_max, 0-1 for binary and pairwise verdicts), else what the scores show
+    (:func:`evalgauge.inference.score_bounds`)."""
+    from ..inference import score_bounds
+
+    text = (run_meta or {}).get("scale")
+    if text:
+        try:
+            low, high = (float(v) for v in str(text).split(","))
+            return ("proportion" if (low, high) == (0.0, 1.0) else "scale", low, high)
+        except ValueError:
+            pass
+    if score not in judgments.frame:
+        return None
+    return score_bounds(pd.to_numeric(judgments.frame[score], errors="coerce").to_numpy())
+
+
+def _bounded_rows(frame: pd.DataFrame, bounds) -> pd.DataFrame:
+    """Each object's full and naive intervals around its ``mean`` kept inside ``bounds``
+    (:func:`evalgauge.inference.bounded_interval`, from each row's own half-width)."""
+    from ..inference import bounded_interval
+
+    if bounds is None or frame.empty:
+        return frame
+    out = frame.copy()
+    mean = out["mean"].to_numpy(dtype=float)
+    for lo, hi in (("low", "high"), ("naive_low", "naive_high")):
+        low, high = out[lo].to_numpy(dtype=float), out[hi].to_numpy(dtype=float)
+        leaves = (low < bounds[1]) | (high > bounds[2])  # an interval inside the scale is left as it is
+        if leaves.any():
+            new_low, new_high, _ = bounded_interval(mean, (high - low) / 2, np.ones_like(low), bounds)
+            out[lo], out[hi] = np.where(leaves, new_low, low), np.where(leaves, new_high, high)
+    return out
 
 
 def single_run(judgments: Judgments, spec: ModelSpec, *, level: float = 0.95, assumed: dict | None = None):
@@ -196,13 +236,14 @@ def single_run(judgments: Judgments, spec: ModelSpec, *, level: float = 0.95, as
                                assumed=assumed, one_level=one_level)
 
 
-def components_summary(result: VarianceComponents) -> dict:
-    """The result's JSON plus theta-hat's intervals, Var(theta-hat) shares and bootstrapped derived numbers."""
+def components_summary(result: VarianceComponents, bounds=None) -> dict:
+    """The result's JSON plus theta-hat's intervals (inside ``bounds``, :func:`judgments_bounds`), Var(theta-hat)
+    shares and bootstrapped derived numbers."""
     from ..inference import bootstrap_derived, default_sampling_facet, object_interval
 
     payload = result.to_dict()
     try:
-        theta = theta_interval(result)
+        theta = theta_interval(result, bounds=bounds)
         if theta.df < 1:  # never printed as a result
             raise DesignError(
                 f"theta-hat's interval rests on {theta.df:.2g} degree(s) of freedom (Satterthwaite): the components "

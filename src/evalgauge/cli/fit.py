@@ -107,10 +107,11 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
         return
     result = estimate_components(data, model, method=method, drop_missing=drop_missing, progress=_fit_progress(),
                                  **boot)
-    from ..analysis.gstudy import components_summary
+    from ..analysis.gstudy import components_summary, judgments_bounds
 
-    payload = components_summary(result)
-    _emit(payload, json_out, lambda c: print_components(result, c))
+    bounds = judgments_bounds(data, model.score, None) if hasattr(data, "frame") else None
+    payload = components_summary(result, bounds)
+    _emit(payload, json_out, lambda c: print_components(result, c, bounds))
 
 
 def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
@@ -132,12 +133,14 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
                                preload=("pandas", "evalgauge.estimate", "evalgauge.analysis.gstudy"))
     from ..analysis.gstudy import components_summary
     from ..estimate import estimate_from_sums
+    from ..inference import cells_bounds
 
     result = estimate_from_sums(cells, score=score or "score", source=data, facets=facets, nest=nest, fixed=fixed,
                                 object=object_, terms=terms, max_order=max_order, progress=_fit_progress())
-    payload = components_summary(result)
+    bounds = cells_bounds(cells)
+    payload = components_summary(result, bounds)
     payload["engine"] = {"name": engine, **info}
-    _emit(payload, json_out, lambda c: (print_components(result, c), c.print(
+    _emit(payload, json_out, lambda c: (print_components(result, c, bounds), c.print(
         f"engine: {engine} reduced {info['rows']:,} judgments in {info['files']} file(s) to {info['cells']:,} cells"
         + (f"; {info['empty_dropped']} empty score(s) dropped" if info["empty_dropped"] else "") + ".")))
 
@@ -393,7 +396,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
             c.print("Judges' within-call spread (the SD of each call's distribution over the scale, output = "
                     "\"logprobs\"; the judge's own uncertainty, not counted in the components): " + ", ".join(
                         f"{r['judge']} {r['mean_spread']:.3g} (mean of {r['calls']} calls)" for r in spread) + ".")
-        print_components(result.components, c)
+        print_components(result.components, c, result.bounds)
         if result.ceiling:
             print_ceiling(result, c)
         # with a comparison, the leaderboard above already gives each system its own interval

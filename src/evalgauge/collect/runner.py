@@ -215,6 +215,9 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
     store.set_meta("fingerprint", cfg.fingerprint())
     store.set_meta("config", str(cfg.path))
     store.set_meta("mode", cfg.mode)
+    scale = run_scale(cfg)
+    if scale is not None:  # the range a mean of the verdicts cannot leave, for the analysis' intervals
+        store.set_meta("scale", f"{scale[0]:g},{scale[1]:g}")
     lost, lost_usd = store.reclaim_inflight()
     done = store.done_keys()
     summary = RunSummary(planned=count_tasks(cfg), already_done=len(done), cost_usd=store.cost())
@@ -281,6 +284,19 @@ def _flag_notes(summary: RunSummary) -> None:
         summary.notes.append(f"{summary.billed_failures} repl{'y' if summary.billed_failures == 1 else 'ies'} "
                              "the provider may have billed gave no usable completion (malformed, cut short or too "
                              "long); each counts its worst-case cost as spent.")
+
+
+def run_scale(cfg: RunConfig) -> tuple[float, float] | None:
+    """The scale of a run's verdicts: a likert run's scale_min..scale_max, 0..1 for binary and pairwise verdicts
+    (and the preference and grade protocols), None for numeric scores and choice letters."""
+    from ..protocols import UNSCALED
+
+    protocols = {cfg.protocol, *(p for _, p, _ in cfg.variant_protocols)} - {None}
+    if cfg.mode in ("binary", "pairwise") or (protocols and protocols <= set(UNSCALED)):
+        return (0.0, 1.0)
+    if cfg.mode == "likert" and not protocols & set(UNSCALED):
+        return (float(cfg.scale_min), float(cfg.scale_max))
+    return None
 
 
 def _stop_on_signals(summary: RunSummary) -> list:

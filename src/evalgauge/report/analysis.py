@@ -98,6 +98,12 @@ def _run_info(record) -> tuple[dict, dict]:
             meta["variants"] = [{"id": v.id, "template": v.template} for v in cfg.variants]
             meta["system_prompt"] = cfg.system_prompt
             meta["judges"] = [{"name": j.name, "model": j.model, "provider": j.provider} for j in cfg.judges]
+            if "scale" not in meta:  # a run database written before the run recorded its scale
+                from ..collect.runner import run_scale
+
+                scale = run_scale(cfg)
+                if scale is not None:
+                    meta["scale"] = f"{scale[0]:g},{scale[1]:g}"
         except Exception:  # the report still works without the configuration
             pass
     return diag, meta

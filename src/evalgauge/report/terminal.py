@@ -169,8 +169,8 @@ def print_object_scores(interval, scores, console, limit: int = 20) -> None:
         console.print(f"({len(scores) - limit} more in --json and the report)")
 
 
-def print_components(result: VarianceComponents, console: Console) -> None:
-    """The components table, then the design line and any notes."""
+def print_components(result: VarianceComponents, console: Console, bounds=None) -> None:
+    """The components table, then the design line and any notes; theta-hat's interval inside ``bounds``."""
     table = Table(title=f"Variance components ({result.method}, {result.n_obs} observations)")
     ci = result.intervals is not None
     columns = [("component", "left"), ("kind", "left"), ("variance", "right"), ("SE", "right")]
@@ -182,7 +182,7 @@ def print_components(result: VarianceComponents, console: Console) -> None:
         table.add_column(col, justify=justify)
     from ..analysis.gstudy import components_summary
 
-    payload = components_summary(result)
+    payload = components_summary(result, bounds)
     for c, comp in zip(result.components, payload["components"], strict=True):
         name = c.name + (f" (= {c.confounded_with} + e)" if c.confounded_with else "")
         row = [name, c.kind, f"{c.variance:.6g}", number(c.se, ".3g")]

@@ -14,8 +14,10 @@ def _df(value) -> str:
 def theta_sentence(theta: dict) -> str:
     """theta-hat with its full interval beside the naive one (TEE eq. 3 against item sampling alone)."""
     pct = f"{100 * theta['level']:g}%"
+    method = theta.get("method") or "normal"
+    how = "" if method == "normal" else f", {method}"
     return (f"theta-hat = {theta['estimate']:.5g}: full {pct} CI [{theta['low']:.5g}, {theta['high']:.5g}] "
-            f"(SE {theta['se']:.4g}, Satterthwaite df {_df(theta['df'])}); naive {pct} CI counting only "
+            f"(SE {theta['se']:.4g}, Satterthwaite df {_df(theta['df'])}{how}); naive {pct} CI counting only "
             f"{theta['naive_counts']} sampling [{theta['naive_low']:.5g}, {theta['naive_high']:.5g}] "
             f"(SE {theta['naive_se']:.4g}); the full SE is {theta['se_ratio']:.2f}x the naive.")
 
