@@ -283,3 +283,32 @@ def test_pairs_shown_in_both_orders_on_the_grid_and_on_distinct_pairs():
             pairs = set(zip(a.tolist(), b.tolist(), strict=True))
             assert _shown_both_ways(a, b, m) == any((y, x) in pairs for x, y in pairs)
     assert _shown_both_ways(np.array([0, 1]), np.array([1, 0]), 5000)  # the distinct-pairs branch, both ways
+
+
+@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+def test_chatbot_arenas_question_id_names_the_items(tmp_path, engine):
+    """Chatbot Arena's battles name their prompts in question_id: read as the items, the honest interval
+    resamples them (it once equalled the naive one while the note said items were resampled)."""
+    rng = np.random.default_rng(3)
+    systems = ["a", "b", "c", "d"]
+    strength = {"a": 0.6, "b": 0.2, "c": -0.1, "d": -0.7}
+    hard = rng.normal(0, 1.0, 60)
+    rows = []
+    for q in range(60):
+        for _ in range(6):
+            i, j = rng.choice(4, 2, replace=False)
+            sa, sb = systems[i], systems[j]
+            # each prompt favours some systems: an item x system effect that only item resampling sees
+            p = 1 / (1 + np.exp(-(strength[sa] - strength[sb] + hard[q] * (i - j) * 0.3)))
+            rows.append({"question_id": f"q{q}", "model_a": sa, "model_b": sb,
+                         "winner": "model_a" if rng.random() < p else "model_b"})
+    path = tmp_path / "arena.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    out = CliRunner().invoke(main, ["pairwise", str(path), "--engine", engine, "--bootstrap", "200",
+                                    "--no-components", "--json", str(tmp_path / "p.json")])
+    assert out.exit_code == 0, out.output
+    payload = json.loads((tmp_path / "p.json").read_text())
+    assert "question_id" in out.output  # the note says which column the items are
+    table = pd.DataFrame(payload["bradley_terry"])
+    width = lambda lo, hi: (table[hi] - table[lo]).to_numpy()  # noqa: E731
+    assert (width("tee_low", "tee_high") != width("naive_low", "naive_high")).any()

@@ -46,11 +46,27 @@ class Battles:
         return int(self.outcome.size)
 
 
+def item_column(columns) -> str | None:
+    """The column that names a pairwise log's items: ``item``, else one of the item names of other tools
+    (Chatbot Arena's ``question_id``, lm-eval's ``doc_id``, ``instruction_id``). Without it every battle is
+    its own item and no item resampling is possible."""
+    from . import vocabulary
+
+    columns = list(columns)
+    if "item" in columns:
+        return "item"
+    return next((c for c in vocabulary.ITEM_NAMES if c in columns), None)
+
+
 def code_battles(data, *, winner: str = "winner") -> Battles:
-    """Code model_a / model_b / winner rows (a judgments table or data frame) as integer battles."""
+    """Code model_a / model_b / winner rows (a judgments table or data frame) as integer battles; the items are
+    in :func:`item_column` (renamed ``item``)."""
     judgments = as_judgments(data)
     require_columns(judgments, ["model_a", "model_b", winner])
     frame = judgments.frame.copy()
+    named = item_column(frame.columns)
+    if named not in (None, "item"):
+        frame = frame.rename(columns={named: "item"})
     # code each column once: the checks run on the distinct values (a few hundred), not on every row
     coded = {}
     for col in ("model_a", "model_b", winner):

@@ -30,6 +30,7 @@ from ..pairwise import (
     count_battles,
     fit_bt,
     human_agreement,
+    item_column,
     position_bias,
     separated_systems,
     slot_is_presentation_order,
@@ -75,12 +76,16 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
     says them.
     """
     battles = code_battles(judgments)
+    notes: list[str] = []
+    named = item_column(judgments.frame.columns)
+    if named not in (None, "item"):
+        notes.append(f"items: the column '{named}' (each battle is a pair of systems on one of its items; the "
+                     "intervals resample them). Name another with --item.")
     for name, param in ((baseline, "baseline"), (reference, "reference")):
         if name is not None and name not in battles.systems:
             raise DataError(f"`{param}` '{name}' is not among the systems ({', '.join(battles.systems)}).")
     if human and human not in battles.frame:
         raise DataError(f"{judgments.source}: no column '{human}' for the human votes (`human`).")
-    notes: list[str] = []
     counts = count_battles(battles, _weights(battles, judgments.source, notes))
     return _analyze(counts, battles, judgments.source, notes, reference=reference, baseline=baseline,
                     position=position, n_boot=n_boot, seed=seed, human=human, method=method,

@@ -201,6 +201,10 @@ def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, mast
     result = analyze_battle_counts(counts, source=data, **options)
     if "human_agreement" in info:
         result.payload["human_agreement"] = info.pop("human_agreement")
+    if info.get("item_column") not in (None, "item"):
+        result.notes.append(f"items: the column '{info['item_column']}' (each battle is a pair of systems on one "
+                            "of its items; the intervals resample them). Name another with --item.")
+    info.pop("item_column", None)
     result.notes.append(f"engine: {engine} reduced {info['rows']:,} judgments in {info['files']} file(s) to "
                         f"{info['entries']:,} distinct battles x verdicts.")
     result.payload["engine"] = {"name": engine, **info}

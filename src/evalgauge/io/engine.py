@@ -941,11 +941,15 @@ def _pair_roles(columns: list[str], rename: dict[str, str], source) -> tuple[dic
     """Each role's column in the file (model_a, model_b, winner required; item, weight, judge and variant when
     present; the human vote when named; a column named in ``rename`` must exist) and whether an order/position
     column says slot A is the order shown."""
+    from ..pairwise import item_column
+
     roles = {}
     for role in _PAIR_VIEW:
         if role == "human" and role not in rename:  # the human votes only when asked for, by their column
             continue
         column = rename.get(role, role)
+        if role == "item" and role not in rename:  # Chatbot Arena's question_id and the like name the items
+            column = item_column(columns) or column
         if column in columns:
             roles[role] = column
         elif role in rename:  # a column the user named: never left out in silence
@@ -1067,7 +1071,10 @@ def _reduce_pairs_duckdb(data: Parts, rename: dict[str, str], source, preload: t
                               [str(value)] * where.count("?")).fetchone()
             return row[0] if row else None
 
-        return _finish_pairs(raw, list(found), source, order, len(data.files), first_file)
+        counts, info = _finish_pairs(raw, list(found), source, order, len(data.files), first_file)
+        if found.get("item") not in (None, "item"):  # items under another tool's name (question_id)
+            info["item_column"] = found["item"]
+        return counts, info
     finally:
         con.close()
 
