@@ -280,3 +280,76 @@ def _next_command(frame: pd.DataFrame, out: str) -> str:
             "item-sampling interval and names what one system, judge and run cannot measure; add --assume "
             "TERM=VARIANCE for components you know, or import more judges or runs to measure them)")
 
+
+
+@main.command()
+@click.argument("data", type=click.Path(path_type=str))
+@click.option("--label", "label", default="label", show_default=True, metavar="COL",
+              help="The column holding each judgment's class (text).")
+@click.option("--classes", help="The label set in order, comma-separated (default: the labels found).")
+@click.option("--facets", help="Facet columns, comma-separated (default: recognised names).")
+@click.option("--nest", help="Nesting as parent/child, comma-separated (e.g. category/item); 'none': none.")
+@click.option("--replicate", help="Column numbering repeated calls of a cell ('auto': number in file order).")
+@click.option("--fixed", help="Fixed facets, comma-separated (default: temperature, position, order).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
+@json_option("the shares, agreement and confusion")
+@text_options
+@user_errors
+@writes(("data",), json_out="--json")
+def labels(data, label, classes, facets, nest, replicate, fixed, level, json_out, encoding, sep) -> None:
+    """Categorical labels (favor / against / neutral): each class's share with its honest interval inside 0-1,
+    Krippendorff's alpha across judges, variants, temperatures and replicates, and the confusion between them.
+
+    \b
+    Examples:
+      evalgauge labels stance.csv --classes favor,against,neutral
+      evalgauge labels run.sqlite --json labels.json
+    """
+    from ..design import infer_design
+    from ..estimate import estimate_components
+    from ..io import read_input
+    from ..labels import analyze_labels
+
+    judgments, _ = read_input(data, encoding=encoding, sep=sep)
+    frame = judgments.frame
+    if label not in frame:
+        raise EvalGaugeError(f"{data}: no column '{label}' (the columns are {', '.join(map(str, frame.columns))}); "
+                             "name the label column with --label.")
+    probe = infer_design(frame.drop(columns=[label]).assign(__share=0.0), score="__share", facets=facets, nest=nest,
+                         replicate=replicate, fixed=fixed, object="item" if "item" in frame else None)
+
+    def fit(indicator, score):
+        design = infer_design(indicator, score=score, facets=list(probe.names), nest=nest, replicate=replicate,
+                              fixed=fixed, object=probe.object)
+        return estimate_components(indicator, design)
+
+    result = analyze_labels(frame, fit, label=label, facets=list(probe.names), replicate=probe.replicate,
+                            classes=[c.strip() for c in classes.split(",")] if classes else None, level=level)
+
+    def show(c):
+        pct = f"{100 * level:g}%"
+        t = Table(title=f"Share of each class ({label}; full {pct} interval: every source of error, TEE eq. 3 on "
+                        "the class indicator; naive: item sampling only)")
+        for col in ("class", "share", f"full {pct}", f"naive {pct}", "method"):
+            t.add_column(col, justify="left" if col in ("class", "method") else "right")
+        for r in result.shares.to_dict(orient="records"):
+            t.add_row(r["class"], f"{100 * r['share']:.1f}%", f"[{100 * r['low']:.1f}%, {100 * r['high']:.1f}%]",
+                      f"[{100 * r['naive_low']:.1f}%, {100 * r['naive_high']:.1f}%]", r["method"])
+        c.print(t)
+        for r in result.agreement.to_dict(orient="records"):
+            alpha = "not defined (no variation)" if r["alpha"] != r["alpha"] else f"{r['alpha']:.3f}"
+            c.print(f"Krippendorff's alpha (nominal) across {r['facet']}s: {alpha} ({r['units']:,} units, "
+                    f"{r['values']:,} labels).")
+        for facet, table in result.confusion.items():
+            if table.empty:
+                continue
+            off = table[table["label_a"] != table["label_b"]].nlargest(3, "count")
+            common = "; ".join(f"{r['a']}={r['label_a']} vs {r['b']}={r['label_b']} ({r['count']})"
+                               for r in off.to_dict(orient="records"))
+            disagree = int(table.loc[table["label_a"] != table["label_b"], "count"].sum())
+            c.print(f"Confusion across {facet}s: {disagree:,} of {int(table['count'].sum()):,} paired labels "
+                    "disagree" + (f"; the commonest: {common}" if common else "") + ".")
+        for note in result.notes:
+            c.print(Text("note: ", style="yellow") + Text(note))
+
+    _emit(result.to_dict(), json_out, show)

@@ -1,0 +1,118 @@
+"""Categorical labels (issue 39.2): each class's share with its TEE interval inside 0-1, Krippendorff's alpha
+for nominal data equal to the `krippendorff` package's, the confusion between judges, and the coverage of the
+shares' intervals measured by simulation."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evalgauge.cli import main
+from evalgauge.design import infer_design
+from evalgauge.estimate import estimate_components
+from evalgauge.labels import analyze_labels, krippendorff_nominal
+
+CLASSES = ["favor", "against", "neutral"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 5), st.integers(2, 25), st.integers(2, 4), st.floats(0.0, 0.5), st.integers(0, 10**6))
+def test_alpha_equals_the_krippendorff_package(coders, units, classes, missing, seed):
+    krippendorff = pytest.importorskip("krippendorff")
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, classes, (coders, units)).astype(float)
+    data[rng.random(data.shape) < missing] = np.nan
+    u, c = np.nonzero(~np.isnan(data.T))  # (unit, coder) of each value
+    values = data.T[u, c]
+    ours = krippendorff_nominal(u, values)
+    pairable = (np.sum(~np.isnan(data), axis=0) >= 2).sum()
+    distinct = np.unique(data[:, np.sum(~np.isnan(data), axis=0) >= 2][~np.isnan(data[:, np.sum(~np.isnan(data),
+                                                                                             axis=0) >= 2])])
+    if pairable == 0 or distinct.size < 2:
+        assert np.isnan(ours)
+        return
+    theirs = krippendorff.alpha(reliability_data=data, level_of_measurement="nominal")
+    assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+
+
+def _panel(rng, items=50, judges=4, variants=2, reps=2, judge_sd=0.5, base=(0.6, 0.0, -0.8)):
+    """Labels from a multinomial model: each item's class logits (random), each judge's bias towards a class
+    (random), Gumbel noise on every call."""
+    item_logit = rng.normal(0, 1.0, (items, 3)) + np.array(base)
+    judge_bias = rng.normal(0, judge_sd, (judges, 3))
+    rows = []
+    for i in range(items):
+        for j in range(judges):
+            for v in range(variants):
+                for r in range(1, reps + 1):
+                    u = item_logit[i] + judge_bias[j] + rng.gumbel(size=3)
+                    rows.append({"item": f"t{i}", "judge": f"j{j}", "variant": f"v{v}", "replicate": r,
+                                 "label": CLASSES[int(np.argmax(u))]})
+    return pd.DataFrame(rows)
+
+
+def _fit(indicator, score):
+    return estimate_components(indicator, infer_design(indicator, score=score, facets=["item", "judge", "variant"],
+                                                       replicate="replicate", object="item"))
+
+
+def test_shares_add_to_one_and_stay_inside_the_scale():
+    rng = np.random.default_rng(2)
+    frame = _panel(rng, base=(2.5, 0.0, -3.0))  # neutral is rare: its normal interval would cross 0
+    result = analyze_labels(frame, _fit, facets=["item", "judge", "variant"], replicate="replicate",
+                            classes=CLASSES)
+    shares = result.shares.set_index("class")
+    assert shares["share"].sum() == pytest.approx(1.0)
+    assert ((shares["low"] >= 0) & (shares["high"] <= 1) & (shares["naive_low"] >= 0)).all()
+    observed = frame["label"].value_counts(normalize=True)
+    for k in CLASSES:  # a balanced design: the share is the share of the judgments
+        assert shares.loc[k, "share"] == pytest.approx(observed.get(k, 0.0))
+    assert shares.loc["neutral", "method"].startswith("logit")
+    assert set(result.agreement["facet"]) == {"judge", "variant", "replicate"}
+
+
+def test_the_labels_command_on_a_file(tmp_path):
+    frame = _panel(np.random.default_rng(4))
+    frame.to_csv(tmp_path / "stance.csv", index=False)
+    out = CliRunner().invoke(main, ["labels", str(tmp_path / "stance.csv"), "--classes", ",".join(CLASSES),
+                                    "--json", str(tmp_path / "l.json")])
+    assert out.exit_code == 0, out.output
+    payload = json.loads((tmp_path / "l.json").read_text())
+    assert [r["class"] for r in payload["shares"]] == CLASSES
+    assert "Krippendorff's alpha (nominal) across judges" in out.output and "Confusion across judges" in out.output
+    judges = pd.DataFrame(payload["confusion"]["judge"])
+    assert judges["count"].sum() == 6 * 50 * 2 * 2  # 6 pairs of judges x 200 units
+    bad = CliRunner().invoke(main, ["labels", str(tmp_path / "stance.csv"), "--classes", "favor,against"])
+    assert bad.exit_code == 2 and "'neutral'" in bad.output and "Traceback" not in bad.output
+
+
+def _truth(base, judge_sd, draws=2_000_000, seed=99):
+    """The population share of each class: items and judges drawn afresh, by Monte Carlo (SE < 4e-4)."""
+    rng = np.random.default_rng(seed)
+    u = rng.normal(0, 1.0, (draws, 3)) + np.array(base) + rng.normal(0, judge_sd, (draws, 3)) \
+        + rng.gumbel(size=(draws, 3))
+    return np.bincount(np.argmax(u, axis=1), minlength=3) / draws
+
+
+@pytest.mark.slow
+def test_the_shares_intervals_cover_the_population_share():
+    """400 simulated panels (50 items x 4 judges x 2 variants x 2 replicates; items and judges drawn from their
+    populations): each class's full 95% interval covers its population share in about 95% of them. Binomial(400,
+    0.95): sd 1.1 points, so 91.5-98.5% is 3 sd; the naive (item-only) interval under-covers."""
+    base, judge_sd = (0.6, 0.0, -0.8), 0.5
+    truth = _truth(base, judge_sd)
+    rng = np.random.default_rng(7)
+    hits, naive_hits, n = np.zeros(3), np.zeros(3), 400
+    for _ in range(n):
+        result = analyze_labels(_panel(rng, base=base, judge_sd=judge_sd), _fit,
+                                facets=["item", "judge", "variant"], replicate="replicate", classes=CLASSES)
+        s = result.shares
+        hits += ((s["low"] <= truth) & (truth <= s["high"])).to_numpy()
+        naive_hits += ((s["naive_low"] <= truth) & (truth <= s["naive_high"])).to_numpy()
+    coverage = hits / n
+    assert ((coverage >= 0.915) & (coverage <= 0.985)).all(), coverage
+    assert (naive_hits / n < 0.9).all(), naive_hits / n
