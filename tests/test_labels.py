@@ -116,3 +116,47 @@ def test_the_shares_intervals_cover_the_population_share():
     coverage = hits / n
     assert ((coverage >= 0.915) & (coverage <= 0.985)).all(), coverage
     assert (naive_hits / n < 0.9).all(), naive_hits / n
+
+
+def test_a_label_factorial_against_serve_sim_is_read_as_classes(tmp_path, monkeypatch):
+    """mode = "label": serve-sim answers with the class names; the run stores each verdict as its class (its
+    index, with the names in the run's record), and `analyze` and `labels` give shares inside 0-1 and alpha,
+    never a mean of indices. A choice run's letters are classes too."""
+    import sqlite3
+
+    from test_collector import KEY, collect, free_port, write_config
+
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    config = write_config(tmp_path, port, mode="label", items=12, systems=2, reps=2, judges=3)
+    config.write_text(config.read_text().replace('mode = "label"',
+                                                 'mode = "label"\nlabels = ["favor", "against", "neutral"]'))
+    cfg, summary = collect(config, port)
+    assert summary.failed == 0 and summary.completed > 0
+    con = sqlite3.connect(cfg.database)
+    stored = con.execute("SELECT DISTINCT score FROM calls").fetchall()
+    meta = dict(con.execute("SELECT key, value FROM run").fetchall())
+    con.close()
+    assert {s for (s,) in stored} <= {0.0, 1.0, 2.0} and json.loads(meta["labels"]) == CLASSES
+    out = CliRunner().invoke(main, ["analyze", str(cfg.database), "--json", str(tmp_path / "a.json")])
+    assert out.exit_code == 0, out.output
+    assert "Share of each class" in out.output and "theta-hat" not in out.output  # no mean of indices
+    payload = json.loads((tmp_path / "a.json").read_text())
+    shares = pd.DataFrame(payload["shares"])
+    assert set(shares["class"]) == set(CLASSES) and shares["share"].sum() == pytest.approx(1.0)
+    assert ((shares["low"] >= 0) & (shares["high"] <= 1)).all()
+    assert "judge" in {r["facet"] for r in payload["agreement"]}
+
+
+def test_a_label_reply_is_read_by_its_class_never_by_a_word_inside_another(tmp_path):
+    from evalgauge.collect.parsers import parse_score
+
+    labels = ("favor", "against", "neutral")
+    assert parse_score("Neutral", "label", labels=labels) == (2.0, None)
+    assert parse_score("After weighing it: **Stance: against**", "label", labels=labels) == (1.0, None)
+    assert parse_score("Some favor it, some are against it.", "label", labels=labels)[0] is None
+    assert parse_score("It argues in favor.", "label", labels=labels) == (0.0, None)
+    assert parse_score("Label: neutral", "label", labels=labels, cut=True)[0] is None  # cut right after it
+    pair = ("hateful", "not hateful")
+    assert parse_score("This post is not hateful.", "label", labels=pair) == (1.0, None)
+    assert parse_score("This post is hateful.", "label", labels=pair) == (0.0, None)

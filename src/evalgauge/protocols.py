@@ -217,7 +217,8 @@ _LABELS = {"pairwise": {"A": 1.0, "B": 0.0, "tie": 0.5}, "binary": {"yes": 1.0, 
 DIGITS = range(10)
 
 
-def verdict_schema(mode: str, scale_min: int = 1, scale_max: int = 5, choices: str = "ABCD") -> dict:
+def verdict_schema(mode: str, scale_min: int = 1, scale_max: int = 5, choices: str = "ABCD",
+                   labels: tuple[str, ...] = ()) -> dict:
     """The JSON schema a structured answer must follow: an object whose ``score`` is one of the mode's values.
 
     The values are an ``enum``, not a ``minimum``/``maximum``: a grammar compiled from a schema (llama.cpp,
@@ -229,13 +230,15 @@ def verdict_schema(mode: str, scale_min: int = 1, scale_max: int = 5, choices: s
         score = {"type": "number"}
     elif mode == "choice":
         score = {"type": "string", "enum": list(choices)}
+    elif mode == "label":
+        score = {"type": "string", "enum": list(labels)}
     else:
         score = {"type": "string", "enum": list(_LABELS[mode])}
     return {"type": "object", "properties": {"score": score}, "required": ["score"], "additionalProperties": False}
 
 
 def read_structured(text: str | None, mode: str, *, scale_min: int = 1, scale_max: int = 5, choices: str = "ABCD",
-                    tokens: list | None = None) -> Verdict:
+                    tokens: list | None = None, labels: tuple[str, ...] = ()) -> Verdict:
     """The verdict of a structured answer (an object with ``score``, see :func:`verdict_schema`).
 
     With ``tokens`` (the completion's tokens, each ``(text, [(alternative, logprob), ...])``) the value is
@@ -247,11 +250,11 @@ def read_structured(text: str | None, mode: str, *, scale_min: int = 1, scale_ma
     if none is not None:
         return none
     rule = '{"score": N}'
-    if mode in _LABELS or mode == "choice":
-        labels = _LABELS.get(mode) or {c: float(i) for i, c in enumerate(choices)}
-        if not isinstance(raw, str) or raw not in labels:
-            return Verdict(None, f"'score' is {raw!r}, not one of {', '.join(labels)}", rule)
-        return Verdict(labels[raw], f"verdict {raw}", rule)
+    if mode in _LABELS or mode in ("choice", "label"):
+        named = _LABELS.get(mode) or {c: float(i) for i, c in enumerate(labels if mode == "label" else choices)}
+        if not isinstance(raw, str) or raw not in named:
+            return Verdict(None, f"'score' is {raw!r}, not one of {', '.join(named)}", rule)
+        return Verdict(named[raw], f"verdict {raw}", rule)
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         return Verdict(None, f"'score' is {raw!r}, not a number", rule)
     if mode == "likert" and float(raw) != int(raw):
@@ -317,7 +320,7 @@ _FORMS = {"mt-bench-single": "'Rating: [[N]]'", "mt-bench-pair": "'[[A]]', '[[B]
           "inspect-grade": "'GRADE: C', 'GRADE: P' or 'GRADE: I'", "prometheus": "'[RESULT] N'",
           "score-line": "a line 'Score: N'", "json": "a JSON object {\"score\": N}"}
 _MODE_FORMS = {"likert": "'Score: N'", "binary": "'yes' or 'no'", "pairwise": "'[[A]]', '[[B]]' or '[[C]]' for a tie",
-               "choice": "one letter", "numeric": "'Score: N'"}
+               "choice": "one letter", "numeric": "'Score: N'", "label": "one of the labels, alone on a line"}
 
 
 def verdict_form(protocol: str | None, mode: str, scale_min: int, scale_max: int, output: str = "text") -> str:

@@ -305,12 +305,22 @@ def labels(data, label, classes, facets, nest, replicate, fixed, level, json_out
       evalgauge labels stance.csv --classes favor,against,neutral
       evalgauge labels run.sqlite --json labels.json
     """
-    from ..design import infer_design
-    from ..estimate import estimate_components
     from ..io import read_input
-    from ..labels import analyze_labels
 
     judgments, _ = read_input(data, encoding=encoding, sep=sep)
+    label_report(judgments, label=label, classes=classes, facets=facets, nest=nest, replicate=replicate, fixed=fixed,
+                 level=level, json_out=json_out)
+
+
+def label_report(judgments, *, label: str = "label", classes: str | None = None, facets=None, nest=None,
+                 replicate=None, fixed=None, level: float = 0.95, json_out=None, first=None) -> None:
+    """The label analysis of a judgments table (:func:`evalgauge.labels.analyze_labels`), printed and written as
+    JSON; ``first(console)`` prints what must come before it (a run's missing-answer finding)."""
+    from ..design import infer_design
+    from ..estimate import estimate_components
+    from ..labels import analyze_labels
+
+    data = judgments.source
     frame = judgments.frame
     if label not in frame:
         raise EvalGaugeError(f"{data}: no column '{label}' (the columns are {', '.join(map(str, frame.columns))}); "
@@ -327,6 +337,8 @@ def labels(data, label, classes, facets, nest, replicate, fixed, level, json_out
                             classes=[c.strip() for c in classes.split(",")] if classes else None, level=level)
 
     def show(c):
+        if first is not None:
+            first(c)
         pct = f"{100 * level:g}%"
         t = Table(title=f"Share of each class ({label}; full {pct} interval: every source of error, TEE eq. 3 on "
                         "the class indicator; naive: item sampling only)")

@@ -114,6 +114,25 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     _emit(payload, json_out, lambda c: print_components(result, c, bounds))
 
 
+def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out) -> None:
+    """`analyze` of judgments whose verdicts are classes (a label run, or a file with a label column and no
+    score): the label analysis, after the run's missing-answer finding when there is one."""
+    from .data import label_report
+
+    first = None
+    if record is not None:
+        from ..collect.diagnostics import missing_answers
+
+        missing = missing_answers(record.calls).to_dict()
+
+        def first(c):
+            if missing.get("headline"):
+                c.print(Text("caution: ", style="bold red") + Text(missing["headline"]))
+            print_missing_answers(missing, c)
+    label_report(data, facets=facets, nest=nest, replicate=replicate, fixed=fixed, level=level, json_out=json_out,
+                 first=first)
+
+
 def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
                           drop_missing, n_boot, by, glmm, keep, json_out, read, *, engine: str,
                           master: str, replicate: str | None = None) -> None:
@@ -360,6 +379,9 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
 
     _check_supported(data)
     data, record = _load(data, keep=keep, **read)
+    if "label" in data.frame and (score or "score") not in data.frame:  # classes: shares, never a mean
+        _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out)
+        return
     pairwise_rows = {"model_a", "model_b", "winner"} <= set(data.frame.columns)
     model = None if pairwise_rows else _model(data, formula, score, facets, nest, replicate, fixed, object_, terms,
                                               max_order)

@@ -69,6 +69,8 @@ class RunConfig:
     scale_min: int = 1
     scale_max: int = 5
     choices: str = "ABCD"
+    #: mode = "label": the classes, in order (a verdict is stored as its index and read back as its name)
+    labels: tuple[str, ...] = ()
     baseline: str | None = None  # pairwise: every system against this one, in both orders
     budget_usd: float = math.inf
     in_flight: int = 32
@@ -122,6 +124,8 @@ class RunConfig:
             payload["protocol"] = [self.protocol, self.pattern, list(map(list, self.variant_protocols))]
         if self.output != "text" or self.reask:
             payload["output"] = [self.output, self.reask]
+        if self.labels:
+            payload["labels"] = list(self.labels)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -180,6 +184,7 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
     if scoring.scale_min >= scoring.scale_max:
         raise DataError(f"{path}: [scoring] scale_min ({scoring.scale_min}) must be below scale_max "
                         f"({scoring.scale_max}).")
+    labels = _labels(scoring, path)
     if scoring.mode == "likert" and scoring.scale_max - scoring.scale_min > MAX_LIKERT_POINTS:
         # a rating scale's points are listed (the JSON schema's enum, the re-ask's wording): a million of them
         # is no rating scale, and listing them took gigabytes before the first call
@@ -198,6 +203,7 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
         name=name, path=path, database=db, items=items, responses=responses, systems=systems,
         variants=variants, judges=tuple(judges), temperatures=tuple(run.temperatures), replicates=run.replicates,
         mode=scoring.mode, scale_min=scoring.scale_min, scale_max=scoring.scale_max, choices=scoring.choices,
+        labels=labels,
         baseline=baseline, budget_usd=run.budget_usd if run.budget_usd is not None else math.inf,
         in_flight=run.in_flight, timeout_s=run.timeout_s, max_retries=run.max_retries, seed=run.seed,
         system_prompt=spec.system_prompt, generators=generators,
@@ -272,6 +278,20 @@ def template_fields(template: str, what: str) -> set[str]:
         raise DataError(f"{what}: the template has an empty '{{}}'; name a placeholder, e.g. {{item}}, or write a "
                         "literal brace as '{{{{' or '}}}}'.")
     return fields
+
+
+def _labels(scoring, path: Path) -> tuple[str, ...]:
+    """mode = "label"'s classes, checked: at least two, distinct whatever their case, none empty."""
+    if scoring.mode != "label":
+        if scoring.labels:
+            raise DataError(f"{path}: [scoring] labels are the classes of mode = \"label\"; set the mode, or drop "
+                            "labels.")
+        return ()
+    labels = tuple(str(lab).strip() for lab in (scoring.labels or ()))
+    if len(labels) < 2 or any(not lab for lab in labels) or len({lab.lower() for lab in labels}) != len(labels):
+        raise DataError(f"{path}: [scoring] mode = \"label\" needs labels = [...] with at least two distinct, "
+                        "non-empty classes, e.g. labels = [\"favor\", \"against\", \"neutral\"].")
+    return labels
 
 
 #: the most points a likert scale may span (0-100 and 1-1000 rating scales exist; a million-point one does not)

@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 import re
 
-MODES = ("likert", "binary", "pairwise", "choice", "numeric")
+MODES = ("likert", "binary", "pairwise", "choice", "numeric", "label")
 
 _NUMBER = r"[-+]?\d+(?:\.\d+)?"
 
 
 def parse_score(text: str | None, mode: str, *, scale_max: int = 5, scale_min: int = 1,
-                choices: str = "ABCD", cut: bool = False) -> tuple[float | None, str | None]:
+                choices: str = "ABCD", cut: bool = False, labels: tuple[str, ...] = ()) -> tuple[float | None,
+                                                                                                str | None]:
     """Parse a completion in one of the scoring modes.
 
     likert: the last "score: N" / "rating: N" / "rating: [[N]]" (not a range "N-M"), else the last "[[N]]",
@@ -25,7 +26,9 @@ def parse_score(text: str | None, mode: str, *, scale_max: int = 5, scale_min: i
     pairwise: :func:`read_preference` (labels in double brackets, or a verdict line), 1.0 for A, 0.0 for B,
         0.5 for a tie; arena-hard's graded labels keep arena-hard's values (``[[A>B]]`` 0.75);
     choice: a letter among ``choices`` (the last standalone one), returned as its index;
-    numeric: the last number.
+    numeric: the last number;
+    label: one of ``labels`` (:func:`read_label`), returned as its index in ``labels`` (a class, which the
+        analysis reads back as its name: never averaged).
 
     ``cut``: the reply was cut at max_tokens; a likert or numeric verdict is read only when complete (its
     brackets closed, something after its number), a pairwise one only from a complete label.
@@ -48,6 +51,8 @@ def parse_score(text: str | None, mode: str, *, scale_max: int = 5, scale_min: i
         if not m:
             return None, f"no choice among {', '.join(choices)}"
         return float(choices.index(m[-1])), None
+    if mode == "label":
+        return read_label(t, labels, cut=cut)
     if mode == "numeric":
         found = list(re.finditer(_NUMBER, t))
         if not found:
@@ -129,3 +134,38 @@ def read_preference(text: str, cut: bool = False) -> tuple[float | None, str | N
     if not words:
         return None, "no A/B/tie verdict found"
     return _PAIR_VALUES[max(words)[1].lower()], None
+
+
+# -- categorical labels -----------------------------------------------------------------------------------------
+_LABEL_LINE = r"(?im)^[\s*_\"'`#>-]*(?:(?:final\s+)?(?:label|answer|stance|category|class|verdict|classification)" \
+    r"\s*[:=-]\s*)?[\s*_\"'`(\[]*({})[\s*_\"'`)\].!]*$"
+
+
+def read_label(text: str, labels, cut: bool = False) -> tuple[float | None, str | None]:
+    """The class a reply gives, as its index in ``labels``: the last line that is only a label ("Neutral",
+    "**Label: favor**"), else the one label the text names (case aside, as a whole word or phrase; a longer
+    label such as "not hateful" is found before the "hateful" inside it). A reply naming several labels without
+    a line that is one of them is no verdict; so is, in a reply cut at max_tokens, a label that ends the text."""
+    names = sorted(labels, key=len, reverse=True)
+    alternation = "|".join(re.escape(n) for n in names)
+    lines = [m for m in re.finditer(_LABEL_LINE.format(alternation), text) if not cut or m.end() < len(text)]
+    if lines:
+        return _label_index(lines[-1].group(1), labels), None
+    found, masked = [], text
+    for name in names:  # longest first, each match masked so that "hateful" is not found inside "not hateful"
+        pattern = re.compile(rf"(?i)(?<![\w-]){re.escape(name)}(?![\w-])")
+        for m in pattern.finditer(masked):
+            if not cut or m.end() < len(text):
+                found.append(name)
+        masked = pattern.sub(lambda m: "\0" * len(m.group()), masked)
+    distinct = {n.lower() for n in found}
+    if not distinct:
+        return None, f"no label among {', '.join(labels)}"
+    if len(distinct) > 1:
+        return None, f"several labels named ({', '.join(sorted(distinct))}) and no line giving one"
+    return _label_index(found[0], labels), None
+
+
+def _label_index(name: str, labels) -> float:
+    lowered = [lab.lower() for lab in labels]
+    return float(lowered.index(name.lower()))

@@ -218,6 +218,9 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
     scale = run_scale(cfg)
     if scale is not None:  # the range a mean of the verdicts cannot leave, for the analysis' intervals
         store.set_meta("scale", f"{scale[0]:g},{scale[1]:g}")
+    classes = run_classes(cfg)
+    if classes:  # the verdicts are classes: stored as indices, read back as these names, never averaged
+        store.set_meta("labels", json.dumps(list(classes)))
     lost, lost_usd = store.reclaim_inflight()
     done = store.done_keys()
     summary = RunSummary(planned=count_tasks(cfg), already_done=len(done), cost_usd=store.cost())
@@ -297,6 +300,16 @@ def run_scale(cfg: RunConfig) -> tuple[float, float] | None:
     if cfg.mode == "likert" and not protocols & set(UNSCALED):
         return (float(cfg.scale_min), float(cfg.scale_max))
     return None
+
+
+def run_classes(cfg: RunConfig) -> tuple[str, ...]:
+    """The classes a run's verdicts are (their stored indices' names): mode = "label"'s labels, and the letters of
+    a choice run (a letter chosen is a class, not a number)."""
+    if cfg.mode == "label":
+        return cfg.labels
+    if cfg.mode == "choice":
+        return tuple(cfg.choices)
+    return ()
 
 
 def _stop_on_signals(summary: RunSummary) -> list:
@@ -574,7 +587,7 @@ def output_spec(cfg: RunConfig) -> Output | None:
 
     if cfg.output == "text":
         return None
-    return Output(cfg.output, verdict_schema(cfg.mode, cfg.scale_min, cfg.scale_max, cfg.choices))
+    return Output(cfg.output, verdict_schema(cfg.mode, cfg.scale_min, cfg.scale_max, cfg.choices, cfg.labels))
 
 
 def read_verdict(cfg: RunConfig, variant: str, text: str | None, tokens=None, cut: bool = False) -> Verdict:
@@ -585,12 +598,12 @@ def read_verdict(cfg: RunConfig, variant: str, text: str | None, tokens=None, cu
 
     if cfg.output != "text":
         v = read_structured(text, cfg.mode, scale_min=cfg.scale_min, scale_max=cfg.scale_max, choices=cfg.choices,
-                            tokens=tokens if cfg.output == "logprobs" else None)
+                            tokens=tokens if cfg.output == "logprobs" else None, labels=cfg.labels)
         return replace(v, rule=f"{cfg.output}: {v.rule}" if v.rule else None)
     protocol, pattern = cfg.protocol_for(variant)
     if protocol is None:
         score, error = parse_score(strip_reasoning(text) if text else text, cfg.mode, scale_max=cfg.scale_max,
-                                   scale_min=cfg.scale_min, choices=cfg.choices, cut=cut)
+                                   scale_min=cfg.scale_min, choices=cfg.choices, cut=cut, labels=cfg.labels)
         return Verdict(score, error or "", None)
     verdict = parse(text, protocol, scale_min=cfg.scale_min, scale_max=cfg.scale_max, pattern=pattern, cut=cut)
     return replace(verdict, rule=f"{protocol}: {verdict.rule}" if verdict.rule else None)

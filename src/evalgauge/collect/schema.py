@@ -71,6 +71,8 @@ class ScoringSpec(_Table):
     scale_min: int = 1
     scale_max: int = 5
     choices: str = Field("ABCD", min_length=2, max_length=26)
+    #: mode = "label": the classes a verdict names (a stance: ["favor", "against", "neutral"])
+    labels: list[str] | None = None
     baseline: str | None = None
     #: a verdict protocol (evalgauge.protocols); unset: the scoring mode's own parser
     protocol: str | None = None

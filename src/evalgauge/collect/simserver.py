@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import random
 import time
@@ -139,8 +140,8 @@ class SimPanel:
         if cfg.mode == "pairwise":
             first = (position == "AB") == win
             return "[[A]]" if first else "[[B]]"
-        letters = cfg.choices
-        return letters[min(int(p * len(letters)), len(letters) - 1)]
+        classes = cfg.labels if cfg.mode == "label" else cfg.choices
+        return classes[min(int(p * len(classes)), len(classes) - 1)]
 
     def structured(self, latent: float, position: str | None, logprobs: bool) -> tuple[str, list | None]:
         """A structured answer {"score": ...} and, with ``logprobs``, its tokens with the top alternatives."""
@@ -148,8 +149,8 @@ class SimPanel:
         verdict = self.text(latent, position).removeprefix("Score: ")
         if cfg.mode == "pairwise":
             verdict = '"' + {"[[A]]": "A", "[[B]]": "B"}[verdict] + '"'
-        elif cfg.mode in ("binary", "choice"):
-            verdict = f'"{verdict}"'
+        elif cfg.mode in ("binary", "choice", "label"):
+            verdict = json.dumps(verdict)
         text = '{"score": ' + verdict + "}"
         if not logprobs:
             return text, None

@@ -25,7 +25,15 @@ class RunRecord:
     meta: dict[str, str | None]
 
     def judgments(self) -> pd.DataFrame:
-        return judgments_from_calls(self.calls, self.path)
+        frame = judgments_from_calls(self.calls, self.path)
+        classes = self.meta.get("labels")
+        if classes:  # a label or choice run: each verdict is a class (its index stored), never a number to average
+            import json
+
+            names = json.loads(classes)
+            index = frame.pop("score")
+            frame["label"] = index.map(lambda v: names[int(v)] if v == v and 0 <= int(v) < len(names) else None)
+        return frame
 
 
 def read_run_record(path: str | Path) -> RunRecord:
@@ -34,7 +42,7 @@ def read_run_record(path: str | Path) -> RunRecord:
     store = RunStore(path)
     try:
         calls = store.calls()
-        meta = {k: store.get_meta(k) for k in ("config", "mode", "fingerprint", "adaptive")}
+        meta = {k: store.get_meta(k) for k in ("config", "mode", "fingerprint", "adaptive", "scale", "labels")}
     finally:
         store.close()
     return RunRecord(path, calls, meta)
