@@ -230,8 +230,10 @@ def _fit_on_engine(data: Any, engine: str, master: str, drop_missing: bool, *, r
         raise DesignError(f"fit on an engine fits the design's cells; {', '.join(unsupported)} need(s) the rows: "
                           "engine='pandas'.")
     score = design_options.pop("score", "score")
+    chosen = design_options.get("facets")
     cells, _ = reduce_cells(data, score=score, drop_missing=drop_missing, engine=engine, master=master,
-                            replicate=design_options.pop("replicate", None))
+                            replicate=design_options.pop("replicate", None),
+                            facets=chosen.split(",") if isinstance(chosen, str) else chosen)
     source = "the Spark frame" if not isinstance(data, (str, Path)) else str(data)
     design = cells_design(cells, score=score, **design_options)
     vc = estimate_from_sums(cells, score=score, source=source, design=design)

@@ -147,7 +147,9 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
         raise EvalGaugeError(f"--engine {engine} fits REML on the cells alone; {', '.join(unsupported)} need(s) the "
                              "rows: use --engine pandas.")
     _scan_line(data)
+    chosen = [f.strip() for f in facets.split(",") if f.strip()] if facets else None
     cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing, engine=engine, master=master,
+                               facets=chosen,
                                replicate=replicate, sep=read.get("sep"), encoding=read.get("encoding"),
                                preload=("pandas", "evalgauge.estimate", "evalgauge.analysis.gstudy"))
     from ..analysis.gstudy import components_summary
@@ -212,7 +214,8 @@ def _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, ter
     _scan_line(data)
     name = score or "score"
     cells, _ = reduce_cells(data, score=name, drop_missing=drop_missing, engine=engine, master=master,
-                            replicate=replicate, sep=read.get("sep"), encoding=read.get("encoding"))
+                            replicate=replicate, sep=read.get("sep"), encoding=read.get("encoding"),
+                            facets=[f.strip() for f in facets.split(",") if f.strip()] if facets else None)
     design = cells_design(cells, score=name, facets=facets, nest=nest, fixed=fixed, object=object_, terms=terms,
                           max_order=max_order)
     return balance_of_cells(cells, design), design

@@ -461,6 +461,11 @@ def _duckdb_errors(where):
 
     try:
         yield
+    except duckdb.OutOfMemoryException as exc:
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise DataError(f"{where}: DuckDB ran out of the {DUCKDB_MEMORY} it may use ({first}); the group-by spills "
+                        "to disk, but this step could not. Reduce the log on Spark (--engine spark), or split it "
+                        "(by system or judge) and fit each part.") from None
     except duckdb.Error as exc:
         text = str(exc)
         first = text.splitlines()[0][:200] if text else type(exc).__name__
@@ -493,12 +498,15 @@ def scan_size(source) -> tuple[int | None, int, int]:
     return int(rows), len(parts), size
 
 
-def _facets(columns: list[str], score: str, source,
-            replicate: str | None = None) -> tuple[list[str], bool, str | None]:
-    """The facet columns (all but the score, the file's name and a replicate column), whether repeated
-    judgments of a cell are replicates (a replicate column numbers them, or ``replicate`` is ``auto``), and the
-    column that numbers them: ``replicate``, or else the first of the usual names present (as the rows' design
-    takes it); None for ``auto`` and without one."""
+def _facets(columns: list[str], score: str, source, replicate: str | None = None,
+            chosen: list[str] | None = None) -> tuple[list[str], bool, str | None]:
+    """The facet columns, by the rows' rule (:func:`evalgauge.design.infer_design`): ``chosen`` when given (the
+    user's --facets), else the columns with a facet's usual name (system, item, judge, variant, temperature,
+    category, ...; not the score, the file's name or a replicate column), so an extra column (a comment, a
+    timestamp) is summed over on every engine rather than split into cells by one; whether repeated judgments
+    of a cell are replicates (a replicate column numbers them, or ``replicate`` is ``auto``), and the column
+    that numbers them: ``replicate``, or else the first of the usual names present (as the rows' design takes
+    it); None for ``auto`` and without one."""
     named = ", ".join(c for c in columns if c != "filename")
     if score not in columns:
         glued = next((sep for sep in (";", "\t", "|") if any(sep in c for c in columns)), None)
@@ -508,9 +516,17 @@ def _facets(columns: list[str], score: str, source,
     if replicate not in (None, "auto") and replicate not in columns:
         raise DataError(f"{source}: no column '{replicate}' for the replicate (columns: {named}).")
     numbering = {*vocabulary.REPLICATE_COLUMNS, *([replicate] if replicate else [])} & set(columns)
-    facets = [c for c in columns if c not in {score, "filename", *numbering}]
+    if chosen:
+        missing = [c for c in chosen if c not in columns]
+        if missing:
+            raise DataError(f"{source}: no column '{missing[0]}' for a facet (columns: {named}).")
+        facets = [c for c in chosen if c not in {score, "filename", *numbering}]
+    else:
+        facets = [c for c in columns if c.lower() in vocabulary.FACET_NAMES and c not in {score, "filename",
+                                                                                         *numbering}]
     if not facets:
-        raise DataError(f"{source}: no facet columns besides '{score}'.")
+        raise DataError(f"{source}: no facet columns recognised besides '{score}' (known names: "
+                        f"{', '.join(vocabulary.FACET_NAMES)}; columns: {named}); name them with --facets.")
     if replicate == "auto":
         return facets, True, None
     column = replicate or next((c for c in vocabulary.REPLICATE_COLUMNS if c in columns), None)
@@ -618,14 +634,14 @@ def _path(name) -> str:
 
 
 def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: str | None = None,
-                   replicate: str | None = None, preload: tuple[str, ...] = ()):
+                   replicate: str | None = None, preload: tuple[str, ...] = (), facets: list[str] | None = None):
     import pyarrow.compute as pc
 
     con = _duckdb_connect()
     try:
         with _duckdb_errors(source):
             rel = _duckdb_relation(con, data)
-        facets, numbered, column = _facets(list(rel.columns), score, source, replicate)
+        facets, numbered, column = _facets(list(rel.columns), score, source, replicate, facets)
         types = {c: str(t) for c, t in zip(rel.columns, rel.types, strict=True)}
         as_text = _json_as_text(types)
         view = rel.select(", ".join([f"{as_text(c)} AS f{k}" for k, c in enumerate(facets)]
@@ -647,7 +663,9 @@ def _reduce_duckdb(data: Parts, score: str, source, drop_missing: bool, label: s
         counts = {c: int(pc.sum(table[c]).as_py() or 0) for c in (N, *_CHECKS) if c in table.column_names}
         total = sum(counts.values())
         _check_rows(total, source)
-        query = lambda sql, params=(): con.execute(sql, list(params)).fetchone()  # noqa: E731 - the checks' way
+        def query(sql, params=()):  # the checks' queries, under the same words for DuckDB's failures
+            with _duckdb_errors(source):
+                return con.execute(sql, list(params)).fetchone()
         judged = table[N]
         for check in _CHECKS:
             if check in table.column_names:
@@ -792,13 +810,14 @@ def _spark_frame(spark, data: Parts):
 
 
 def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = False, source: str = "the Spark frame",
-                       files: int = 0, replicate: str | None = None) -> tuple[pd.DataFrame, dict]:
+                       files: int = 0, replicate: str | None = None,
+                       facets: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """A pyspark DataFrame of judgments reduced on its cluster by :func:`cells_sql`: only the cells travel."""
     import numpy as np
     from pyspark.sql import functions as F
 
     columns = list(frame.columns)
-    facets, numbered, column = _facets(columns, score, source, replicate)
+    facets, numbered, column = _facets(columns, score, source, replicate, facets)
     file_col = F.col("filename") if "filename" in columns else F.lit(source)
     view = frame.select(*[F.col(_spark_name(c)).alias(f"f{k}") for k, c in enumerate(facets)],
                         F.col(_spark_name(score)).alias(_SCORE), file_col.alias(_FILE),
@@ -845,17 +864,20 @@ def reduce_spark_frame(frame, *, score: str = "score", drop_missing: bool = Fals
         spark.catalog.dropTempView(name)
 
 
-def _reduce_spark(data: Parts, score: str, source, drop_missing: bool, master: str, replicate: str | None):
+def _reduce_spark(data: Parts, score: str, source, drop_missing: bool, master: str, replicate: str | None,
+                  facets: list[str] | None = None):
     frame = _spark_frame(spark_session(master), data)
     return reduce_spark_frame(frame, score=score, drop_missing=drop_missing, source=str(source),
-                              files=len(data.files), replicate=replicate)
+                              files=len(data.files), replicate=replicate, facets=facets)
 
 
 def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = False, engine: str = "duckdb",
                  master: str = "local[*]", replicate: str | None = None, sep: str | None = None,
-                 encoding: str | None = None, preload: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict]:
+                 encoding: str | None = None, preload: tuple[str, ...] = (),
+                 facets: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """The judgments of a file, a dataset (folder, glob, hive partitions), a run database or a pyspark DataFrame
-    grouped by every facet column (every column but the score, the replicate index and the file name) where they
+    grouped by every facet column (``facets``, else the columns with a facet's usual name, as the rows' design
+    takes them: :func:`_facets`) where they
     live: one row per cell with its count, sum and sum of squares of the score, and what was read (rows, files,
     empty scores dropped, cells). ``engine`` is ``duckdb`` (this machine) or ``spark`` (at ``master``); a pyspark
     DataFrame is reduced on its own session. A run database's judgments are first streamed, a piece at a time,
@@ -867,14 +889,15 @@ def reduce_cells(source: Any, *, score: str = "score", drop_missing: bool = Fals
     _check_engine(engine)
     _check_encoding(encoding)
     if is_spark_frame(source):
-        return reduce_spark_frame(source, score=score, drop_missing=drop_missing, replicate=replicate)
+        return reduce_spark_frame(source, score=score, drop_missing=drop_missing, replicate=replicate, facets=facets)
     if is_run_database(source):
         return _reduce_run(Path(str(source)), score, drop_missing, engine)
     try:
         data = _checked_parts(source, sep)
         if engine == "spark":
-            return _reduce_spark(data, score, source, drop_missing, master, replicate)
-        return _reduce_duckdb(data, score, source, drop_missing, replicate=replicate, preload=preload)
+            return _reduce_spark(data, score, source, drop_missing, master, replicate, facets)
+        return _reduce_duckdb(data, score, source, drop_missing, replicate=replicate, preload=preload,
+                              facets=facets)
     finally:
         _footer.cache_clear()  # the footers serve one command: a later call reads the parts as they are then
 
