@@ -5,7 +5,10 @@ must not change. Prints the cases tried and, for each invariant, how many cases 
   every try or only the first, each a 32-call factorial through the real runner;
 * special files as inputs (a FIFO, /dev/zero behind a symlink, a folder) to every reading command;
 * outputs on devices (a null and a full device made in a temporary folder) from every writing command;
-* every reading command on a run database and a CSV: the inputs' bytes before and after.
+* every reading command on a run database and a CSV: the inputs' bytes before and after;
+* the fourth round's faults: a file name read as a glob, a folder link that loops, an archive member that
+  decompresses to 300 MB, an epoch of 1e400, a leaderboard naming its systems 'model', levels holding '|'
+  (the hostile server adds a 307 to another origin and a 200 whose body stalls past the timeout).
 
 Run: `python bench/fuzz_boundary.py [--quick]`.
 """
@@ -40,11 +43,106 @@ def _hostile_cases(quick: bool):
 
 
 def run_hostile(tmp: Path, mode, share, budget, first_only) -> list[str]:
-    from hostile import boundary_violations, collect_against
+    from hostile import HostileServer, boundary_violations, collect_against
 
-    _, summary, calls, _, cost, server, blob = collect_against(tmp, mode, KEY, budget=budget, share=share,
-                                                               first_only=first_only)
-    return boundary_violations(mode, KEY, summary, calls, cost, budget, server, blob)
+    other = HostileServer("good", KEY) if mode == "redirect" else None  # another origin a 307 points to
+    extra = {"redirect_to": f"http://localhost:{other.port}"} if other else {}
+    try:
+        _, summary, calls, _, cost, server, blob = collect_against(
+            tmp, mode, KEY, budget=budget, share=share, first_only=first_only,
+            timeout=0.5 if mode == "stall" else 10.0, **extra)
+    finally:
+        if other is not None:
+            other.stop()
+    broke = boundary_violations(mode, KEY, summary, calls, cost, budget, server, blob)
+    if other is not None and any(KEY in str(h) for h in other.headers):
+        broke.append("leak")
+    return broke
+
+
+def _pipe_levels(tmp: Path) -> list[str]:
+    """Items and systems whose names hold '|': every cell stored exactly once, none paid twice."""
+    import pandas as pd
+
+    from evalgauge.collect.config import load_config
+    from evalgauge.collect.runner import run
+    from evalgauge.store import RunStore
+    from hostile import HostileServer, hostile_config
+
+    server = HostileServer("good", KEY)
+    try:
+        config = hostile_config(tmp, server)
+        pd.DataFrame({"id": ["a", "a|b"], "text": ["Q1", "Q2"]}).to_csv(tmp / "items.csv", index=False)
+        pd.DataFrame([("a", "b|c", "R1"), ("a|b", "c", "R2")], columns=["item", "system", "response"]).to_csv(
+            tmp / "responses.csv", index=False)
+        cfg = load_config(config)
+        run(cfg)
+        run(cfg)
+    finally:
+        server.stop()
+    store = RunStore(cfg.database)
+    try:
+        stored = store.count()
+    finally:
+        store.close()
+    return [] if stored == server.requests == 8 else ["lost or repeated cells"]
+
+
+def new_file_cases(tmp: Path) -> tuple[int, dict[str, int]]:
+    """The faults of the fourth round: names read as globs, a folder link that loops, archive members that
+    decompress past their bound or are encrypted, an epoch of 1e400, a run database that is a device, template
+    fields that ask for gigabytes, a leaderboard naming its systems 'model', levels holding '|'."""
+    import json
+    import zipfile
+
+    import pandas as pd
+
+    counts = {"traceback": 0, "hang": 0, "lost or repeated cells": 0, "misread": 0}
+    frame = pd.DataFrame([(f"s{s}", f"i{i}", f"j{j}", float(s + i % 3)) for s in range(3) for i in range(8)
+                          for j in range(2)], columns=["system", "item", "judge", "score"])
+    (tmp / "g").mkdir()
+    frame.to_csv(tmp / "g" / "x[1].csv", index=False)
+    frame.head(6).to_csv(tmp / "g" / "x1.csv", index=False)
+    loop = tmp / "loop" / "a"
+    loop.mkdir(parents=True)
+    frame.to_parquet(loop / "p.parquet", index=False)
+    (loop / "back").symlink_to(tmp / "loop", target_is_directory=True)
+    bomb = tmp / "bomb.eval"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("header.json", json.dumps({"eval": {"model": "m", "task": "t"}}))
+        z.writestr("samples/1_epoch_1.json", b'{"id": 1, "pad": "' + b" " * (300 * 1024 * 1024) + b'"}')
+    epoch = tmp / "epoch.json"
+    epoch.write_text('{"eval": {"model": "m", "task": "t"}, "samples": [{"id": 1, "epoch": 1e400, "scores": '
+                     '{"s": {"value": "C"}}}]}')
+    board = tmp / "board.csv"
+    pd.DataFrame({"model": ["a", "b", "c"], "score": [80.1, 60.2, 40.3]}).to_csv(board, index=False)
+    attempts = [
+        ("components", lambda: _cli("components", tmp / "g" / "x[1].csv", "--engine", "duckdb", "--json", "-"),
+         lambda out: json.loads(out.stdout)["n_obs"] == len(frame)),
+        ("glob loop", lambda: _cli("components", tmp / "loop" / "**" / "*.parquet", "--engine", "duckdb"), None),
+        ("glob loop in memory", lambda: _cli("components", tmp / "loop" / "**" / "*.parquet"), None),
+        ("zip bomb", lambda: _cli("import", "inspect", bomb, "-o", tmp / "o.csv"), lambda out: out.exit_code == 2),
+        ("epoch", lambda: _cli("import", "inspect", epoch, "-o", tmp / "o2.csv"), lambda out: out.exit_code == 2),
+        ("audit model", lambda: _cli("audit", board, "--preset", "pairwise", "--scale", "0-100"),
+         lambda out: out.exit_code == 0),
+    ]
+    for name, attempt, check in attempts:
+        outcome, out = _with_deadline(attempt, 120)
+        if outcome != "ok":
+            counts[outcome] += 1
+            print(f"  {outcome}: {name}: {out!r}")
+        elif check is not None and not check(out):
+            counts["misread"] += 1
+            print(f"  misread: {name}: {out.output[:300]}")
+    pipes = tmp / "pipes"
+    pipes.mkdir()
+    outcome, broke = _with_deadline(lambda: _pipe_levels(pipes), 120)
+    if outcome != "ok":
+        counts[outcome] += 1
+    else:
+        for b in broke:
+            counts[b] += 1
+    return len(attempts) + 1, counts
 
 
 def _with_deadline(fn, seconds: float):
@@ -165,6 +263,12 @@ def main() -> None:
                 totals[b] += 1
                 print(f"  {b}: {mode} share={share} budget={budget} first_only={first}")
         n_files, file_counts = file_cases(Path(tmp))
+        round4 = Path(tmp) / "round4"
+        round4.mkdir()
+        n_new, new_counts = new_file_cases(round4)
+        n_files += n_new
+        for k, v in new_counts.items():
+            file_counts[k] = file_counts.get(k, 0) + v
     print(f"hostile server: {len(cases)} runs of 32 calls ({len(cases) * 32} cells) over "
           f"{len({c[0] for c in cases})} reply classes")
     print(f"files: {n_files} cases (special inputs, outputs on devices, inputs re-hashed after each read)")

@@ -65,6 +65,11 @@ class HostileServer:
     def stop(self) -> None:
         async def down():
             await self._runner.cleanup()
+            # a stalled reply's handler may still sleep: cancel it here rather than leave it to the loop's end
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         asyncio.run_coroutine_threadsafe(down(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)

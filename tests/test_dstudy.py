@@ -189,3 +189,14 @@ def test_interventions_are_ranked_by_the_quantity_asked_and_negligible_ones_last
                                             "system:judge": 0.01, "residual": 0.2},
                                            {"system": 10, "item": 50, "judge": 3}, 2, object="system")
     assert dstudy.interventions(board).attrs["ranked_by"] == "sigma2_delta"
+
+
+def test_no_intervention_changes_a_fixed_facets_levels():
+    """A temperature declared fixed is one of the study's chosen conditions (TEE Table 2, Tier 2): 'temperature
+    x2' is no way to shrink the error of the estimate at those conditions, so it is never offered; the random
+    facets keep theirs."""
+    vc = VarianceComponents.from_values({"item": 0.2, "temperature": 0.05, "judge": 0.02, "item:judge": 0.01,
+                                         "residual": 0.1}, {"item": 100, "temperature": 2, "judge": 3}, 2,
+                                        object="item", fixed=("temperature",))
+    names = list(dstudy.interventions(vc)["intervention"])
+    assert not any("temperature" in n for n in names) and "+1 judge" in names

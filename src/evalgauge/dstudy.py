@@ -361,8 +361,10 @@ def default_interventions(vc: VarianceComponents) -> list[tuple[str, dict[str, f
     n = observed_counts(vc)
     out = []
     for f in n:
-        if (f == vc.object and f != "item") or (f.lower() in vocabulary.CONSTRUCT_NAMES and f in vc.fixed):
-            continue  # more measures of other constructs is not a change of the design: no intervention
+        if (f == vc.object and f != "item") or f in vc.fixed:
+            # a fixed facet's levels are the study's chosen conditions (TEE Table 2, Tier 2): more of them changes
+            # what is estimated, not how precisely; more measures of other constructs likewise
+            continue
         role = vocabulary.role_of(f)
         if role == "item":
             label = "items" if f == "item" else f

@@ -230,6 +230,12 @@ def print_components(result: VarianceComponents, console: Console, bounds=None) 
     reps = f"{result.replicates} replicate(s)" if result.method == "anova" else f"~{result.replicates} obs per cell"
     console.print(f"Design: {levels} x {reps}; grand mean {result.grand_mean:.6g}; "
                   f"object of measurement: {result.object or '(none)'}; fixed: {', '.join(result.fixed) or '(none)'}.")
+    if result.fixed:
+        random_facets = [f for f in result.levels if f not in result.fixed and f != result.object]
+        console.print(f"Tier 1 (random facets, their error shrinks as more levels are averaged): "
+                      f"{', '.join(random_facets) or '(none)'}; Tier 2 (fixed facets, the study's chosen conditions, "
+                      f"TEE Table 2): {', '.join(result.fixed)}: the 'fixed' rows are their sensitivity indices (the "
+                      "spread over the chosen levels, TEE C.4), and no intervention changes their levels.")
     console.print(f"Method: {result.method_reason.rstrip('.')}.")
     if result.reml:
         r = result.reml
