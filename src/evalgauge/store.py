@@ -198,8 +198,7 @@ class RunStore:
                 return
             odd = " OR ".join(f"instr(COALESCE({c}, ''), '|') OR instr(COALESCE({c}, ''), '\\')"
                               for c in ("item", "system", "variant", "judge", "position"))
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 calls = self.db.execute("SELECT rowid, item, system, variant, temperature, judge, replicate, position "
                                         f"FROM calls WHERE {odd}").fetchall()
                 self.db.executemany("UPDATE calls SET key = ? WHERE rowid = ?",
@@ -210,12 +209,19 @@ class RunStore:
                 self.db.executemany("UPDATE responses SET key = ? WHERE rowid = ?",
                                     [(cell_key(i, s), rowid) for rowid, i, s in made])
                 self.db.execute("INSERT OR REPLACE INTO run (key, value) VALUES (?, '1')", (KEYS_ESCAPED,))
-                self.db.execute("COMMIT")
-            except BaseException:
-                if self.db.in_transaction:
-                    with suppress(sqlite3.Error):
-                        self.db.execute("ROLLBACK")
-                raise
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any error (SQLite may have rolled back itself already)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self.db.execute("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:
+                with suppress(sqlite3.Error):
+                    self.db.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -315,18 +321,10 @@ class RunStore:
 
         On an error (a full disk) SQLite may have rolled the transaction back itself; the reservation then
         stays committed, so the call's worst case counts as spent on resume."""
-        with self._guard():
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                cur = self.db.execute(sql, row)
-                held = reservation if isinstance(reservation, list) else [reservation]
-                self.db.executemany("DELETE FROM inflight WHERE id = ?", [(r,) for r in held if r is not None])
-                self.db.execute("COMMIT")
-            except BaseException:
-                if self.db.in_transaction:
-                    with suppress(sqlite3.Error):
-                        self.db.execute("ROLLBACK")
-                raise
+        with self._guard(), self._transaction():
+            cur = self.db.execute(sql, row)
+            held = reservation if isinstance(reservation, list) else [reservation]
+            self.db.executemany("DELETE FROM inflight WHERE id = ?", [(r,) for r in held if r is not None])
         return cur.rowcount == 1
 
     # -- the budget across crashes ---------------------------------------------
