@@ -195,3 +195,10 @@ def test_a_cut_reply_is_counted_as_cut_whether_or_not_its_verdict_was_read(tmp_p
         store.close()
     assert sorted(calls["score"].dropna().tolist()) == [4.0] * 4  # snake_position[1] is never a rating
     assert calls["parse_error"].dropna().str.startswith("cut at max_tokens").all()
+
+
+@pytest.mark.parametrize("text,read", [("value 4", None), ("value 4\n", 4.0), ("  value 4", None),
+                                       ("value 4 and more", 4.0)])
+def test_a_numeric_verdict_at_the_cut_is_not_read(text, read):
+    assert parse_score(text, "numeric", cut=True)[0] == read
+    assert parse_score(text, "numeric")[0] == 4.0

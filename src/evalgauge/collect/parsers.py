@@ -57,7 +57,7 @@ def parse_score(text: str | None, mode: str, *, scale_max: int = 5, scale_min: i
         found = list(re.finditer(_NUMBER, t))
         if not found:
             return None, "no number found"
-        if cut and found[-1].end() >= len(text.rstrip("\n")) and not text.endswith("\n"):
+        if cut and found[-1].end() == len(t) and not text.rstrip(" \t").endswith("\n"):  # nothing after it
             return None, _CUT
         return float(found[-1].group()), None
     raise ValueError(f"unknown scoring mode '{mode}'")
