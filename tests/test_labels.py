@@ -160,3 +160,31 @@ def test_a_label_reply_is_read_by_its_class_never_by_a_word_inside_another(tmp_p
     pair = ("hateful", "not hateful")
     assert parse_score("This post is not hateful.", "label", labels=pair) == (1.0, None)
     assert parse_score("This post is hateful.", "label", labels=pair) == (0.0, None)
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_a_choice_run_is_scored_against_its_key_or_read_as_classes(tmp_path, monkeypatch, keyed):
+    """choice mode: with every item's answer key (a reference letter) each verdict is correct (1) or not (0); without
+    one the letters are classes for the label analysis, never a mean of letter indices."""
+    import sqlite3
+
+    from test_collector import KEY, collect, free_port, write_config
+
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    config = write_config(tmp_path, port, mode="choice", items=8, systems=2, reps=2, judges=2)
+    items = pd.read_csv(tmp_path / "items.csv")
+    if keyed:
+        items.assign(reference=["A", "B", "C", "D"] * 2).to_csv(tmp_path / "items.csv", index=False)
+    cfg, summary = collect(config, port)
+    assert summary.failed == 0 and cfg.choice_keyed == keyed
+    con = sqlite3.connect(cfg.database)
+    scores = {s for (s,) in con.execute("SELECT DISTINCT score FROM calls")}
+    meta = dict(con.execute("SELECT key, value FROM run").fetchall())
+    con.close()
+    if keyed:
+        assert scores <= {0.0, 1.0} and "labels" not in meta and meta["scale"] == "0,1"
+    else:
+        assert json.loads(meta["labels"]) == ["A", "B", "C", "D"]
+        out = CliRunner().invoke(main, ["analyze", str(cfg.database)])
+        assert out.exit_code == 0 and "Share of each class" in out.output, out.output

@@ -122,6 +122,12 @@ def label_shares(frame: pd.DataFrame, label: str, classes: list[str], fit, level
     rows = []
     for k in classes:
         indicator = frame.assign(__share=(frame[label] == k).astype(float))
+        if indicator["__share"].nunique() == 1:  # every judgment is (or none is) this class: nothing varies
+            share = float(indicator["__share"].iloc[0])
+            rows.append({"class": k, "share": share, "se": 0.0, "df": math.nan, "low": share, "high": share,
+                         "method": f"none: {'every' if share else 'no'} judgment has this label",
+                         "naive_low": share, "naive_high": share})
+            continue
         vc = fit(indicator, "__share")
         ci = theta_interval(vc, level=level, bounds=("proportion", 0.0, 1.0))
         rows.append({"class": k, "share": ci.estimate, "se": ci.se, "df": ci.df, "low": ci.low, "high": ci.high,
@@ -150,10 +156,11 @@ def analyze_labels(frame: pd.DataFrame, fit, *, label: str = "label", facets: li
         raise DesignError(f"labels {', '.join(map(repr, unknown[:5]))} are not among the classes "
                           f"{', '.join(classes)}.")
     if len(classes) < 2:
-        raise DesignError(f"one class ('{classes[0] if classes else ''}'): a share of 100% needs no interval.")
+        raise DesignError(f"one class ('{classes[0] if classes else ''}'): a share of 100% needs no interval; name "
+                          "the label set (--classes) if other classes were possible.")
     shares = label_shares(labelled, label, classes, fit, level)
     agree, tables = agreement(labelled, label, facets, replicate)
-    if any(shares["method"] != "normal"):
+    if shares["method"].str.startswith("logit").any():
         notes.append("a share whose normal interval would leave 0-1 has the interval of its logit, "
                      "back-transformed (its method says so).")
     return LabelAnalysis(label, tuple(classes), shares, agree, tables, tuple(notes))

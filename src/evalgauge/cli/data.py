@@ -312,7 +312,7 @@ def labels(data, label, classes, facets, nest, replicate, fixed, level, json_out
                  level=level, json_out=json_out)
 
 
-def label_report(judgments, *, label: str = "label", classes: str | None = None, facets=None, nest=None,
+def label_report(judgments, *, label: str = "label", classes: str | list[str] | None = None, facets=None, nest=None,
                  replicate=None, fixed=None, level: float = 0.95, json_out=None, first=None) -> None:
     """The label analysis of a judgments table (:func:`evalgauge.labels.analyze_labels`), printed and written as
     JSON; ``first(console)`` prints what must come before it (a run's missing-answer finding)."""
@@ -334,7 +334,8 @@ def label_report(judgments, *, label: str = "label", classes: str | None = None,
         return estimate_components(indicator, design)
 
     result = analyze_labels(frame, fit, label=label, facets=list(probe.names), replicate=probe.replicate,
-                            classes=[c.strip() for c in classes.split(",")] if classes else None, level=level)
+                            classes=([c.strip() for c in classes.split(",")] if isinstance(classes, str)
+                                     else classes) or None, level=level)
 
     def show(c):
         if first is not None:

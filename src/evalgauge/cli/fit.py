@@ -129,8 +129,9 @@ def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_ou
             if missing.get("headline"):
                 c.print(Text("caution: ", style="bold red") + Text(missing["headline"]))
             print_missing_answers(missing, c)
-    label_report(data, facets=facets, nest=nest, replicate=replicate, fixed=fixed, level=level, json_out=json_out,
-                 first=first)
+    classes = record.meta.get("labels") if record is not None else None  # a run's own label set, in order
+    label_report(data, classes=json.loads(classes) if classes else None, facets=facets, nest=nest,
+                 replicate=replicate, fixed=fixed, level=level, json_out=json_out, first=first)
 
 
 def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,

@@ -100,6 +100,14 @@ class RunConfig:
     def pairwise(self) -> bool:
         return self.mode == "pairwise"
 
+    @property
+    def choice_keyed(self) -> bool:
+        """A choice run whose every item has its answer key (``reference``, one of the choices): each verdict
+        is scored correct (1) or incorrect (0); without a key for every item the letters are classes."""
+        letters = {c.upper() for c in self.choices}
+        return self.mode == "choice" and bool(self.items) and all(
+            (i.reference or "").strip().upper() in letters for i in self.items)
+
     def protocol_for(self, variant: str) -> tuple[str | None, str | None]:
         """The verdict protocol and pattern of a variant's calls (None: the scoring mode's parser)."""
         for vid, protocol, pattern in self.variant_protocols:

@@ -295,7 +295,7 @@ def run_scale(cfg: RunConfig) -> tuple[float, float] | None:
     from ..protocols import UNSCALED
 
     protocols = {cfg.protocol, *(p for _, p, _ in cfg.variant_protocols)} - {None}
-    if cfg.mode in ("binary", "pairwise") or (protocols and protocols <= set(UNSCALED)):
+    if cfg.mode in ("binary", "pairwise") or cfg.choice_keyed or (protocols and protocols <= set(UNSCALED)):
         return (0.0, 1.0)
     if cfg.mode == "likert" and not protocols & set(UNSCALED):
         return (float(cfg.scale_min), float(cfg.scale_max))
@@ -307,7 +307,7 @@ def run_classes(cfg: RunConfig) -> tuple[str, ...]:
     a choice run (a letter chosen is a class, not a number)."""
     if cfg.mode == "label":
         return cfg.labels
-    if cfg.mode == "choice":
+    if cfg.mode == "choice" and not cfg.choice_keyed:
         return tuple(cfg.choices)
     return ()
 
@@ -664,6 +664,8 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
     score = verdict.value
     if score is not None and cfg.pairwise and task.position == "BA":
         score = 1.0 - score  # the system was presented second: its win is a "B"
+    if score is not None and cfg.choice_keyed:  # the letter chosen against the item's answer key
+        score = float(cfg.choices[int(score)].upper() == (task.item.reference or "").strip().upper())
     request = json.dumps({"model": judge.model, "temperature": task.temperature, "max_tokens": judge.max_tokens,
                           "provider": judge.provider, "base_url": judge.base_url,
                           "system_prompt": bool(cfg.system_prompt), "output": cfg.output})
