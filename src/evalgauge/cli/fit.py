@@ -379,7 +379,6 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
       evalgauge analyze wide_made_long.csv --system exam_model --item question_id --drop-missing
     """
     from ..report import analyze as run_analysis
-    from ..report.html import write_report
 
     _check_supported(data)
     data, record = _load(data, keep=keep, **read)
@@ -454,7 +453,9 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         if report_path:
             c.print(f"Report written to {Path(report_path).resolve()}")
 
-    if report_path:
+    if report_path:  # the report's module brings matplotlib: imported only when a report is asked for
+        from ..report.html import write_report
+
         write_report(result, report_path)
     _emit(payload, json_out, show)
 
