@@ -204,3 +204,21 @@ def test_an_epoch_that_is_not_a_whole_number_from_1_is_named(tmp_path, epoch):
                     '[{"id": 1, "epoch": ' + epoch + ', "scores": {"s": {"value": "C"}}}]}')
     with pytest.raises(DataError, match="sample 1 has epoch"):
         import_inspect([path])
+
+
+def test_a_collected_panel_is_left_out_with_why_not_imported_as_empty_rows(tmp_path):
+    """multi_scorer([...], reducer="collect") stores each sample's votes as a list; Inspect drops graders that
+    returned nothing first, so a position is no judge: the panel is left out with a note (it once imported as
+    rows with no score and one judge named after the panel)."""
+    samples = [{"id": k, "epoch": 1, "scores": {"panel": {"value": ["C", "I", "C"][: 3 - (k == 2)]},
+                                                  "match": {"value": "C" if k % 2 else "I"}}} for k in range(1, 5)]
+    path = tmp_path / "panel.json"
+    path.write_text(json.dumps({"eval": {"model": "m", "task": "t"}, "status": "success", "samples": samples}))
+    frame = import_inspect([path])
+    assert set(frame["judge"]) == {"match"} and frame["score"].notna().all()
+    assert any("multi_scorer panel" in n and "'panel'" in n for n in frame.attrs["notes"])
+    only = tmp_path / "only.json"
+    only.write_text(json.dumps({"eval": {"model": "m", "task": "t"}, "status": "success",
+                                "samples": [{"id": 1, "scores": {"panel": {"value": ["C", "I"]}}}]}))
+    with pytest.raises(DataError, match="no vote says which grader gave it"):
+        import_inspect([only])

@@ -217,6 +217,7 @@ class _BoundedReader:
 def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
     paths = list(paths)
     rows, notes = [], []
+    panels: dict[str, int] = {}
     for p in map(Path, paths):
         _at(p, "the log header")
         if p.suffix == ".eval":
@@ -237,12 +238,23 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
                 raise DataError(f"{p}: sample {k + 1} is not a JSON object.")
             epoch = _epoch(s.get("epoch", 1), p, k)
             for scorer, score in (s.get("scores") or {}).items():
-                value = _inspect_value(score.get("value") if isinstance(score, dict) else score)
+                raw = score.get("value") if isinstance(score, dict) else score
+                if isinstance(raw, list):  # a panel's collected votes: no vote says which grader gave it
+                    panels.setdefault(scorer, len(raw))
+                    continue
+                value = _inspect_value(raw)
                 rows.append({"system": model, "task": task, "item": str(s.get("id")),
                              "replicate": epoch, "judge": scorer, "score": value})
         notes += _inspect_completeness(p, header, ev, samples, len(rows) - n_before)
+        for scorer, n in panels.items():
+            notes.append(f"{p}: scorer '{scorer}' holds a list of votes per sample (a multi_scorer panel with "
+                         f"reducer 'collect', e.g. {n}): left out, since no vote says which grader gave it (Inspect "
+                         "drops a grader that returned nothing before collecting, so a list position is no judge). "
+                         "Score each grader as its own scorer (scorer=[...]) to import a judge facet.")
+        panels.clear()
     if not rows:
-        raise DataError(f"{', '.join(map(str, paths))}: no scored samples found in the Inspect log(s).")
+        why = f" ({notes[-1].split(': ', 1)[1]})" if notes and "multi_scorer" in notes[-1] else ""
+        raise DataError(f"{', '.join(map(str, paths))}: no scored samples found in the Inspect log(s){why}.")
     return _nest_in_task(_with_notes(pd.DataFrame(rows), notes))
 
 
