@@ -102,6 +102,10 @@ def test_a_json_factorial_killed_mid_run_resumes_to_every_cell_once(llama, tmp_p
     assert "Calls without a score" in analysis.stdout
     payload = json.loads((tmp_path / "a.json").read_text())
     assert payload["diagnostics"]["missing_answers"]["calls"] == planned
+    # llama.cpp's prompt cache answers repeated prompts faster, with a fresh reply and id: no caching alarm
+    assert calls["response_id"].notna().all() and calls["response_id"].is_unique
+    diagnostics = payload["diagnostics"]
+    assert diagnostics["cached_cells"] == 0 and not any("caching" in w for w in diagnostics["warnings"])
 
 
 def test_a_logprobs_factorial_scores_every_call_with_the_judges_distribution(llama, tmp_path):
