@@ -73,3 +73,20 @@ def test_the_monte_carlo_error_covers_its_distance_from_the_exact_value():
     exact = stats.norm.ppf((1 + 0.95 ** (1 / 20)) / 2)
     assert cv.method == "Monte Carlo" and cv.relative_error < 1e-3
     assert abs(cv.value - exact) <= cv.error
+
+
+@pytest.mark.parametrize("k,df", [(4, np.inf), (5, 12.0), (12, np.inf), (12, 30.0)])
+def test_exchangeable_means_take_the_studentized_range(k, df):
+    """A complete balanced board's means have one variance and one covariance: max |T| over every pair is the
+    studentized range / sqrt(2) (Tukey's HSD), exact where the lattice or Monte Carlo estimates it. The
+    general path's value agrees within its own reported error."""
+    cov = np.full((k, k), 0.3) + 0.7 * np.eye(k)
+    pairs = np.column_stack(np.triu_indices(k, 1))
+    exact = simultaneous_critical(cov, pairs, df, 0.95)
+    assert exact.method == "studentized range" and exact.error == 0.0
+    assert exact.value == pytest.approx(stats.studentized_range.ppf(0.95, k, df) / np.sqrt(2), rel=1e-12)
+    # the general path on the same law (a covariance perturbed by 1e-6: no longer exactly exchangeable)
+    jitter = cov + np.diag(np.linspace(0, 1e-6, k))
+    general = simultaneous_critical(jitter, pairs, df, 0.95)
+    assert general.method != "studentized range"
+    assert abs(general.value - exact.value) <= general.error + 2e-3 * exact.value

@@ -261,6 +261,13 @@ def simultaneous_critical(cov: np.ndarray, pairs: np.ndarray, df: float, level: 
     if len(pairs) == 1:  # one pair: the two-sided quantile itself
         q = stats.t.ppf(0.5 + level / 2, df) if math.isfinite(df) else stats.norm.ppf(0.5 + level / 2)
         return CriticalValue(float(q), 0.0, 0.0, 0, "exact")
+    if _all_pairs_of_exchangeable_means(cov, pairs):
+        # every pair of means with equal variances and equal covariances: max |T| is the studentized range of
+        # k independent normals over sqrt(2) (the shared part cancels in each difference; Tukey's HSD)
+        k = cov.shape[0]
+        q = stats.studentized_range.ppf(level, k, df if df > 0 else math.inf)
+        if math.isfinite(q):
+            return CriticalValue(float(q / math.sqrt(2.0)), 0.0, 0.0, 0, "studentized range")
     if len(pairs) <= LATTICE_PAIRS and df >= 1:  # below 1 df the t law's tail defeats the lattice's bracket
         corr, _ = pair_correlation(cov, pairs)
         with np.errstate(all="ignore"):
@@ -269,6 +276,19 @@ def simultaneous_critical(cov: np.ndarray, pairs: np.ndarray, df: float, level: 
             return lattice
     with np.errstate(over="ignore"):
         return max_t_monte_carlo(cov, pairs, df, level, tolerance=tolerance, seed=seed, budget=budget)
+
+
+def _all_pairs_of_exchangeable_means(cov: np.ndarray, pairs: np.ndarray, rtol: float = 1e-10) -> bool:
+    """Whether ``pairs`` are all the pairs of ``cov``'s means and ``cov`` is compound symmetric (one variance,
+    one covariance): the structure of a complete balanced design's system means."""
+    k = cov.shape[0]
+    if k < 3 or len(pairs) != k * (k - 1) // 2:
+        return False
+    diag = np.diag(cov)
+    off = cov[~np.eye(k, dtype=bool)]
+    scale = float(np.max(np.abs(diag))) or 1.0
+    return bool(np.ptp(diag) <= rtol * scale and np.ptp(off) <= rtol * scale and diag[0] - off[0] > rtol * scale
+                and len({(int(a), int(b)) for a, b in np.sort(pairs, axis=1)}) == len(pairs))
 
 
 def max_t_monte_carlo(cov: np.ndarray, pairs: np.ndarray, df: float, level: float, *, tolerance: float = 1e-3,

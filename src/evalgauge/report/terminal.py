@@ -295,6 +295,8 @@ def critical_error_text(result) -> str:
     c = result.extra.get("critical")
     if not c:
         return ""
+    if not c["points"]:  # a closed form (one pair; every pair of exchangeable means)
+        return f" (exact: {c['method']})"
     return f" +- {c['error']:.2g}, {c['method']}, {c['points']:,} points"
 
 
