@@ -18,6 +18,18 @@ STYLE = {"figure.dpi": 110, "axes.spines.top": False, "axes.spines.right": False
          "text.parse_math": False}
 
 
+def _log_axes(ax, which: str = "x") -> None:
+    """A log scale whose ticks read as plain numbers (10, 100, 0.01): with mathtext off (labels are data),
+    matplotlib's own log ticks would show their mathtext source."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for name in which:
+        axis = ax.xaxis if name == "x" else ax.yaxis
+        (ax.set_xscale if name == "x" else ax.set_yscale)("log")
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
@@ -47,7 +59,7 @@ def shares(a: Analysis) -> str:
 
 def interventions(a: Analysis) -> str:
     frame = a.interventions
-    key = "pct_change_sigma2_delta" if frame["pct_change_sigma2_delta"].notna().any() else "pct_change_var_abs"
+    key = f"pct_change_{frame.attrs.get('ranked_by', 'var_abs')}"  # the quantity the table is ranked by
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(7, 0.35 * len(frame) + 1.2))
         colors = ["#2a7" if v < 0 else "#c53" for v in frame[key]]
@@ -67,7 +79,7 @@ def nomogram(a: Analysis) -> str:
             line, = ax.plot(data["n"], values, label=f"{m} judge{'s' if int(m) > 1 else ''}")
             ax.axhline(data["ceilings"][m], color=line.get_color(), ls=":", lw=0.8)
         ax.axhline(0.8, color="k", lw=0.8)
-        ax.set_xscale("log")
+        _log_axes(ax, "x")
         ax.set_ylim(0, 1)
         ax.set_xlabel("items")
         ax.set_ylabel("E rho^2")
@@ -83,8 +95,7 @@ def ci_vs_n(a: Analysis) -> str:
         ax.plot(data["n"], data["full"], label="full (all components)", color="#c53")
         ax.plot(data["n"], data["naive"], label="naive (item sampling only)", color="#9ab")
         ax.axvline(data["observed"], color="k", ls="--", lw=0.8, label="this study")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _log_axes(ax, "xy")
         ax.set_xlabel("items N")
         ax.set_ylabel("95% CI half-width")
         ax.legend(frameon=False)
@@ -101,7 +112,7 @@ def frontier(a: Analysis) -> str:
         front = sorted((r for r in rows if r["pareto"]), key=lambda r: r["calls"])
         ax.plot([r["calls"] for r in front], [r["se"] for r in front], color="#2a7", label="cost-efficiency frontier")
         ax.scatter([data["current"]["calls"]], [data["current"]["se"]], color="#c53", zorder=3, label="this design")
-        ax.set_xscale("log")
+        _log_axes(ax, "x")
         ax.set_xlabel("judge calls")
         ax.set_ylabel("SE of theta-hat")
         ax.legend(frameon=False)
