@@ -127,13 +127,26 @@ def theta_interval(vc: VarianceComponents, level: float = 0.95, sampling_facet: 
 
 
 def _inside(est: float, se: float, q: float, bounds) -> tuple[float, float, str]:
-    """est +- q SE, or, only when that leaves ``bounds``, :func:`bounded_interval`'s interval, with the method."""
-    low, high = est - q * se, est + q * se
-    if bounds is None or (bounds[1] <= low and high <= bounds[2]) or not (math.isfinite(low) and math.isfinite(high)):
-        return low, high, NORMAL
-    (low,), (high,), _ = bounded_interval(np.array([est]), np.array([se]), np.array([q]), bounds)
+    """est +- q SE kept inside ``bounds`` (:func:`keep_inside`), with the method."""
+    (low,), (high,), leaves = keep_inside(np.array([est]), np.array([est - q * se]), np.array([est + q * se]), bounds)
+    if not leaves[0]:
+        return float(low), float(high), NORMAL
     how = "logit" if bounds[0] == "proportion" else "clipped"
     return float(low), float(high), f"{how} (the normal interval left {bounds[1]:g}-{bounds[2]:g})"
+
+
+def keep_inside(est: np.ndarray, low: np.ndarray, high: np.ndarray, bounds):
+    """(low, high, leaves): each interval around ``est`` as it is, or, only where it leaves ``bounds``,
+    :func:`bounded_interval`'s from the same half-width (an interval inside the scale is the plain one)."""
+    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    if bounds is None:
+        return low, high, np.zeros(low.shape, dtype=bool)
+    leaves = np.isfinite(low) & np.isfinite(high) & ((low < bounds[1]) | (high > bounds[2]))
+    if leaves.any():
+        new_low, new_high, _ = bounded_interval(np.asarray(est, dtype=float), (high - low) / 2, np.ones_like(low),
+                                                bounds)
+        low, high = np.where(leaves, new_low, low), np.where(leaves, new_high, high)
+    return low, high, leaves
 
 
 def default_sampling_facet(vc: VarianceComponents) -> str | None:

@@ -135,14 +135,36 @@ def label_shares(frame: pd.DataFrame, label: str, classes: list[str], fit, level
     return pd.DataFrame(rows)
 
 
-def analyze_labels(frame: pd.DataFrame, fit, *, label: str = "label", facets: list[str],
+def label_design(frame: pd.DataFrame, label: str = "label", **design_options):
+    """(facets, replicate, fit) of a labels table: the design the class indicators are fitted with (inferred
+    from the columns but the label, as :func:`evalgauge.design.infer_design` infers it; ``design_options``:
+    facets, nest, replicate, fixed) and the fit :func:`label_shares` takes."""
+    from .design import infer_design
+    from .estimate import estimate_components
+
+    probe = infer_design(frame.drop(columns=[label]).assign(__share=0.0), score="__share",
+                         object="item" if "item" in frame else None, **design_options)
+    options = {k: v for k, v in design_options.items() if k != "facets"}
+
+    def fit(indicator: pd.DataFrame, score: str):
+        return estimate_components(indicator, infer_design(indicator, score=score, facets=list(probe.names),
+                                                           object=probe.object, **options))
+
+    return list(probe.names), probe.replicate, fit
+
+
+def analyze_labels(frame: pd.DataFrame, fit=None, *, label: str = "label", facets: list[str] | None = None,
                    replicate: str | None = None, classes: list[str] | None = None,
-                   level: float = 0.95) -> LabelAnalysis:
+                   level: float = 0.95, **design_options) -> LabelAnalysis:
     """Shares with intervals, agreement and confusion of the labels in ``frame[label]`` (see the module).
     ``facets``: the design's facet columns; ``replicate``: the replicate column, if any; ``classes``: the
-    label set in order (default: the labels found, sorted); ``fit`` as :func:`label_shares` takes it."""
+    label set in order (default: the labels found, sorted); ``fit`` as :func:`label_shares` takes it. Without
+    ``fit`` the design comes from :func:`label_design` (``design_options``: facets given as text, nest, fixed)."""
     if label not in frame:
-        raise DesignError(f"no label column '{label}'; the columns are {', '.join(map(str, frame.columns))}.")
+        raise DesignError(f"no column '{label}' (the columns are {', '.join(map(str, frame.columns))}); name the "
+                          "label column.")
+    if fit is None:
+        facets, replicate, fit = label_design(frame, label, facets=facets, replicate=replicate, **design_options)
     labelled = frame[frame[label].notna() & (frame[label].astype(str).str.strip() != "")]
     notes = []
     if len(labelled) < len(frame):

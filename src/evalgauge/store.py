@@ -196,16 +196,18 @@ class RunStore:
         with self._guard():
             if self.db.execute("SELECT 1 FROM run WHERE key = ?", (KEYS_ESCAPED,)).fetchone():
                 return
-            odd = " OR ".join(f"instr(COALESCE({c}, ''), '|') OR instr(COALESCE({c}, ''), '\\')"
-                              for c in ("item", "system", "variant", "judge", "position"))
+            def odd(*columns: str) -> str:  # a level holding | or \\ (the rows whose key is escaped)
+                return " OR ".join(f"instr(COALESCE({c}, ''), '|') OR instr(COALESCE({c}, ''), '\\')"
+                                   for c in columns)
+
             with self._transaction():
                 calls = self.db.execute("SELECT rowid, item, system, variant, temperature, judge, replicate, position "
-                                        f"FROM calls WHERE {odd}").fetchall()
+                                        f"FROM calls WHERE {odd('item', 'system', 'variant', 'judge', 'position')}"
+                                        ).fetchall()
                 self.db.executemany("UPDATE calls SET key = ? WHERE rowid = ?",
                                     [(call_key(i, s, v, t, j, r, p), rowid) for rowid, i, s, v, t, j, r, p in calls])
-                odd = " OR ".join(f"instr(COALESCE({c}, ''), '|') OR instr(COALESCE({c}, ''), '\\')"
-                                  for c in ("item", "system"))
-                made = self.db.execute(f"SELECT rowid, item, system FROM responses WHERE {odd}").fetchall()
+                made = self.db.execute(f"SELECT rowid, item, system FROM responses WHERE {odd('item', 'system')}"
+                                       ).fetchall()
                 self.db.executemany("UPDATE responses SET key = ? WHERE rowid = ?",
                                     [(cell_key(i, s), rowid) for rowid, i, s in made])
                 self.db.execute("INSERT OR REPLACE INTO run (key, value) VALUES (?, '1')", (KEYS_ESCAPED,))
@@ -398,18 +400,12 @@ class RunStore:
                 if (new[0], new[1], new[2]) != (score, error, rule):
                     changed.append((key, score, error, rule, *new))
             now = time.time()
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 self.db.executemany("INSERT INTO rescores VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                     [(k, now, protocol, s, e, ru, ns, ne, r)
                                      for k, s, e, ru, ns, ne, r in changed])
                 self.db.executemany("UPDATE calls SET score = ?, parse_error = ?, rule = ? WHERE key = ?",
                                     [(ns, ne, r, k) for k, _, _, _, ns, ne, r in changed])
-                self.db.execute("COMMIT")
-            except BaseException:
-                if self.db.in_transaction:
-                    self.db.execute("ROLLBACK")
-                raise
         return len(changed), len(rows)
 
     def calls(self) -> pd.DataFrame:

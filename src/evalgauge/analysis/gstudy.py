@@ -201,19 +201,14 @@ def judgments_bounds(judgments: Judgments, score: str, run_meta: dict | None = N
 
 def _bounded_rows(frame: pd.DataFrame, bounds) -> pd.DataFrame:
     """Each object's full and naive intervals around its ``mean`` kept inside ``bounds``
-    (:func:`evalgauge.inference.bounded_interval`, from each row's own half-width)."""
-    from ..inference import bounded_interval
+    (:func:`evalgauge.inference.keep_inside`, from each row's own half-width)."""
+    from ..inference import keep_inside
 
     if bounds is None or frame.empty:
         return frame
     out = frame.copy()
-    mean = out["mean"].to_numpy(dtype=float)
     for lo, hi in (("low", "high"), ("naive_low", "naive_high")):
-        low, high = out[lo].to_numpy(dtype=float), out[hi].to_numpy(dtype=float)
-        leaves = (low < bounds[1]) | (high > bounds[2])  # an interval inside the scale is left as it is
-        if leaves.any():
-            new_low, new_high, _ = bounded_interval(mean, (high - low) / 2, np.ones_like(low), bounds)
-            out[lo], out[hi] = np.where(leaves, new_low, low), np.where(leaves, new_high, high)
+        out[lo], out[hi], _ = keep_inside(out["mean"].to_numpy(dtype=float), out[lo], out[hi], bounds)
     return out
 
 

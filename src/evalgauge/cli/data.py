@@ -316,24 +316,13 @@ def label_report(judgments, *, label: str = "label", classes: str | list[str] | 
                  replicate=None, fixed=None, level: float = 0.95, json_out=None, first=None) -> None:
     """The label analysis of a judgments table (:func:`evalgauge.labels.analyze_labels`), printed and written as
     JSON; ``first(console)`` prints what must come before it (a run's missing-answer finding)."""
-    from ..design import infer_design
-    from ..estimate import estimate_components
     from ..labels import analyze_labels
 
-    data = judgments.source
     frame = judgments.frame
     if label not in frame:
-        raise EvalGaugeError(f"{data}: no column '{label}' (the columns are {', '.join(map(str, frame.columns))}); "
-                             "name the label column with --label.")
-    probe = infer_design(frame.drop(columns=[label]).assign(__share=0.0), score="__share", facets=facets, nest=nest,
-                         replicate=replicate, fixed=fixed, object="item" if "item" in frame else None)
-
-    def fit(indicator, score):
-        design = infer_design(indicator, score=score, facets=list(probe.names), nest=nest, replicate=replicate,
-                              fixed=fixed, object=probe.object)
-        return estimate_components(indicator, design)
-
-    result = analyze_labels(frame, fit, label=label, facets=list(probe.names), replicate=probe.replicate,
+        raise EvalGaugeError(f"{judgments.source}: no column '{label}' (the columns are "
+                             f"{', '.join(map(str, frame.columns))}); name the label column with --label.")
+    result = analyze_labels(frame, label=label, facets=facets, nest=nest, replicate=replicate, fixed=fixed,
                             classes=([c.strip() for c in classes.split(",")] if isinstance(classes, str)
                                      else classes) or None, level=level)
 
