@@ -58,17 +58,26 @@ def test_sizing_eq2_by_hand():
 def test_tee_nested_and_fixed_divisors_and_finite_benchmark():
     spec = tee_table8(categories=4, items_per_category=5, variants=3, temperatures=3, judges=3, replicates=2)
     truth = dict(spec.true_components().items())
-    vc = VarianceComponents.from_values(truth, {"category": 4, "item": 20, "variant": 3, "temperature": 3,
-                                                "judge": 3}, 2, object="item", fixed=("temperature", "judge"),
+    levels = {"category": 4, "item": 20, "variant": 3, "temperature": 3, "judge": 3}
+    # TEE eq. 3: the panel of judges averaged as sigma2_lambda / M; the temperature fixed (Tier 2, Table 2)
+    vc = VarianceComponents.from_values(truth, levels, 2, object="item", fixed=("temperature",),
                                         nesting={"item": "category"})
     p = dstudy.project(vc, {"item": 40}, 2, object="")
-    expected = (0.015 / 4 + 0.025 / 40 + 0.015 / 3 + 0.015 / 3 + 0.015 / 3 + 0.008 / 120 + 0.008 / 120
+    expected = (0.015 / 4 + 0.025 / 40 + 0.015 / 3 + 0.015 / 3 + 0.008 / 120 + 0.008 / 120
                 + 0.02 / 120 + 0.003 / 9 + 0.003 / 9 + 0.03 / (40 * 27 * 2))
     assert p.var_abs == pytest.approx(expected)
+    # the fixed temperature's main effect is its sensitivity index (C.4), beside the error and in no share
+    assert p.sensitivity == {"temperature": pytest.approx(0.015)} and "temperature" not in p.shares()
     finite = dstudy.project(vc, {"item": 40}, 2, object="", condition_on=("item",))
     assert finite.var_abs == pytest.approx(expected - 0.015 / 4 - 0.025 / 40)
     single_judge = dstudy.project(vc, {"item": 40, "judge": 1}, 2, object="")
     assert single_judge.var_abs > p.var_abs  # the judge sensitivity loses its 1/M
+    # judges declared fixed too: both main effects are Tier 2, their interactions with random facets stay
+    both = VarianceComponents.from_values(truth, levels, 2, object="item", fixed=("temperature", "judge"),
+                                          nesting={"item": "category"})
+    pb = dstudy.project(both, {"item": 40}, 2, object="")
+    assert pb.var_abs == pytest.approx(expected - 0.015 / 3)
+    assert set(pb.sensitivity) == {"temperature", "judge"}
 
 
 def test_var_theta_equals_squared_se_of_the_grand_mean():

@@ -137,3 +137,34 @@ def test_holm_keeps_the_family_level_when_no_facet_matters():
                  "score": None if rng.random() < 0.2 else 1.0} for k in range(240)]
         flagged += missing_answers(pd.DataFrame(rows)).headline is not None
     assert flagged <= 30
+
+
+@pytest.mark.slow
+def test_fixed_temperature_and_variant_failures_end_to_end(tmp_path, monkeypatch):
+    """Issue 39's run: one system, a temperature fixed at two chosen levels, replies unread far more often in
+    one variant. The finding about the variant comes first; the temperature is Tier 2: its sensitivity index is
+    shown, it has no share of Var(theta-hat) and no intervention changes it."""
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    config = write_config(tmp_path, port, mode="numeric", items=12, systems=1, reps=2, judges=2)
+    config.write_text(config.read_text().replace("temperatures = [0.0]", "temperatures = [0.0, 0.7]"))
+    cfg, _ = collect(config, port)
+    with sqlite3.connect(cfg.database) as db:  # 3 in 4 of variant v1's verdicts unread, 1 in 10 of v2's
+        db.execute("UPDATE calls SET score = NULL, parse_error = 'no score found' WHERE variant = 'v1' "
+                   "AND rowid % 4 != 0")
+        db.execute("UPDATE calls SET score = NULL, parse_error = 'no score found' WHERE variant = 'v2' "
+                   "AND rowid % 10 = 0")
+    out = CliRunner().invoke(main, ["analyze", str(cfg.database), "--drop-missing", "--json",
+                                    str(tmp_path / "a.json")])
+    assert out.exit_code == 0, out.output
+    first = out.output.strip().splitlines()[0]
+    assert first.startswith("caution:") and "variant" in first
+    payload = json.loads((tmp_path / "a.json").read_text())
+    components = payload["components"]
+    assert components["fixed"] == ["temperature"]
+    fixed_rows = [c for c in components["components"] if c["kind"] == "fixed"]
+    assert [c["component"] for c in fixed_rows] == ["temperature"] and fixed_rows[0]["share"] is None
+    assert "temperature" not in payload["var_theta_shares"] and set(payload["sensitivity_indices"]) == {"temperature"}
+    assert not any("temperature" in row["intervention"] for row in payload["interventions"])
+    assert "Tier 2 (fixed facets" in out.output and "sensitivity indices (TEE C.4" in out.output
+    assert f"temperature {max(fixed_rows[0]['variance'], 0.0):.4g}" in out.output

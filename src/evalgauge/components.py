@@ -204,13 +204,16 @@ class VarianceComponents(Result):
 
     @property
     def total_variance(self) -> float:
-        """sigma^2_total: the sum of truncated components (TEE C.5)."""
-        return float(sum(c.variance_truncated for c in self.components))
+        """sigma^2_total: the sum of truncated components, Var(Y | h, m) at the chosen levels of the fixed
+        facets (TEE C.4-C.5): a fixed term's sensitivity index is not part of it."""
+        return float(sum(c.variance_truncated for c in self.components if c.kind != "fixed"))
 
     def share(self, name: str) -> float:
-        """Per-observation share sigma^2_k / sigma^2_total (TEE C.5), truncated at zero."""
+        """Per-observation share sigma^2_k / sigma^2_total (TEE C.5), truncated at zero; NaN for a fixed
+        term (TEE Table 2's Tier 2: a sensitivity index, reported beside the variance, not as a share)."""
         total = self.total_variance
-        return self[name].variance_truncated / total if total > 0 else math.nan
+        comp = self[name]
+        return comp.variance_truncated / total if total > 0 and comp.kind != "fixed" else math.nan
 
     # -- tidy forms --------------------------------------------------------------
     def to_frame(self) -> pd.DataFrame:

@@ -8,9 +8,11 @@ Each component sigma2_k enters an error variance divided by the number of
 distinct levels of its term in the proposed design, d_k (TEE eq. 3, C.5, C.8;
 Brennan 2001 ch. 4): for ``category:item`` that is N' (items determine their
 category), for ``item:judge`` N' M, for the residual every facet times R'. A fixed
-facet averaged over L chosen levels contributes sigma2 / L like any other
-(TEE C.1); ``condition_on`` drops terms the estimand conditions on instead (the
-finite-benchmark estimand conditions on the items, TEE C.2).
+facet's interaction with random facets, averaged over its L chosen levels, contributes
+sigma2 / L like any other (TEE C.1); a term made only of fixed facets is TEE's Tier 2:
+a sensitivity index reported beside the error, in no error variance (the estimand is
+the mean over the chosen levels, TEE Table 2, C.4). ``condition_on`` drops terms the
+estimand conditions on (the finite-benchmark estimand conditions on the items, TEE C.2).
 
 Projections use the estimates truncated at zero. The sizing paper (App. D)
 keeps raw ANOVA values in sigma2_delta because they are unbiased, but with
@@ -106,7 +108,9 @@ class Projection(Result):
     ``contributions`` its terms sigma2_k / d_k. With an object of measurement:
     ``sigma2_delta`` relative error (sizing eq. 2), ``sigma2_Delta`` absolute
     error, ``erho2`` = sigma2_p / (sigma2_p + sigma2_delta), ``phi`` (dependability),
-    ``mdd95`` = z sqrt(2 sigma2_delta) (sizing eq. 3).
+    ``mdd95`` = z sqrt(2 sigma2_delta) (sizing eq. 3). ``sensitivity`` holds the terms made only of fixed
+    facets (TEE Table 2, Tier 2): their sensitivity index (the spread over the chosen levels, TEE C.4) and
+    not error: the estimand is the mean over those levels, so they are in no error variance and no share.
     """
 
     counts: dict[str, float]
@@ -121,6 +125,7 @@ class Projection(Result):
     phi: float = math.nan
     mdd95: float = math.nan
     notes: tuple[str, ...] = field(default=(), compare=False)
+    sensitivity: dict[str, float] = field(default_factory=dict)
 
     @property
     def se(self) -> float:
@@ -158,9 +163,10 @@ def project(vc: VarianceComponents, counts: Mapping[str, float] | None = None, r
     notes = []
     contributions = {}
     for c in vc.components:
-        if _conditioned(c, vc, condition_on):
+        if _conditioned(c, vc, condition_on) or c.kind == "fixed":
             continue
         contributions[c.name] = c.variance_truncated / divisor(c, vc, full, reps)
+    sensitivity = sensitivity_indices(vc)
     var_abs = max(sum(contributions.values()), 0.0)
     res = next((c for c in vc.components if c.name == RESIDUAL), None)
     if res is not None and res.confounded_with and reps != vc.replicates:
@@ -168,14 +174,21 @@ def project(vc: VarianceComponents, counts: Mapping[str, float] | None = None, r
                      "extra replicates are not credited.")
     obj = vc.object if object is None else (object or None)
     if not obj:
-        return Projection(full, reps, var_abs, contributions, notes=tuple(notes))
+        return Projection(full, reps, var_abs, contributions, notes=tuple(notes), sensitivity=sensitivity)
     if obj not in full:
         raise DesignError(f"object of measurement '{obj}' is not a facet ({', '.join(full)}).")
     s2p, delta, big_delta = object_errors(vc, obj, full, reps, condition_on)
     erho2 = s2p / (s2p + delta) if s2p + delta > 0 else math.nan
     phi = s2p / (s2p + big_delta) if s2p + big_delta > 0 else math.nan
     return Projection(full, reps, var_abs, contributions, obj, s2p, delta, big_delta, erho2, phi,
-                      z * math.sqrt(2 * delta), tuple(notes))
+                      z * math.sqrt(2 * delta), tuple(notes), sensitivity)
+
+
+def sensitivity_indices(vc: VarianceComponents) -> dict[str, float]:
+    """The Tier 2 terms (made only of fixed facets, TEE Table 2) and their sensitivity indices
+    (1/L) sum (tau_l - tau_bar)^2 (TEE C.4): how far the estimate moves with the researcher's choice of
+    levels. No design changes them, so they are reported beside the error, never inside it."""
+    return {c.name: c.variance for c in vc.components if c.kind == "fixed"}
 
 
 def object_errors(vc: VarianceComponents, obj: str, counts, reps, condition_on=()) -> tuple[float, float, float]:
@@ -227,7 +240,7 @@ def absolute_error_divisors(vc: VarianceComponents, obj: str, counts, reps,
     divisors = {}
     for c in vc.components:
         facets = set(term_facets(c, vc))
-        if c.name in universe or (c.name != RESIDUAL and facets and facets <= inside):
+        if c.name in universe or c.kind == "fixed" or (c.name != RESIDUAL and facets and facets <= inside):
             continue
         if _conditioned(c, vc, condition_on):
             continue

@@ -56,6 +56,7 @@ class Analysis(Result):
             "components": self.components.to_dict(),
             "theta": self.theta.to_dict() if self.theta else None,
             "var_theta_shares": self.projection.shares(),
+            "sensitivity_indices": self.projection.sensitivity,
             "design": self.projection.to_dict(),
             "interventions": _records(self.interventions),
             "checklist": self.checklist,

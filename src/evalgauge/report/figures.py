@@ -41,7 +41,7 @@ def shares(a: Analysis) -> str:
     """Each component's share per observation beside its share of Var(theta-hat) (TEE C.5)."""
     vc = a.components
     theta_shares = a.projection.shares()
-    names = [c.name for c in vc.components]
+    names = [c.name for c in vc.components if c.kind != "fixed"]  # Tier 2 terms are no share (TEE Table 2)
     per_obs = [100 * vc.share(n) for n in names]
     of_theta = [100 * theta_shares.get(n, 0.0) for n in names]
     with plt.rc_context(STYLE):

@@ -15,7 +15,7 @@ from ..analysis.gstudy import Analysis
 from ..display import letters_note
 from ..version import __version__
 from .figures import PAIR_MATRIX_UP_TO, all_figures
-from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence
+from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence, tier_sentence
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;
@@ -199,10 +199,13 @@ def render(a: Analysis) -> str:
     if a.diagnostics and a.diagnostics.get("warnings"):
         parts.append("<h2>Integrity warnings from the collector</h2>" + "".join(
             f"<p class='warn'>{escape(w)}</p>" for w in a.diagnostics["warnings"]))
-    rows = [[c.name, c.kind, _num(c.variance), _num(c.se, ".3g"), f"{100 * vc.share(c.name):.1f}%",
-             f"{100 * shares.get(c.name, 0.0):.1f}%"] for c in vc.components]
+    rows = [[c.name, c.kind, _num(c.variance), _num(c.se, ".3g"),
+             "—" if c.kind == "fixed" else f"{100 * vc.share(c.name):.1f}%",
+             "—" if c.kind == "fixed" else f"{100 * shares.get(c.name, 0.0):.1f}%"] for c in vc.components]
     parts.append("<h2>Variance components</h2>" + _table(
         ["component", "kind", "variance", "SE", "share per observation", "share of Var(theta-hat)"], rows))
+    if vc.fixed:
+        parts.append("<p class='muted'>" + escape(tier_sentence(vc.to_dict())) + "</p>")
     parts.append(f"<p class='muted'>{escape(vc.method_reason)}</p>")
     if vc.reml is not None:  # the model the likelihood fit was of, as lme4 writes it
         parts.append(f"<p class='muted'>Model: <code>{escape(vc.reml['formula'])}</code></p>")

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..vocabulary import MIN_DF
-from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence
+from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence, tier_sentence
 
 if TYPE_CHECKING:
     from ..components import VarianceComponents
@@ -189,7 +189,8 @@ def print_components(result: VarianceComponents, console: Console, bounds=None) 
         if ci:
             row.append("—" if c.ci_low != c.ci_low else f"[{c.ci_low:.4g}, {c.ci_high:.4g}]")
         share_theta = comp.get("share_var_theta")
-        row += [f"{100 * result.share(c.name):.1f}%", "—" if share_theta is None else f"{100 * share_theta:.1f}%",
+        share = result.share(c.name)
+        row += ["—" if share != share else f"{100 * share:.1f}%", "—" if share_theta is None else f"{100 * share_theta:.1f}%",
                 number(c.df, "g"), number(c.mean_square, ".6g")]
         table.add_row(*row)
     console.print(table)
@@ -231,11 +232,7 @@ def print_components(result: VarianceComponents, console: Console, bounds=None) 
     console.print(f"Design: {levels} x {reps}; grand mean {result.grand_mean:.6g}; "
                   f"object of measurement: {result.object or '(none)'}; fixed: {', '.join(result.fixed) or '(none)'}.")
     if result.fixed:
-        random_facets = [f for f in result.levels if f not in result.fixed and f != result.object]
-        console.print(f"Tier 1 (random facets, their error shrinks as more levels are averaged): "
-                      f"{', '.join(random_facets) or '(none)'}; Tier 2 (fixed facets, the study's chosen conditions, "
-                      f"TEE Table 2): {', '.join(result.fixed)}: the 'fixed' rows are their sensitivity indices (the "
-                      "spread over the chosen levels, TEE C.4), and no intervention changes their levels.")
+        console.print(tier_sentence(result.to_dict()))
     console.print(f"Method: {result.method_reason.rstrip('.')}.")
     if result.reml:
         r = result.reml

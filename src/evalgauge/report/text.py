@@ -35,3 +35,18 @@ def ceiling_sentence(obj: str, erho2: float, mdd95: float, ceiling: dict, requir
     return (f"Comparing {obj}s: E rho^2 {erho2:.3f} and MDD95 {mdd95:.4g} at this design; with one {facet} no "
             f"item count gets past E rho^2 {ceiling['erho2']:.3f} (the single-{facet} ceiling; MDD floor "
             f"{ceiling['mdd95']:.4g}); for E rho^2 {target:g}: {requirement}.")
+
+
+def tier_sentence(components: dict) -> str:
+    """Which facets are TEE's Tier 1 and which Tier 2 (Table 2), with each Tier 2 term's sensitivity index
+    (C.4) and its square root on the score's scale; ``components`` is a components result's JSON form."""
+    fixed = components["fixed"]
+    random_facets = [f for f in components["levels"] if f not in fixed and f != components.get("object")]
+    indices = "; ".join(
+        f"{c['component']} {max(c['variance'], 0.0):.4g} (spread {max(c['variance'], 0.0) ** 0.5:.4g} on the "
+        "score's scale)" for c in components["components"] if c.get("kind") == "fixed")
+    return (f"Tier 1 (random facets, their error shrinks as more levels are averaged): "
+            f"{', '.join(random_facets) or '(none)'}. Tier 2 (fixed facets, the study's chosen conditions, TEE "
+            f"Table 2): {', '.join(fixed)}; the estimate is the mean over their chosen levels, so their spread is "
+            f"not error: sensitivity indices (TEE C.4, the spread over the chosen levels): {indices or 'none fitted'}. "
+            "They are in no share of Var(theta-hat), and no intervention changes their levels.")
