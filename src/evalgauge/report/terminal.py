@@ -190,7 +190,8 @@ def print_components(result: VarianceComponents, console: Console, bounds=None) 
             row.append("—" if c.ci_low != c.ci_low else f"[{c.ci_low:.4g}, {c.ci_high:.4g}]")
         share_theta = comp.get("share_var_theta")
         share = result.share(c.name)
-        row += ["—" if share != share else f"{100 * share:.1f}%", "—" if share_theta is None else f"{100 * share_theta:.1f}%",
+        row += ["—" if share != share else f"{100 * share:.1f}%",
+                "—" if share_theta is None else f"{100 * share_theta:.1f}%",
                 number(c.df, "g"), number(c.mean_square, ".6g")]
         table.add_row(*row)
     console.print(table)
