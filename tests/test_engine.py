@@ -523,3 +523,34 @@ def test_a_bad_score_is_named_from_the_scan_without_reading_the_files_again(tmp_
         out = CliRunner().invoke(main, ["components", str(numbers[name]), "--engine", "duckdb"])
         assert out.exit_code == 2 and f"{numbers[name] / 'part-000.parquet'}: column 'score' {message}" in out.output
         assert scans == [False, True]  # the fast scan, then the exact one, which named it
+
+
+def test_auto_chooses_by_what_the_reading_would_take(tmp_path, monkeypatch):
+    """engine auto: the cells on DuckDB once reading would take more than ENGINE_ABOVE, unless the command needs
+    the rows (--bootstrap); and a file whose reading would not fit in the memory available is refused before it
+    is read, naming the file and the way (a 2.07 GB CSV read in memory took 13 GB and 8.6 minutes)."""
+    from evalgauge.io import engine as eng
+
+    frame = simulate(sizing_preset(systems=4, items=20, judges=3, replicates=2), seed=7)
+    path = tmp_path / "j.csv"
+    frame.to_csv(path, index=False)
+    size, needed = eng.in_memory_estimate(path)
+    assert size == path.stat().st_size and needed == size // eng.TEXT_BYTES_PER_VALUE * eng.BYTES_PER_VALUE
+    assert eng.engine_for("auto", path, rows="no") is None  # small: in memory, as before
+    monkeypatch.setattr(eng, "ENGINE_ABOVE", needed - 1)
+    assert eng.engine_for("auto", path, rows="no") == "duckdb"
+    assert eng.engine_for("auto", path, rows="prefer") is None and eng.engine_for("auto", path, rows="need") is None
+    runner = CliRunner()
+    cells = runner.invoke(main, ["components", str(path)])
+    rows = runner.invoke(main, ["components", str(path), "--engine", "pandas"])
+    assert cells.exit_code == rows.exit_code == 0 and "engine: duckdb reduced" in cells.output
+    boot = runner.invoke(main, ["components", str(path), "--bootstrap", "20", "--seed", "1"])
+    assert boot.exit_code == 0 and "engine:" not in boot.output  # the bootstrap needs the rows: in memory
+    # a machine with less memory available than the reading would take
+    monkeypatch.setattr(eng, "available_memory", lambda: needed)
+    assert eng.engine_for("auto", path, rows="prefer") == "duckdb"  # eg.fit keeps the cells instead
+    assert eg.fit(str(path)).judgments is None
+    refused = runner.invoke(main, ["analyze", str(path)])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert str(path) in refused.output and "--engine duckdb" in refused.output and "memory" in refused.output
+    assert runner.invoke(main, ["components", str(path)]).exit_code == 0  # the cells alone still fit

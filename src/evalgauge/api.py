@@ -195,13 +195,15 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
     ``engine`` says where the rows are reduced: ``pandas`` reads them into memory; ``duckdb`` (a file or dataset)
     and ``spark`` (at ``spark_master``; any pyspark DataFrame) reduce them to cell statistics where they live and
     fit those (:func:`evalgauge.estimate.estimate_from_sums`: the closed form for a complete balanced block, REML
-    otherwise); ``auto`` is duckdb above 2 GiB of input. A fit of cells has the components and what derives
+    otherwise); ``auto`` reads the rows into memory unless that would take more than half the memory available
+    (then duckdb, when nothing asked for needs the rows). A fit of cells has the components and what derives
     from them (``plan``, ``ceiling``, ``interval``); ``compare`` and ``report`` need the rows.
     """
     from .estimate import estimate_components, resolve_model
     from .io.engine import engine_for
 
-    chosen = engine_for(engine, judgments)
+    chosen = engine_for(engine, judgments, rows="need" if design is not None or formula or n_boot or method != "auto"
+                        else "prefer")
     if chosen:
         return _fit_on_engine(judgments, chosen, spark_master, drop_missing, object=object, facets=facets,
                               refused={"design": design, "formula": formula, "n_boot": n_boot,

@@ -261,14 +261,17 @@ def engine_options(func: Callable) -> Callable:
     return click.option("--engine", type=click.Choice(vocabulary.ENGINES), default="auto", show_default=True,
                         help="Where the rows are reduced: pandas (in memory), duckdb (over the files: only the "
                              "cells or counts reach Python), spark (the same reduction on a Spark cluster, "
-                             "--spark-master), auto (duckdb for a file or dataset above 2 GiB).")(func)
+                             "--spark-master), auto (duckdb when the command fits the cells alone and reading "
+                             "would take over 512 MiB of memory, about 80 MB of CSV, or when reading would take "
+                             "more than half the memory available).")(func)
 
 
-def _engine_for(engine: str, data: str) -> str | None:
-    """The engine that reduces DATA, or None to read it (:func:`evalgauge.io.engine.engine_for`)."""
+def _engine_for(engine: str, data: str, rows: str = "prefer") -> str | None:
+    """The engine that reduces DATA, or None to read it (:func:`evalgauge.io.engine.engine_for`; ``rows``: whether
+    the command needs the rows, ``no``, ``prefer`` or ``need``)."""
     from ..io.engine import engine_for
 
-    return engine_for(engine, data)
+    return engine_for(engine, data, rows=rows)
 
 
 def _scan_line(data: str) -> None:

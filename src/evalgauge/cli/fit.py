@@ -89,7 +89,9 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
       evalgauge components triviaqa.csv --system exam_model --item question_id --judge judge_model
     """
     boot = {"n_boot": n_boot, "level": level, "seed": seed}
-    chosen = _engine_for(engine, data)
+    needs_rows = formula or n_boot or by or glmm or keep or method == "anova" or any(
+        v for k, v in read.items() if k.startswith("col_"))
+    chosen = _engine_for(engine, data, "need" if needs_rows else "no")
     if chosen:
         _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
                               drop_missing, n_boot, by, glmm, keep, json_out, read, engine=chosen,
@@ -184,7 +186,7 @@ def balance(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
       evalgauge balance judgments/ --engine duckdb       # from the cells DuckDB counts over the files
     """
     source = data
-    chosen = _engine_for(engine, data)
+    chosen = _engine_for(engine, data, "need" if any(v for k, v in read.items() if k.startswith("col_")) else "no")
     if chosen:
         report, design = _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, terms, max_order,
                                             drop_missing, chosen, spark_master, read)

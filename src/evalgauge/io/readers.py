@@ -79,9 +79,12 @@ def read_judgments(data: Any, *, source: str | None = None, encoding: str | None
     if isinstance(data, (str, Path)):
         from ..inputs import check_input_file
         from .datasets import is_dataset, read_dataset
+        from .engine import check_fits_in_memory
         from .files import escape_controls
 
         path, origin = Path(data), None
+        if path.suffix.lower() not in (".sqlite", ".db"):
+            check_fits_in_memory(data)
         if is_dataset(data):  # a folder of parts, a glob, hive-partitioned paths
             frame, origin = read_dataset(data, encoding, sep)
         else:
