@@ -63,13 +63,20 @@ def test_tee_nested_and_fixed_divisors_and_finite_benchmark():
     vc = VarianceComponents.from_values(truth, levels, 2, object="item", fixed=("temperature",),
                                         nesting={"item": "category"})
     p = dstudy.project(vc, {"item": 40}, 2, object="")
-    expected = (0.015 / 4 + 0.025 / 40 + 0.015 / 3 + 0.015 / 3 + 0.008 / 120 + 0.008 / 120
+    # items drawn from the whole pool (TEE eq. 3, the default): alpha_i = kappa_c(i) + delta_i|c over N'
+    expected = (0.015 / 40 + 0.025 / 40 + 0.015 / 3 + 0.015 / 3 + 0.008 / 120 + 0.008 / 120
                 + 0.02 / 120 + 0.003 / 9 + 0.003 / 9 + 0.03 / (40 * 27 * 2))
     assert p.var_abs == pytest.approx(expected)
+    # Brennan's i:c: the 4 categories drawn, sigma2_kappa over C'; strata: every category kept, kappa no error
+    brennan = dstudy.project(vc.with_sampling("categories"), {"item": 40}, 2, object="")
+    assert brennan.var_abs == pytest.approx(expected - 0.015 / 40 + 0.015 / 4)
+    strata = dstudy.project(vc.with_sampling("strata"), {"item": 40}, 2, object="")
+    assert strata.var_abs == pytest.approx(expected - 0.015 / 40)
+    assert strata.sensitivity == {"temperature": pytest.approx(0.015), "category": pytest.approx(0.015)}
     # the fixed temperature's main effect is its sensitivity index (C.4), beside the error and in no share
     assert p.sensitivity == {"temperature": pytest.approx(0.015)} and "temperature" not in p.shares()
     finite = dstudy.project(vc, {"item": 40}, 2, object="", condition_on=("item",))
-    assert finite.var_abs == pytest.approx(expected - 0.015 / 4 - 0.025 / 40)
+    assert finite.var_abs == pytest.approx(expected - 0.015 / 40 - 0.025 / 40)
     single_judge = dstudy.project(vc, {"item": 40, "judge": 1}, 2, object="")
     assert single_judge.var_abs > p.var_abs  # the judge sensitivity loses its 1/M
     # judges declared fixed too: both main effects are Tier 2, their interactions with random facets stay

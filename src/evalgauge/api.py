@@ -100,9 +100,13 @@ class Fit:
         return fit(self._rows("update"), design=design, formula=formula, method=method or self.method,
                    drop_missing=self.drop_missing)
 
-    def plan(self, replicates: float | None = None, **counts: float):
+    def plan(self, replicates: float | None = None, *, sampling: str | None = None, estimand: str | None = None,
+             **counts: float):
         """The D-study at other counts of the facets (TEE eq. 3; sizing eqs. 2-3): a ``Projection`` with
-        ``se``, ``var_abs``, ``sigma2_delta``, ``erho2``, ``phi`` and ``mdd95``."""
+        ``se``, ``var_abs``, ``sigma2_delta``, ``erho2``, ``phi`` and ``mdd95``. ``sampling`` says how a nested
+        facet's children are drawn (``pooled``: TEE eq. 3, the default; ``categories``: Brennan's i:c;
+        ``strata``), ``estimand`` what the estimate is of (``domain``, or ``finite``: the benchmark's own items,
+        TEE C.2)."""
         from . import dstudy
 
         self.components.require_converged("its projections")
@@ -110,7 +114,8 @@ class Fit:
         if unknown:
             raise DesignError(f"plan: unknown facet(s) {', '.join(sorted(unknown))}; the facets are "
                               f"{', '.join(self.components.levels)}.")
-        return dstudy.project(self.components, counts, replicates)
+        vc = self.components.with_sampling(sampling).with_estimand(estimand)
+        return dstudy.project(vc, counts, replicates)
 
     def ceiling(self, facet: str = "judge"):
         """E rho^2 and the MDD floor with one level of ``facet`` and infinitely many items (sizing eq. 4)."""
@@ -119,12 +124,13 @@ class Fit:
         self.components.require_converged("its ceiling")
         return dstudy.ceiling(self.components, facet, 1)
 
-    def interval(self, level: float = 0.95):
-        """theta-hat's full interval (Satterthwaite df) beside the naive item-only one."""
+    def interval(self, level: float = 0.95, *, sampling: str | None = None, estimand: str | None = None):
+        """theta-hat's full interval (Satterthwaite df) beside the naive item-only one; ``sampling`` and
+        ``estimand`` as in :meth:`plan`."""
         from .inference import theta_interval
 
         self.components.require_converged("its interval")
-        return theta_interval(self.components, level=level)
+        return theta_interval(self.components.with_sampling(sampling).with_estimand(estimand), level=level)
 
     def compare(self, *, level: float = 0.95, n_boot: int = 2000, seed: int | None = 0,
                 assume: dict[str, float] | None = None, ddf: str = "satterthwaite", pair_gstudies: str = "adjacent"):

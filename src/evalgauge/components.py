@@ -16,11 +16,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import vocabulary
 from .errors import ConvergenceError, DesignError
 from .results import Result, json_safe
 from .vocabulary import RESIDUAL
 
 COLUMNS = ("component", "variance", "variance_truncated", "df", "mean_square", "share")
+#: how a projected design samples a nested facet's children, and what a projection's error is about
+SAMPLINGS, ESTIMANDS = vocabulary.SAMPLINGS, vocabulary.ESTIMANDS
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,36 @@ class VarianceComponents(Result):
     covariance: np.ndarray | None = field(default=None, repr=False, compare=False)
     #: parametric-bootstrap draws of the components (resamples x components), when requested
     draws: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: how a projected design draws the items of a nested facet (:data:`SAMPLINGS`): ``pooled`` from the whole
+    #: pool (TEE eq. 3), ``categories`` C' parents drawn, N'/C' children each (Brennan's i:c), ``strata`` every
+    #: parent kept as a fixed stratum
+    sampling: str = "pooled"
+    #: what the estimate is of (:data:`ESTIMANDS`): ``domain``, the population the items were drawn from (TEE
+    #: eq. 3), or ``finite``, the benchmark's own items (TEE C.2: the item terms are no error)
+    estimand: str = "domain"
+
+    def with_sampling(self, sampling: str | None) -> VarianceComponents:
+        """A copy that projects nested facets under ``sampling`` (None keeps the present one)."""
+        from dataclasses import replace
+
+        if sampling is None or sampling == self.sampling:
+            return self
+        if sampling not in SAMPLINGS:
+            raise DesignError(f"sampling '{sampling}': choose one of {', '.join(SAMPLINGS)}.")
+        return replace(self, sampling=sampling)
+
+    def with_estimand(self, estimand: str | None) -> VarianceComponents:
+        """A copy whose projections are of ``estimand`` (None keeps the present one)."""
+        from dataclasses import replace
+
+        if estimand is None or estimand == self.estimand:
+            return self
+        if estimand not in ESTIMANDS:
+            raise DesignError(f"estimand '{estimand}': choose one of {', '.join(ESTIMANDS)}.")
+        if estimand == "finite" and self.item_facet is None:
+            raise DesignError("the finite estimand is the benchmark's own items, and these components have no item "
+                              f"facet ({', '.join(self.levels)}).")
+        return replace(self, estimand=estimand)
 
     @property
     def values(self) -> np.ndarray:
@@ -174,10 +207,15 @@ class VarianceComponents(Result):
                                "smaller model (max_order=2, or terms naming the terms you need), or check the scores "
                                "for a few extreme values.")
 
+    @property
+    def item_facet(self) -> str | None:
+        """The facet of the items (an object of measurement too, as in TEE's item-as-object design)."""
+
+        return vocabulary.facet_with_role("item", self.levels)
+
     def role(self, role: str) -> str | None:
         """The facet that plays ``role``: the object as fitted, the item, judge and variant by their names
         (:func:`evalgauge.vocabulary.facet_with_role`; the replicate is not a facet of the components)."""
-        from . import vocabulary
 
         if role == "object":
             return self.object
@@ -253,6 +291,8 @@ class VarianceComponents(Result):
             "replicates": self.replicates,
             "fixed": list(self.fixed),
             "nesting": dict(self.nesting),
+            **({"sampling": self.sampling} if self.nesting else {}),
+            "estimand": self.estimand,
             "components": comps,
             "notes": list(self.notes),
             **({"reml": {k: v for k, v in self.reml.items() if k != "beta_cov"}} if self.reml is not None else {}),
@@ -310,7 +350,7 @@ class VarianceComponents(Result):
                 nesting=dict(payload.get("nesting", {})),
                 notes=tuple(payload.get("notes", ())),
                 method_reason=payload.get("method_reason", ""),
-            )
+            ).with_sampling(payload.get("sampling")).with_estimand(payload.get("estimand"))
         except KeyError as exc:
             raise DesignError(f"{source}: not a components result (no '{exc.args[0]}' field); write one with "
                               "`evalgauge components DATA --json PATH`, or give {\"object\": ..., \"components\": "
@@ -342,7 +382,8 @@ class VarianceComponents(Result):
         fixed = payload.get("fixed", ())
         return cls.from_values({k: float(v) for k, v in values.items()}, {k: int(v) for k, v in levels.items()},
                                int(payload.get("replicates", 1)), object=obj, fixed=tuple(fixed),
-                               nesting=dict(payload.get("nesting", {})))
+                               nesting=dict(payload.get("nesting", {}))).with_sampling(
+            payload.get("sampling")).with_estimand(payload.get("estimand"))
 
     @classmethod
     def from_values(cls, values: dict[str, float], levels: dict[str, int], replicates: int = 1, *,

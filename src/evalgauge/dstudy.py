@@ -68,6 +68,9 @@ def divisor(c: Component, vc: VarianceComponents, counts: Mapping[str, float], r
             exclude: Iterable[str] = ()) -> float:
     """d_k: distinct levels of the term under ``counts``, leaving out facets in ``exclude``.
 
+    A parent facet (category) in a term without its child counts as :func:`sampled_levels` says: under the
+    ``pooled`` sampling (TEE eq. 3, the default) the N' items drawn from the whole pool each bring their
+    category's effect, so sigma2_kappa / N'; under ``categories`` (Brennan's i:c) the C' categories drawn.
     For the residual, replicates multiply in unless the residual is confounded
     with the top interaction (one observation per cell), where more replicates
     cannot be credited, so the divisor conservatively ignores them.
@@ -75,12 +78,53 @@ def divisor(c: Component, vc: VarianceComponents, counts: Mapping[str, float], r
     facets = [f for f in _leaf_facets(term_facets(c, vc), vc.nesting) if f not in set(exclude)]
     d = 1.0
     for f in facets:
+        f = sampled_levels(vc, f)
         if f not in counts:
             raise DesignError(f"the D-study needs a count for facet '{f}' (component {c.name}).")
         d *= counts[f]
     if c.name == RESIDUAL and not c.confounded_with:
         d *= replicates
     return d
+
+
+def sampled_levels(vc: VarianceComponents, facet: str) -> str:
+    """The facet whose count divides a term of ``facet``: under ``pooled`` sampling a parent's deepest child
+    (items drawn from the whole pool: every item a fresh draw of its category's effect, TEE sec. 3.1 and eq. 3),
+    else the facet itself."""
+    if vc.sampling != "pooled":
+        return facet
+    child = next((c for c, p in vc.nesting.items() if p == facet), None)
+    while child is not None:
+        facet = child
+        child = next((c for c, p in vc.nesting.items() if p == facet), None)
+    return facet
+
+
+def parent_facets(vc: VarianceComponents) -> set[str]:
+    """The facets other facets are nested in (category for category/item)."""
+    return set(vc.nesting.values())
+
+
+def chosen_facets(vc: VarianceComponents) -> set[str]:
+    """The facets whose levels are the study's chosen conditions (TEE Table 2, Tier 2): those declared fixed,
+    and under ``strata`` sampling the parents (every category kept as a stratum)."""
+    return set(vc.fixed) | (parent_facets(vc) if vc.sampling == "strata" else set())
+
+
+def fixed_facets(vc: VarianceComponents) -> set[str]:
+    """The facets a projection holds at their present levels: the chosen conditions, and under the ``finite``
+    estimand the benchmark's items and their parents (TEE C.2: the exact item set is the estimand; Brennan's
+    mixed model with the items fixed, so a system x item effect is part of the system's score)."""
+    item = vc.item_facet if vc.estimand == "finite" else None
+    return chosen_facets(vc) | (universe_facets(vc, item) if item else set())
+
+
+def is_tier2(c: Component, vc: VarianceComponents) -> bool:
+    """Whether a term is made only of fixed facets: a Tier 2 sensitivity index (TEE Table 2) or, under the
+    finite estimand, the items' own effects (TEE C.2); in no error either way."""
+    if c.name == RESIDUAL or not c.facets:
+        return False
+    return c.kind == "fixed" or set(c.facets) <= fixed_facets(vc)
 
 
 def _check_counts(counts: Mapping[str, float], replicates: float) -> None:
@@ -163,7 +207,7 @@ def project(vc: VarianceComponents, counts: Mapping[str, float] | None = None, r
     notes = []
     contributions = {}
     for c in vc.components:
-        if _conditioned(c, vc, condition_on) or c.kind == "fixed":
+        if _conditioned(c, vc, condition_on) or is_tier2(c, vc):
             continue
         contributions[c.name] = c.variance_truncated / divisor(c, vc, full, reps)
     sensitivity = sensitivity_indices(vc)
@@ -188,7 +232,9 @@ def sensitivity_indices(vc: VarianceComponents) -> dict[str, float]:
     """The Tier 2 terms (made only of fixed facets, TEE Table 2) and their sensitivity indices
     (1/L) sum (tau_l - tau_bar)^2 (TEE C.4): how far the estimate moves with the researcher's choice of
     levels. No design changes them, so they are reported beside the error, never inside it."""
-    return {c.name: c.variance for c in vc.components if c.kind == "fixed"}
+    chosen = chosen_facets(vc)
+    return {c.name: c.variance for c in vc.components
+            if c.name != RESIDUAL and c.facets and (c.kind == "fixed" or set(c.facets) <= chosen)}
 
 
 def object_errors(vc: VarianceComponents, obj: str, counts, reps, condition_on=()) -> tuple[float, float, float]:
@@ -219,7 +265,7 @@ def universe_divisors(vc: VarianceComponents, obj: str, counts) -> dict[str, flo
     TEE sec. 3.1) and of fixed facets, divided by the levels of its fixed facets (the estimand averages over
     the chosen levels, TEE C.2); a term of fixed facets only is no variance of the object."""
     universe = universe_facets(vc, obj)
-    fixed = set(vc.fixed) - universe
+    fixed = fixed_facets(vc) - universe
     out = {}
     for c in vc.components:
         facets = set(term_facets(c, vc))
@@ -240,7 +286,7 @@ def absolute_error_divisors(vc: VarianceComponents, obj: str, counts, reps,
     divisors = {}
     for c in vc.components:
         facets = set(term_facets(c, vc))
-        if c.name in universe or c.kind == "fixed" or (c.name != RESIDUAL and facets and facets <= inside):
+        if c.name in universe or is_tier2(c, vc) or (c.name != RESIDUAL and facets and facets <= inside):
             continue
         if _conditioned(c, vc, condition_on):
             continue
@@ -374,10 +420,12 @@ def default_interventions(vc: VarianceComponents) -> list[tuple[str, dict[str, f
     n = observed_counts(vc)
     out = []
     for f in n:
-        if (f == vc.object and f != "item") or f in vc.fixed:
+        if (f == vc.object and f != "item") or f in fixed_facets(vc):
             # a fixed facet's levels are the study's chosen conditions (TEE Table 2, Tier 2): more of them changes
             # what is estimated, not how precisely; more measures of other constructs likewise
             continue
+        if f in parent_facets(vc) and vc.sampling == "pooled":
+            continue  # items drawn from the whole pool: the count of categories enters no divisor
         role = vocabulary.role_of(f)
         if role == "item":
             label = "items" if f == "item" else f
@@ -454,13 +502,17 @@ class CostModel:
     ``price_per_call`` maps each judge of the panel, in the order judges are
     added, to its price per call (input tokens x input price + output tokens x
     output price, :func:`call_price`); a single price applies to every judge.
+    ``parents`` are facets other facets are nested in: a category is no call of its own (N' items cost N'
+    items whatever their categories, counts being totals).
     """
 
     price_per_call: tuple[float, ...]
     judge_facet: str = "judge"
+    parents: tuple[str, ...] = ()
 
     def cost(self, counts: Mapping[str, float], replicates: float) -> float:
-        others = math.prod(v for f, v in counts.items() if f != self.judge_facet) * replicates
+        others = math.prod(v for f, v in counts.items()
+                           if f != self.judge_facet and f not in self.parents) * replicates
         m = round(counts.get(self.judge_facet, 1))
         prices = self.price_per_call
         panel = sum(prices[j] if j < len(prices) else prices[-1] for j in range(m))
@@ -635,12 +687,16 @@ class Plan(Result):
     exchange: dict[str, Any] | None = None
     budget: Budgeted | None = None
     gaming: dict[str, Any] | None = None
+    #: the conventions the projections follow: how nested facets are sampled, what the estimate is of, and the
+    #: Tier 2 sensitivity indices (beside the error, in none of it)
+    conventions: dict[str, Any] = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
         return self.designs.copy()
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"object": self.object, "designs": self.designs.to_dict(orient="records")}
+        out: dict[str, Any] = {"object": self.object, "designs": self.designs.to_dict(orient="records"),
+                               **self.conventions}
         if self.ceiling is not None:
             out.update(ceiling=self.ceiling.erho2, mdd_floor=self.ceiling.mdd95, ceiling_facet=self.ceiling.facet)
         if self.requirements:
@@ -729,7 +785,20 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
         budgeted = Budgeted(budget, best["counts"], best["replicates"], best["cost"], best["objective"],
                             best["projection"])
     return Plan(obj, pd.DataFrame(rows), interventions(vc), the_ceiling, tuple(requirements), exchange, budgeted,
-                gaming_surface(project(vc), best_of, base_rate) if best_of else None)
+                gaming_surface(project(vc), best_of, base_rate) if best_of else None, conventions(vc))
+
+
+def conventions(vc: VarianceComponents) -> dict[str, Any]:
+    """The conventions a projection of ``vc`` follows, JSON-ready: ``estimand`` (TEE eq. 3's domain or C.2's
+    finite benchmark), with nested facets their ``sampling`` and ``nesting``, and the Tier 2 ``sensitivity``
+    indices (TEE Table 2, C.4)."""
+    out: dict[str, Any] = {"estimand": vc.estimand}
+    if vc.nesting:
+        out.update(sampling=vc.sampling, nesting=dict(vc.nesting))
+    sensitivity = sensitivity_indices(vc)
+    if sensitivity:
+        out["sensitivity"] = sensitivity
+    return out
 
 
 def _cost_model(vc: VarianceComponents, prices: Mapping[str, float] | None, judge_facet: str) -> CostModel | None:
@@ -741,7 +810,8 @@ def _cost_model(vc: VarianceComponents, prices: Mapping[str, float] | None, judg
             who = "every judge" if judge == "*" else f"judge '{judge}'"
             raise DesignError(f"prices: the price of {who} is {price!r}; a price is a non-negative number of USD "
                               "per call.")
+    parents = tuple(sorted(parent_facets(vc)))
     if "*" in prices:
-        return CostModel((float(prices["*"]),), judge_facet)
+        return CostModel((float(prices["*"]),), judge_facet, parents)
     ordered = tuple(float(v) for v in prices.values())
-    return CostModel(ordered, judge_facet)
+    return CostModel(ordered, judge_facet, parents)

@@ -68,6 +68,12 @@ def facet_with_role(role: str, names, exclude=()) -> str | None:
 MIN_DF = 1.0
 #: The residual component's name (within-cell variation, or what is confounded with the top interaction)
 RESIDUAL = "residual"
+#: How a projected design draws the children of a nested facet (`--sampling`): from the whole pool (TEE eq. 3),
+#: C' parents drawn (Brennan's i:c), or every parent kept as a fixed stratum
+SAMPLINGS = ("pooled", "categories", "strata")
+#: What a projection's error is about (`--estimand`): the domain the items were drawn from, or the benchmark's own
+#: items (TEE C.2)
+ESTIMANDS = ("domain", "finite")
 #: Estimation methods (`--method`).
 METHODS = ("auto", "anova", "reml")
 #: Where rows are reduced to cells (`--engine`): in memory, on DuckDB over the files, on Spark (a cluster, or

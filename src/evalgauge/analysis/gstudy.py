@@ -297,8 +297,9 @@ def _curves(vc: VarianceComponents, judge: str | None, item: str | None, theta: 
         out["nomogram"] = {"n": ns.tolist(), "lines": lines,
                            "ceilings": {m: dstudy.ceiling(vc, judge, m).erho2 for m in lines}}
         grid = {item: [10, 20, 30, 50, 100, 200, 500], judge: [1, 2, 3, 4, 6, 9]}
-        frontier = dstudy.frontier(vc, grid, dstudy.CostModel((1.0,), judge), objective="se")
+        calls = dstudy.CostModel((1.0,), judge, tuple(sorted(dstudy.parent_facets(vc))))  # one per call
+        frontier = dstudy.frontier(vc, grid, calls, objective="se")
         frontier["calls"] = frontier["cost"]
-        out["frontier"] = {"rows": _records(frontier), "current": {"calls": dstudy.CostModel((1.0,), judge).cost(
+        out["frontier"] = {"rows": _records(frontier), "current": {"calls": calls.cost(
             dstudy.observed_counts(vc), vc.replicates), "se": dstudy.project(vc).se}}
     return out

@@ -247,6 +247,19 @@ def design_options(func: Callable) -> Callable:
 ROLE_OPTIONS = ("system", "item", "judge", "variant")
 
 
+def projection_options(func: Callable) -> Callable:
+    """The conventions of a projection: how nested facets are sampled and what the estimate is of."""
+    func = click.option("--estimand", type=click.Choice(vocabulary.ESTIMANDS), default=None,
+                        help="What the estimate is of: domain (the population the items were drawn from, TEE eq. "
+                             "3; the default) or finite (the benchmark's own items, TEE C.2: the items' effects are "
+                             "no error).")(func)
+    return click.option("--sampling", type=click.Choice(vocabulary.SAMPLINGS), default=None,
+                        help="How a projected design draws the children of a nested facet (--nest category/item): "
+                             "pooled (items from the whole pool, every item-level term over N', TEE eq. 3; the "
+                             "default), categories (C' categories drawn, Brennan's i:c), strata (every category "
+                             "kept as a fixed stratum).")(func)
+
+
 def text_options(func: Callable) -> Callable:
     """How to read a text file: its encoding and its delimiter."""
     func = click.option("--sep", help="Delimiter of a CSV/TSV file (default: sniffed from the header).")(func)

@@ -49,6 +49,7 @@ from .base import (
     json_option,
     main,
     np,
+    projection_options,
     read_options,
     user_errors,
     writes,
@@ -248,11 +249,15 @@ def _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, ter
 @click.option("--ceiling-facet", default="judge", show_default=True, help="The facet held at one for the ceiling.")
 @click.option("--separation", type=click.FloatRange(0, min_open=True),
               help="True difference between two objects: P(rank inversion) per design.")
+@click.option("--nest", help="With --component: nesting as parent/child, comma-separated (e.g. category/item).")
+@click.option("--fixed", help="With --component: fixed facets, comma-separated (their terms are Tier 2 sensitivity "
+                               "indices, TEE Table 2).")
+@projection_options
 @json_option("the plan")
 @user_errors
 @writes(("components_json",), json_out="--json")
 def plan(components_json, given, object_, grid, target_erho2, target_mdd, target_se, budget, prices, best_of,
-         base_rate, ceiling_facet, separation, json_out) -> None:
+         base_rate, ceiling_facet, separation, nest, fixed, sampling, estimand, json_out) -> None:
     """The D-study calculator: SE, E rho^2, Phi, MDD, ceiling, requirements and budget for proposed designs.
 
     COMPONENTS.json is the output of `evalgauge components --json` or `evalgauge analyze --json`, or a minimal
@@ -266,14 +271,15 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
     """
     from ..dstudy import plan as make_plan
 
-    vc = _plan_components(components_json, given, object_)
+    vc = _plan_components(components_json, given, object_, nest, fixed,
+                          {g.partition("=")[0].strip() for g in grid})
     counts = {}
     for item in grid:
         key, _, values = item.partition("=")
         if not values:
             raise click.BadParameter(f"'{item}' should read FACET=n1,n2,...", param_hint="--n")
         counts[key.strip()] = _int_list(values, "--n")
-    vc = _fill_levels(vc, counts)
+    vc = _fill_levels(vc, counts).with_sampling(sampling).with_estimand(estimand)
     obj = object_ or vc.object
     if ceiling_facet not in vc.levels or ceiling_facet == obj:
         choices = ", ".join(f for f in vc.levels if f != obj)
@@ -301,15 +307,42 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
     _emit(payload, json_out, lambda c: print_plan(payload, c))
 
 
-def _plan_components(components_json, given, object_):
-    """The components to plan from: a JSON file, or values on the command line (--component)."""
+def _plan_components(components_json, given, object_, nest=None, fixed=None, counted=frozenset()):
+    """The components to plan from: a JSON file, or values on the command line (--component, with --nest and
+    --fixed saying how its facets relate)."""
     from ..components import VarianceComponents
 
     if components_json and given:
         raise click.UsageError("give COMPONENTS.json or --component values, not both.")
+    if (nest or fixed) and not given:
+        raise click.UsageError("--nest and --fixed describe --component values; a components file carries its own "
+                               "nesting and fixed facets.")
     if given:
         values = _name_values(given, "--component", "VARIANCE")
-        return VarianceComponents.from_dict({"object": object_, "components": values}, "--component")
+        named = list(dict.fromkeys(f for name in values if name != "residual" for f in name.split(":")))
+        # a facet counted with --n but in no component (a temperature whose terms are zero) still divides the
+        # residual: it is a facet of the design
+        facets = named + sorted(f for f in set(counted) - set(named) if f not in vocabulary.REPLICATE_ALIASES)
+        nesting = {}
+        for pair in (nest or "").split(","):
+            if not pair.strip():
+                continue
+            parent, sep, child = (p.strip() for p in pair.partition("/"))
+            if not sep or not parent or not child:
+                raise click.BadParameter(f"'{pair}' should read parent/child, e.g. category/item.", param_hint="--nest")
+            strangers = sorted({parent, child} - set(facets))
+            if strangers:
+                raise click.BadParameter(f"'{pair}': {', '.join(strangers)} is not a facet of the components "
+                                         f"({', '.join(facets)}).", param_hint="--nest")
+            nesting[child] = parent
+        fixed_facets = [f.strip() for f in (fixed or "").split(",") if f.strip()]
+        unknown = [f for f in fixed_facets if f not in facets]
+        if unknown:
+            raise click.BadParameter(f"{', '.join(unknown)} is not a facet of the components "
+                                     f"({', '.join(facets)}).", param_hint="--fixed")
+        return VarianceComponents.from_dict({"object": object_, "components": _nested_names(values, nesting),
+                                             "levels": dict.fromkeys(facets, 0), "nesting": nesting,
+                                             "fixed": fixed_facets}, "--component")
     if not components_json:
         raise click.UsageError("give COMPONENTS.json (from `evalgauge components --json`) or --component values.")
     path = Path(components_json)
@@ -321,6 +354,24 @@ def _plan_components(components_json, given, object_):
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise EvalGaugeError(f"{path}: not JSON ({exc}).") from None
     return VarianceComponents.from_dict(payload, str(path))
+
+
+def _nested_names(values: dict, nesting: dict) -> dict:
+    """Component names as the fits write them when facets are nested: a term holding a child holds its parent
+    too (item nested in category: ``item:judge`` is ``category:item:judge``), in the order of the parent first."""
+    out = {}
+    for name, value in values.items():
+        if name == "residual":
+            out[name] = value
+            continue
+        facets = name.split(":")
+        for child in list(facets):
+            parent = nesting.get(child)
+            while parent and parent not in facets:
+                facets.insert(facets.index(child), parent)
+                child, parent = parent, nesting.get(parent)
+        out[":".join(facets)] = out.get(":".join(facets), 0.0) + value
+    return out
 
 
 def _fill_levels(vc, counts: dict):
@@ -366,12 +417,14 @@ def _fill_levels(vc, counts: dict):
                    "pbkrtest; its adjusted covariance too; up to 4,000 judgments).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=str),
               help="Write one self-contained HTML report here.")
+@projection_options
 @json_option("everything")
 @read_options
 @user_errors
 @writes(("data",), report_path="--report", json_out="--json")
 def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
-            target_erho2, n_boot, level, seed, keep, by, glmm, assumed, ddf, report_path, json_out, **read) -> None:
+            target_erho2, n_boot, level, seed, keep, by, glmm, assumed, ddf, report_path, sampling, estimand,
+            json_out, **read) -> None:
     """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change.
 
     \b
@@ -395,7 +448,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         return
     result = run_analysis(data, model, run=record, method=method, drop_missing=drop_missing or None,
                           target_erho2=target_erho2, n_boot=n_boot, level=level, seed=seed, progress=_fit_progress(),
-                          assumed=stated, ddf=ddf)
+                          assumed=stated, ddf=ddf, sampling=sampling, estimand=estimand)
     payload = result.to_dict()
     extra = []
     if by is None and model is not None and model.design is not None:  # different measures: each on its own too

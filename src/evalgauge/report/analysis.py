@@ -24,12 +24,14 @@ __all__ = ["Analysis", "analyze", "single_run"]
 def analyze(data, design: Design | None = None, *, run=None, method: str = "auto", formula: str | None = None,
             drop_missing: bool | None = None, target_erho2: float = 0.8, n_boot: int = 0, level: float = 0.95,
             seed: int | None = None, n_boot_compare: int = 2000, progress=None, assumed: dict | None = None,
-            ddf: str = "satterthwaite", **design_options) -> Analysis:
+            ddf: str = "satterthwaite", sampling: str | None = None, estimand: str | None = None,
+            **design_options) -> Analysis:
     """Read, fit and derive everything the analysis reports (:func:`evalgauge.analysis.derive`).
 
     ``data`` is a path (a run database brings the collector's diagnostics with it), a judgments table or a
     frame; ``run`` is the :class:`evalgauge.io.runs.RunRecord` of a run database already read. Pairwise rows
-    (model_a, model_b, winner) without a ``formula`` get the pairwise analysis.
+    (model_a, model_b, winner) without a ``formula`` get the pairwise analysis. ``sampling`` and ``estimand``
+    are the projections' conventions (:meth:`VarianceComponents.with_sampling`, ``with_estimand``).
     """
     judgments, record = read_input(data)
     record = run if run is not None else record
@@ -43,6 +45,7 @@ def analyze(data, design: Design | None = None, *, run=None, method: str = "auto
     spec = resolve_model(judgments, design, formula, **design_options)
     vc = estimate_components(judgments, spec, method=method, drop_missing=bool(drop_missing), n_boot=n_boot,
                              level=level, seed=seed, progress=progress)
+    vc = vc.with_sampling(sampling).with_estimand(estimand)
     return derive(judgments, spec, vc, target_erho2=target_erho2, n_boot_compare=n_boot_compare, ddf=ddf,
                   assumed=assumed, diagnostics=diagnostics, run_meta=run_meta)
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..vocabulary import MIN_DF
-from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence, tier_sentence
+from .text import ceiling_sentence, convention_sentence, theta_of_objects_sentence, theta_sentence, tier_sentence
 
 if TYPE_CHECKING:
     from ..components import VarianceComponents
@@ -40,6 +40,12 @@ def print_plan(out: dict, console: Console) -> None:
         table.add_row(*[f"{r[k]:g}" for k in keys],
                       *[str(r[k]) if isinstance(r.get(k), bool) else number(r.get(k), ".4g") for k in metrics])
     console.print(table)
+    convention = convention_sentence(out)
+    if convention:
+        console.print(convention)
+    if out.get("sensitivity"):
+        console.print("Tier 2 sensitivity indices (TEE C.4; beside the error, in none of it): " + "; ".join(
+            f"{name} {max(value, 0.0):.4g}" for name, value in out["sensitivity"].items()) + ".")
     if "ceiling" in out:
         console.print(f"Single-{out['ceiling_facet']} ceiling (items -> infinity): E rho^2 = {out['ceiling']:.4g}; "
                       f"MDD floor = {out['mdd_floor']:.4g} (sizing eq. 4).")
@@ -234,6 +240,9 @@ def print_components(result: VarianceComponents, console: Console, bounds=None) 
                   f"object of measurement: {result.object or '(none)'}; fixed: {', '.join(result.fixed) or '(none)'}.")
     if result.fixed:
         console.print(tier_sentence(result.to_dict()))
+    convention = convention_sentence(result.to_dict())
+    if convention:
+        console.print(convention)
     console.print(f"Method: {result.method_reason.rstrip('.')}.")
     if result.reml:
         r = result.reml

@@ -50,3 +50,32 @@ def tier_sentence(components: dict) -> str:
             f"Table 2): {', '.join(fixed)}; the estimate is the mean over their chosen levels, so their spread is "
             f"not error: sensitivity indices (TEE C.4, the spread over the chosen levels): {indices or 'none fitted'}. "
             "They are in no share of Var(theta-hat), and no intervention changes their levels.")
+
+
+#: how each sampling of a nested facet projects, in words (VarianceComponents.sampling)
+SAMPLING_WORDS = {
+    "pooled": "items drawn from the whole pool, every item-level term over N' items (TEE eq. 3; "
+              "--sampling categories for Brennan's i:c, strata to keep every {parent} as a stratum)",
+    "categories": "{parent} drawn, N'/C' items each: a {parent}'s effect over C' {parent} levels (Brennan's i:c; "
+                  "--sampling pooled is TEE eq. 3)",
+    "strata": "every {parent} kept as a fixed stratum: its effect is no error, a sensitivity index "
+              "(--sampling pooled is TEE eq. 3)",
+}
+
+
+def convention_sentence(conventions: dict) -> str:
+    """The projection conventions in force (nested sampling, estimand), or "" for the default without nesting;
+    ``conventions`` is :func:`evalgauge.dstudy.conventions` or a components result's JSON form."""
+    parts = []
+    nesting = conventions.get("nesting") or {}
+    if nesting:
+        parents = ", ".join(sorted(set(nesting.values())))
+        nested = ", ".join(f"{p}/{c}" for c, p in nesting.items())
+        parts.append(f"nested {nested}: {SAMPLING_WORDS[conventions.get('sampling', 'pooled')].format(parent=parents)}")
+    if conventions.get("estimand") == "finite":
+        parts.append("estimand: the benchmark's own items (TEE C.2), so the items' own effects are no error "
+                     "(--estimand domain: the population they were drawn from)")
+    elif nesting:
+        parts.append("estimand: the domain the items were drawn from (TEE eq. 3; --estimand finite for the "
+                     "benchmark's own items, TEE C.2)")
+    return ("Conventions: " + "; ".join(parts) + ".") if parts else ""

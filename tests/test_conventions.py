@@ -1,0 +1,138 @@
+"""The projections' conventions, named and chosen: how the items of a nested facet are drawn (TEE eq. 3's
+pool by default, Brennan's i:c, strata), what the estimate is of (TEE eq. 3's domain, C.2's finite benchmark),
+and calls that cost what they are (a category is no call). Checked on TEE Table 13's printed MMLU components and
+its C.8 worked example (AILuminate)."""
+
+import itertools
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from evalgauge import dstudy
+from evalgauge.cli import main
+from evalgauge.components import VarianceComponents
+
+# TEE Table 13 (MMLU exact match; N = 200 items in 4 categories, V = 5 prompts, M = 3 SUT models, H = 3
+# temperatures, R = 8): each component's printed sigma2 and % of Var(theta-hat). The SUTs are averaged as
+# sigma2_lambda / M (eq. 3), which evalgauge does with the models random; the temperature has no printed term.
+TABLE13 = {  # name: (sigma2 printed to 3 decimals, % of Var(theta-hat) printed to 1 decimal)
+    "category:item": (0.063, 35.0), "model": (0.001, 25.0), "variant": (0.001, 14.7),
+    "variant:model": (0.002, 13.8), "category:item:model": (0.028, 5.3), "category": (0.009, 5.1)}
+LEVELS = {"category": 4, "item": 200, "variant": 5, "model": 3}
+
+
+def _divisors(sampling: str) -> dict[str, float]:
+    vc = VarianceComponents.from_values({k: v for k, (v, _) in TABLE13.items()} | {"residual": 0.0}, LEVELS, 8,
+                                        nesting={"item": "category"}).with_sampling(sampling)
+    return {c.name: dstudy.divisor(c, vc, dstudy.observed_counts(vc), 8) for c in vc.components if c.name in TABLE13}
+
+
+@pytest.mark.parametrize("sampling, consistent", [("pooled", True), ("categories", False)])
+def test_table13_printed_shares_follow_the_pooled_convention(sampling, consistent):
+    """Each share is sigma2_k / d_k over Var(theta-hat). Backing each sigma2_k out of its printed share (Var from
+    the within-category item term, the largest) must land within the rounding of the printed sigma2_k: it does
+    for every term with items drawn from the whole pool (kappa over N' = 200), not with kappa over C' = 4."""
+    d = _divisors(sampling)
+    delta, delta_share = TABLE13["category:item"]
+    fits = {}
+    for name, (printed, share) in TABLE13.items():
+        backed = [s / 100 * (dv / d["category:item"] / (ds / 100)) * d[name]  # sigma2 = share x Var x d
+                  for s, dv, ds in itertools.product((share - 0.05, share + 0.05), (delta - 5e-4, delta + 5e-4),
+                                                     (delta_share - 0.05, delta_share + 0.05))]
+        fits[name] = min(backed) <= printed + 5e-4 and max(backed) >= printed - 5e-4
+    assert all(fits.values()) is consistent
+    assert fits["category"] is consistent and all(v for k, v in fits.items() if k != "category")
+
+
+def test_table13_shares_and_recommendation_by_convention():
+    printed = {k: v for k, (v, _) in TABLE13.items()} | {"residual": 0.0}
+    vc = VarianceComponents.from_values(printed, LEVELS, 8, nesting={"item": "category"})
+    pooled = dstudy.project(vc, object="").shares()
+    brennan = dstudy.project(vc.with_sampling("categories"), object="").shares()
+    assert 100 * brennan["category"] == pytest.approx(68.6, abs=0.05)  # Brennan's i:c: kappa over 4 categories
+    assert 100 * pooled["category"] == pytest.approx(4.2, abs=0.05)  # within the rounding of the printed 5.1
+    # the components as the printed shares imply them (Var from the item term), the paper's recommendation
+    var = 0.063 / 200 / 0.350
+    d = _divisors("pooled")
+    implied = {k: share / 100 * var * d[k] for k, (_, share) in TABLE13.items()} | {"residual": 0.0}
+    vc = VarianceComponents.from_values(implied, LEVELS, 8, nesting={"item": "category"})
+    shares = dstudy.project(vc, object="").shares()
+    for name, (_, share) in TABLE13.items():
+        assert 100 * shares[name] == pytest.approx(share / 0.989, abs=0.05)  # the printed shares sum to 98.9%
+    assert dstudy.interventions(vc)["intervention"].iloc[0] == "items x2"  # TEE: items first
+    strata = dstudy.project(vc.with_sampling("strata"), object="")
+    assert "category" not in strata.shares() and strata.sensitivity["category"] == pytest.approx(implied["category"])
+
+
+# TEE C.8: AILuminate, N = 141 items in C = 12 hazard categories, V = 5, H = 3, M = 3 judges, R = 8; printed shares
+# judge 43.8%, item x judge 16.7%, prompt x judge 12.4%, within-category item 20.8%, the rest each below 5% (here:
+# category 2.5%, prompt 0.4% as "less than 0.5%", residual 3.4%), Var(theta-hat) = 0.000354, SE 0.019
+C8_SHARES = {"judge": 43.8, "category:item:judge": 16.7, "variant:judge": 12.4, "category:item": 20.8,
+             "category": 2.5, "variant": 0.4, "residual": 3.4}
+C8_LEVELS = {"category": 12, "item": 141, "variant": 5, "temperature": 3, "judge": 3}
+
+
+def _c8_components() -> dict[str, float]:
+    vc = VarianceComponents.from_values(dict.fromkeys(C8_SHARES, 1.0), C8_LEVELS, 8, nesting={"item": "category"},
+                                        fixed=("temperature",))
+    counts = dstudy.observed_counts(vc)
+    return {c.name: C8_SHARES[c.name] / 100 * 0.000354 * dstudy.divisor(c, vc, counts, 8) for c in vc.components}
+
+
+def test_c8_worked_example_from_json_and_from_the_command_line(tmp_path):
+    values = _c8_components()
+    payload = {"components": values, "levels": C8_LEVELS, "replicates": 8, "nesting": {"item": "category"},
+               "fixed": ["temperature"]}
+    (tmp_path / "c8.json").write_text(json.dumps(payload))
+    runner = CliRunner()
+    from_json = runner.invoke(main, ["plan", str(tmp_path / "c8.json"), "--json", "-"])
+    given = [arg for name, v in values.items()
+             for arg in ("--component", f"{name.replace('category:item', 'item')}={v!r}")]
+    counts = [arg for f, n in C8_LEVELS.items() for arg in ("--n", f"{f}={n}")]
+    from_cli = runner.invoke(main, ["plan", *given, "--nest", "category/item", "--fixed", "temperature", *counts,
+                                    "--n", "rep=8", "--json", "-"])
+    assert from_json.exit_code == from_cli.exit_code == 0, from_cli.output
+    a, b = json.loads(from_json.output), json.loads(from_cli.output)
+    for out in (a, b):
+        design = out["designs"][0]
+        assert design["var_abs"] == pytest.approx(0.000354, rel=1e-9)
+        assert design["se"] == pytest.approx(0.0188, abs=5e-5)  # "SE 0.019", CI 0.942 +- 0.037
+        assert 1.959964 * design["se"] == pytest.approx(0.037, abs=5e-4)
+        assert out["sampling"] == "pooled" and out["estimand"] == "domain" and out["nesting"] == {"item": "category"}
+    # the finite benchmark (C.2): the 141 items themselves, their own terms no error
+    finite = json.loads(runner.invoke(main, ["plan", str(tmp_path / "c8.json"), "--estimand", "finite",
+                                             "--json", "-"]).output)
+    expected = 0.000354 * (1 - (C8_SHARES["category:item"] + C8_SHARES["category"]) / 100)
+    assert finite["designs"][0]["var_abs"] == pytest.approx(expected, rel=1e-9) and finite["estimand"] == "finite"
+    text = runner.invoke(main, ["plan", str(tmp_path / "c8.json"), "--sampling", "categories"]).output
+    assert "Brennan's i:c" in text and "Conventions:" in text
+
+
+def test_costs_count_calls_not_categories():
+    vc = VarianceComponents.from_values({"category": 0.01, "category:item": 0.05, "judge": 0.01, "residual": 0.1},
+                                        {"category": 12, "item": 141, "judge": 3}, 1, nesting={"item": "category"})
+    out = dstudy.plan(vc, {"item": [141], "judge": [1]}, prices={"*": 1.0})
+    assert out.designs["cost"].iloc[0] == 141  # 141 items x 1 judge x 1 replicate, whatever their categories
+
+
+def test_analyze_names_and_applies_the_conventions(tmp_path):
+    from pathlib import Path
+
+    data = Path(__file__).parent / "fixtures" / "brennan_nested" / "nested_one_per_cell.csv"
+    runner = CliRunner()
+    out = {}
+    for args in ((), ("--sampling", "categories"), ("--estimand", "finite")):
+        res = runner.invoke(main, ["analyze", str(data), "--nest", "category/item", *args, "--json", "-"])
+        assert res.exit_code == 0, res.output
+        out[args] = json.loads(res.output)
+    default = out[()]
+    assert default["components"]["sampling"] == "pooled" and default["components"]["estimand"] == "domain"
+    assert out[("--sampling", "categories")]["components"]["sampling"] == "categories"
+    assert out[("--estimand", "finite")]["components"]["estimand"] == "finite"
+    se = {k: v["theta"]["se"] for k, v in out.items()}
+    assert se[("--sampling", "categories")] > se[()] > se[("--estimand", "finite")]
+    terminal = runner.invoke(main, ["analyze", str(data), "--nest", "category/item"]).output
+    assert "Conventions: nested category/item: items drawn from the whole pool" in terminal
+    assert not math.isnan(se[()])
