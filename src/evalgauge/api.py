@@ -172,6 +172,46 @@ class Fit:
 
         return write_report(self.analysis(target_erho2=target_erho2), path)
 
+    def effects(self):
+        """The conditional modes of every random effect with their conditional SDs (TEE C.6; lme4's
+        ``ranef(fit, condVar = TRUE)``), a tidy frame with columns term, level, mode, sd: which judge is harsh,
+        which items are hard or ambiguous, with how sure the data are of each."""
+        from .data import without_empty
+        from .estimate.cells import cell_data, cells_from_sums
+        from .estimate.effects import conditional_modes
+        from .estimate.model import parse_formula
+
+        self.components.require_converged("its effects")
+        model = parse_formula(self.formula)
+        if self.judgments is None:
+            cells = cells_from_sums(self.cells, list(model.columns))
+        else:
+            rows = without_empty(self.judgments, model.response)[0] if self.drop_missing else self.judgments
+            cells = cell_data(rows, model)
+        variances = {c.name: c.variance_truncated for c in self.components.components if c.kind == "random"}
+        return conditional_modes(cells, model, variances, self.components[RESIDUAL].variance)
+
+    def lrt(self, drop: str):
+        """A likelihood-ratio test of one random term (``drop="item:judge"``): the REML fits with and without it
+        (same fixed effects, so their REML criteria compare), the statistic, and its p-value under the boundary's
+        50:50 mixture of chi-square(0) and chi-square(1) (Self & Liang 1987; TEE C.6)."""
+        from dataclasses import replace as _replace
+
+        from .estimate.model import parse_formula
+        from .inference import LikelihoodRatio
+
+        full = self if self.components.reml is not None else self.update(method="reml")
+        model = parse_formula(full.formula)
+        names = [t.name for t in model.random]
+        if drop not in names:
+            raise DesignError(f"lrt: '{drop}' is not a random term of the fitted model ({', '.join(names)}).")
+        if len(names) < 2:
+            raise DesignError(f"lrt: '{drop}' is the model's only random term; there is nothing to compare it with.")
+        reduced = full.update(formula=_replace(model, random=tuple(t for t in model.random if t.name != drop))
+                              .formula(), method="reml")
+        return LikelihoodRatio.of(drop, full.summary.criterion, reduced.summary.criterion, full.formula,
+                                  reduced.formula)
+
     def _rows(self, verb: str) -> Judgments:
         if self.judgments is None:
             raise DesignError(f"{verb}: this fit is of cell statistics an engine reduced the rows to; {verb} needs "

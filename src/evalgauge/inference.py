@@ -420,3 +420,37 @@ def single_run_interval(y: np.ndarray, item: str, *, level: float = 0.95, assume
         notes.append("assumed (not estimated): " + ", ".join(f"{k} = {v:g}" for k, v in assumed.items()))
     return SingleRunInterval(mean, n, sd, math.sqrt(var_items), se, df, float(low[0]), float(high[0]), level, item,
                              assumed, tuple(unmeasured), tuple(notes))
+
+
+@dataclass(frozen=True)
+class LikelihoodRatio(Result):
+    """A likelihood-ratio test of one variance component against zero (TEE C.6): the REML criteria (-2 log
+    restricted likelihood) of the model with and without the term, ``statistic`` their difference, and
+    ``p`` under the boundary's 50:50 mixture of chi-square(0) and chi-square(1) (Self & Liang 1987: a variance
+    tested at zero sits on the edge of its space, where the plain chi-square(1) p-value is twice too large)."""
+
+    term: str
+    criterion_full: float
+    criterion_reduced: float
+    statistic: float
+    p: float
+    p_chi2: float
+    formula_full: str
+    formula_reduced: str
+
+    @classmethod
+    def of(cls, term: str, full: float, reduced: float, formula_full: str, formula_reduced: str):
+        from scipy.stats import chi2
+
+        stat = max(reduced - full, 0.0)  # the reduced model cannot fit better; rounding can say otherwise
+        p_chi2 = float(chi2.sf(stat, 1))
+        return cls(term, full, reduced, stat, 1.0 if stat == 0 else 0.5 * p_chi2, p_chi2, formula_full,
+                   formula_reduced)
+
+    def to_dict(self) -> dict:
+        return json_safe(dict(self.__dict__))
+
+    def __str__(self) -> str:
+        return (f"LRT of {self.term}: REML criterion {self.criterion_reduced:.4f} without it against "
+                f"{self.criterion_full:.4f} with it, statistic {self.statistic:.4g}, p = {self.p:.3g} (50:50 mixture "
+                f"of chi-square(0) and chi-square(1); plain chi-square(1): {self.p_chi2:.3g})")

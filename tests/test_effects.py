@@ -1,0 +1,83 @@
+"""Conditional modes (BLUPs) with conditional SDs against lme4's ranef(condVar = TRUE), and the likelihood-ratio
+test of a variance component with the boundary mixture (TEE C.6), on two designs made with R here
+(tests/fixtures/ranef/ranef.R: Penicillin's crossed plate x sample, and an unbalanced system x item x judge
+log with a fixed temperature, missing cells and unequal replicates)."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import chi2
+
+import evalgauge as eg
+from evalgauge.simulate import simulate, sizing_preset
+
+HERE = Path(__file__).parent / "fixtures"
+EXPECTED = json.loads((HERE / "ranef" / "ranef_expected.json").read_text())
+
+
+def _fit(name: str):
+    if name == "penicillin":
+        return eg.fit(HERE / "lme4" / "Penicillin.csv", formula=EXPECTED[name]["formula"])
+    frame = pd.read_csv(HERE / "ranef" / "unbalanced.csv", dtype={"temperature": str})
+    return eg.fit(frame, formula=EXPECTED[name]["formula"])
+
+
+@pytest.mark.parametrize("name", ["penicillin", "unbalanced"])
+def test_effects_equal_lme4_ranef_with_condvar(name):
+    fit = _fit(name)
+    for comp, value in EXPECTED[name]["components"].items():
+        assert fit.components[comp].variance == pytest.approx(value, rel=2e-4)  # both optimisers stop near it
+    effects = fit.effects()
+    assert list(effects.columns) == ["term", "level", "mode", "sd"]
+    for term, ref in EXPECTED[name]["effects"].items():
+        ours = effects[effects["term"] == term].set_index("level")
+        assert sorted(ours.index) == sorted(ref["level"]), term
+        np.testing.assert_allclose(ours.loc[ref["level"], "mode"], ref["mode"], atol=1e-4)
+        np.testing.assert_allclose(ours.loc[ref["level"], "sd"], ref["sd"], atol=1e-4)
+
+
+def test_lrt_of_a_component_with_the_boundary_mixture():
+    fit = _fit("unbalanced")
+    ref = EXPECTED["unbalanced"]["lrt"]
+    test = fit.lrt(drop="item:judge")
+    assert test.statistic == pytest.approx(ref["statistic"], rel=1e-5)
+    assert test.p == pytest.approx(ref["p_mixture"], rel=1e-4)
+    assert test.p == pytest.approx(0.5 * chi2.sf(test.statistic, 1)) and test.p_chi2 == pytest.approx(2 * test.p)
+    assert "item:judge" not in test.formula_reduced and "LRT of item:judge" in str(test)
+    with pytest.raises(eg.DesignError, match="not a random term"):
+        fit.lrt(drop="item:system:judge")
+
+
+def test_effects_of_an_anova_fit_and_a_zero_component():
+    """A balanced fit by ANOVA has the modes of the REML fit (the REML optimum when every estimate is positive);
+    a component at zero has modes and SDs of exactly zero, as lme4 gives them."""
+    frame = simulate(sizing_preset(systems=4, items=10, judges=3, replicates=2), seed=1)
+    anova = eg.fit(frame, method="anova")
+    reml = eg.fit(frame, method="reml")
+    assert all(c.variance > 0 for c in anova.components.components)
+    a, r = anova.effects(), reml.effects()
+    np.testing.assert_allclose(a["mode"], r["mode"], atol=1e-5)
+    np.testing.assert_allclose(a["sd"], r["sd"], atol=1e-5)
+    vc = anova.components
+    zeroed = replace(vc, components=tuple(replace(c, variance=0.0) if c.name == "system:judge" else c
+                                          for c in vc.components))
+    out = replace(anova, components=zeroed).effects()
+    assert (out.loc[out["term"] == "system:judge", ["mode", "sd"]].to_numpy() == 0).all()
+    assert (out.loc[out["term"] == "system", "sd"] > 0).all()
+
+
+def test_effects_of_a_fit_of_cells_equal_the_rows(tmp_path):
+    frame = pd.read_csv(HERE / "ranef" / "unbalanced.csv", dtype={"temperature": str})
+    path = tmp_path / "u.csv"
+    frame.to_csv(path, index=False)
+    rows = eg.fit(frame, facets="system,item,judge,temperature", replicate="auto")
+    cells = eg.fit(str(path), engine="duckdb", facets="system,item,judge,temperature", replicate="auto")
+    assert cells.judgments is None
+    both = rows.effects().merge(cells.effects(), on=["term", "level"], how="outer", suffixes=("_rows", "_cells"))
+    assert len(both) == len(rows.effects()) and both.notna().all().all()
+    np.testing.assert_allclose(both["mode_rows"], both["mode_cells"], atol=1e-6)
+    np.testing.assert_allclose(both["sd_rows"], both["sd_cells"], atol=1e-6)
