@@ -81,3 +81,33 @@ def test_effects_of_a_fit_of_cells_equal_the_rows(tmp_path):
     assert len(both) == len(rows.effects()) and both.notna().all().all()
     np.testing.assert_allclose(both["mode_rows"], both["mode_cells"], atol=1e-6)
     np.testing.assert_allclose(both["sd_rows"], both["sd_cells"], atol=1e-6)
+
+
+def test_analyze_shows_the_facets_effects_and_the_items_judged_apart(tmp_path):
+    from click.testing import CliRunner
+
+    from evalgauge.cli import main
+
+    data = HERE / "ranef" / "unbalanced.csv"
+    out = CliRunner().invoke(main, ["analyze", str(data), "--replicate", "auto", "--facets",
+                                    "system,item,judge,temperature", "--json", str(tmp_path / "a.json"),
+                                    "--report", str(tmp_path / "r.html")])
+    assert out.exit_code == 0, out.output
+    effects = json.loads((tmp_path / "a.json").read_text())["effects"]
+    fit = eg.fit(pd.read_csv(data, dtype={"temperature": str}), facets="system,item,judge,temperature",
+                 replicate="auto")
+    reference = fit.effects().set_index(["term", "level"])
+    judges = [r for r in effects["levels"] if r["term"] == "judge"]
+    assert len(judges) == 3
+    for r in judges:
+        mode, sd = reference.loc[("judge", r["level"]), ["mode", "sd"]]
+        assert r["mode"] == pytest.approx(mode, abs=1e-9) and r["sd"] == pytest.approx(sd, abs=1e-9)
+        assert r["low"] == pytest.approx(mode - 1.959964 * sd) and r["high"] == pytest.approx(mode + 1.959964 * sd)
+    spread = effects["disagreed_items"]
+    assert spread and spread[0]["across"] == "judge" and spread[0]["spread"] >= spread[-1]["spread"]
+    top = reference.loc["item:judge"].reset_index()
+    top = top[top["level"].str.startswith(spread[0]["item"] + ":")]["mode"].std(ddof=0)
+    assert spread[0]["spread"] == pytest.approx(top)
+    assert "Effects: conditional modes" in out.output and "Items the judges disagree on most" in out.output
+    html = (tmp_path / "r.html").read_text()
+    assert "Effects: who scores high, who low" in html and "Q-Q plot of the conditional modes" in html

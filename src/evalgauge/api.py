@@ -23,10 +23,8 @@ from .components import VarianceComponents
 from .data import Judgments
 from .design import Design
 from .errors import DesignError
-from .estimate.model import model_from_design
 from .estimate.spec import ModelSpec
 from .io import read_judgments
-from .vocabulary import RESIDUAL
 
 
 def read(data: Any, *, encoding: str | None = None, sep: str | None = None,
@@ -67,12 +65,11 @@ class Fit:
     @property
     def formula(self) -> str:
         """The model as lme4 writes it (the formula given, or the one the design implies)."""
+        from .estimate.spec import fitted_model
+
         if self.components.reml is not None:
             return self.components.reml["formula"]
-        model = self.spec.mixed if self.spec is not None else model_from_design(self.design)
-        # the terms the ANOVA estimated (the cell term is in the residual with one observation per cell)
-        estimated = {frozenset(c.facets) for c in self.components.components if c.name != RESIDUAL}
-        return model.fitted([t for t in model.random if frozenset(t.columns) in estimated]).formula()
+        return fitted_model(self._spec, self.components).formula()
 
     @property
     def summary(self):
@@ -176,20 +173,15 @@ class Fit:
         """The conditional modes of every random effect with their conditional SDs (TEE C.6; lme4's
         ``ranef(fit, condVar = TRUE)``), a tidy frame with columns term, level, mode, sd: which judge is harsh,
         which items are hard or ambiguous, with how sure the data are of each."""
-        from .data import without_empty
-        from .estimate.cells import cell_data, cells_from_sums
-        from .estimate.effects import conditional_modes
-        from .estimate.model import parse_formula
+        from .estimate.cells import cells_from_sums
+        from .estimate.effects import effects_of
+        from .estimate.spec import fitted_model
 
         self.components.require_converged("its effects")
-        model = parse_formula(self.formula)
         if self.judgments is None:
-            cells = cells_from_sums(self.cells, list(model.columns))
-        else:
-            rows = without_empty(self.judgments, model.response)[0] if self.drop_missing else self.judgments
-            cells = cell_data(rows, model)
-        variances = {c.name: c.variance_truncated for c in self.components.components if c.kind == "random"}
-        return conditional_modes(cells, model, variances, self.components[RESIDUAL].variance)
+            model = fitted_model(self._spec, self.components)
+            return effects_of(cells_from_sums(self.cells, list(model.columns)), model, self.components)
+        return effects_of(self.judgments, fitted_model(self._spec, self.components), self.components)
 
     def lrt(self, drop: str):
         """A likelihood-ratio test of one random term (``drop="item:judge"``): the REML fits with and without it

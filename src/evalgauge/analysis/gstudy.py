@@ -49,6 +49,8 @@ class Analysis(Result):
     comparison: Any = None  # evalgauge.compare.Comparison: which system is better
     #: the range a mean of the scores cannot leave (:func:`judgments_bounds`); every interval stays inside it
     bounds: tuple | None = None
+    #: conditional modes of the facets' levels with intervals, the items judged most apart, Q-Q data (C.6)
+    effects: dict | None = None
 
     def to_dict(self) -> dict:
         out = {
@@ -72,6 +74,8 @@ class Analysis(Result):
                                     "limit": req.limit, "text": str(req)}
         if self.diagnostics:
             out["diagnostics"] = self.diagnostics
+        if self.effects:
+            out["effects"] = self.effects
         if self.adaptive:
             out["adaptive"] = self.adaptive
         if self.pairwise:
@@ -142,7 +146,44 @@ def derive(judgments: Judgments, spec: ModelSpec, components: VarianceComponents
         result.adaptive = json.loads(run_meta["adaptive"])
     result.checklist = checklist(vc, run_meta, diagnostics)
     result.curves = _curves(vc, judge, item, theta)
+    result.effects = effects_summary(judgments, spec, vc, item)
     return result
+
+
+#: how many items the effects summary lists as the ones the judges (or variants) disagree on most
+DISAGREED_ITEMS = 10
+
+
+def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponents, item: str | None) -> dict | None:
+    """The conditional modes the report shows (TEE C.6): every level of the judge, variant and other non-item
+    facets with its 95% interval (mode +- 1.96 conditional SD: who is harsh, and how surely), the items whose
+    interaction modes with the judges (else the variants) spread the most (where the judges disagree), and each
+    term's modes for a Q-Q plot. None where the model has no such term or no residual to weigh by."""
+    from ..estimate.effects import effects_of
+    from ..estimate.spec import fitted_model
+
+    model = fitted_model(spec, vc)
+    main = [t.name for t in model.random if len(t.columns) == 1 and t.columns[0] != item]
+    if not main or not vc["residual"].variance > 0:
+        return None
+    effects = effects_of(judgments, model, vc, sd_of=main)
+    levels = effects[effects["term"].isin(main)].assign(
+        low=lambda f: f["mode"] - 1.959964 * f["sd"], high=lambda f: f["mode"] + 1.959964 * f["sd"])
+    out: dict[str, Any] = {"levels": _records(levels), "disagreed_items": [], "qq": {}}
+    for other in (vc.role("judge"), vc.role("variant")):
+        term = next((t for t in model.random if item and set(t.columns) == {item, other}), None) if other else None
+        if term is None or vc[term.name].variance <= 0:
+            continue
+        modes = effects[effects["term"] == term.name]
+        owner = modes["level"].str.split(":").str[term.columns.index(item)]
+        spread = modes.groupby(owner)["mode"].std(ddof=0).sort_values(ascending=False)
+        out["disagreed_items"] = [{"item": k, "spread": float(v), "across": other}
+                                  for k, v in spread.head(DISAGREED_ITEMS).items()]
+        break
+    for name, modes in effects.groupby("term", sort=False)["mode"]:
+        if modes.size >= 3 and vc[name].variance > 0:  # standardised by the term's SD: N(0, 1) if the model holds
+            out["qq"][name] = sorted(float(m) for m in modes / math.sqrt(vc[name].variance))
+    return out
 
 
 def derive_pairwise(judgments: Judgments, *, method: str = "auto", target_erho2: float = 0.8,

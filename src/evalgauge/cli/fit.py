@@ -18,6 +18,7 @@ from ..report.terminal import (
     print_ceiling,
     print_comparison,
     print_components,
+    print_effects,
     print_glmm,
     print_missing_answers,
     print_object_scores,
@@ -477,6 +478,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
                     "\"logprobs\"; the judge's own uncertainty, not counted in the components): " + ", ".join(
                         f"{r['judge']} {r['mean_spread']:.3g} (mean of {r['calls']} calls)" for r in spread) + ".")
         print_components(result.components, c, result.bounds)
+        print_effects(result.effects, c, exclude=result.components.object if result.comparison is not None else None)
         if result.ceiling:
             print_ceiling(result, c)
         # with a comparison, the leaderboard above already gives each system its own interval

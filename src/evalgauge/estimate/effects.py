@@ -15,7 +15,7 @@ estimate). A component estimated at zero has modes and standard deviations of ze
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 from ..errors import DesignError
-from .cells import CellData, fixed_matrix, term_levels
+from .cells import CellData, cell_data, fixed_matrix, term_levels
 from .model import MixedModel
 
 #: above this many random effects the conditional variances come from sparse solves in blocks of columns
@@ -33,11 +33,13 @@ COLUMNS = ("term", "level", "mode", "sd")
 
 
 def conditional_modes(cells: CellData, model: MixedModel, variances: Mapping[str, float],
-                      residual: float) -> pd.DataFrame:
+                      residual: float, sd_of: Iterable[str] | None = None) -> pd.DataFrame:
     """One row per level of every random term of ``model``: its conditional mode and conditional SD.
 
     ``variances`` maps each random term's name to its fitted variance (truncated at zero), ``residual`` is the
     within-cell variance sigma2_e; a term left out of ``variances`` (not identifiable in these data) is skipped.
+    ``sd_of`` names the terms whose conditional SDs are wanted (default: all; the others' are NaN): a few levels'
+    SDs take a few solves, every level's a solve per level.
     """
     if not residual > 0:
         raise DesignError("conditional modes need a positive residual variance (a fit with one observation per "
@@ -73,12 +75,28 @@ def conditional_modes(cells: CellData, model: MixedModel, variances: Mapping[str
     beta = np.linalg.solve(s, rhs_x - c_ux.T @ lu.solve(rhs_u)) if x.shape[1] else np.zeros(0)
     u = np.zeros(g.size)
     u[active] = lu.solve(rhs_u - c_ux @ beta)
-    sd = np.zeros(g.size)
-    sd[active] = np.sqrt(np.maximum(_inverse_diagonal(lu, int(active.sum())), 0.0))
     starts = np.cumsum([0, *sizes])
+    wanted = np.ones(g.size, dtype=bool)
+    if sd_of is not None:
+        chosen = set(sd_of)
+        wanted = np.concatenate([np.full(q, name in chosen) for name, q in zip(names, sizes, strict=True)])
+    sd = np.where(wanted, 0.0, np.nan)
+    columns = np.flatnonzero(wanted[active])  # positions among the active effects
+    sd[np.flatnonzero(active)[columns]] = np.sqrt(np.maximum(_inverse_diagonal(lu, int(active.sum()), columns),
+                                                             0.0))
     frames = [pd.DataFrame({"term": name, "level": lab, "mode": u[a:b], "sd": sd[a:b]})
               for name, lab, a, b in zip(names, labels, starts[:-1], starts[1:], strict=True)]
     return pd.concat(frames, ignore_index=True)
+
+
+def effects_of(data, model: MixedModel, components, sd_of: Iterable[str] | None = None) -> pd.DataFrame:
+    """:func:`conditional_modes` of a fit: ``data`` the judgments it fitted (rows without a score left out, as
+    the fit left them) or their :class:`CellData`, ``components`` its variance components."""
+    from ..data import without_empty
+
+    cells = data if isinstance(data, CellData) else cell_data(without_empty(data, model.response)[0], model)
+    variances = {c.name: c.variance_truncated for c in components.components if c.kind == "random"}
+    return conditional_modes(cells, model, variances, components["residual"].variance, sd_of)
 
 
 def _level_labels(cells: CellData, columns: tuple[str, ...], codes: np.ndarray, q: int) -> list[str]:
@@ -92,15 +110,16 @@ def _level_labels(cells: CellData, columns: tuple[str, ...], codes: np.ndarray, 
     return list(out)
 
 
-def _inverse_diagonal(lu, q: int) -> np.ndarray:
-    """diag(C^-1) of the factorised random block: one dense inverse when small, else solves in column blocks."""
-    if q <= DENSE_UP_TO:
+def _inverse_diagonal(lu, q: int, columns: np.ndarray) -> np.ndarray:
+    """diag(C^-1) at ``columns`` of the factorised random block: one dense inverse when every column of a small
+    block is wanted, else solves in blocks of columns."""
+    if columns.size == q and q <= DENSE_UP_TO:
         return np.diag(lu.solve(np.eye(q)))
-    out = np.empty(q)
+    out = np.empty(columns.size)
     step = 512
-    for start in range(0, q, step):
-        stop = min(start + step, q)
-        rhs = np.zeros((q, stop - start))
-        rhs[np.arange(start, stop), np.arange(stop - start)] = 1.0
-        out[start:stop] = lu.solve(rhs)[np.arange(start, stop), np.arange(stop - start)]
+    for start in range(0, columns.size, step):
+        cols = columns[start:start + step]
+        rhs = np.zeros((q, cols.size))
+        rhs[cols, np.arange(cols.size)] = 1.0
+        out[start:start + cols.size] = lu.solve(rhs)[cols, np.arange(cols.size)]
     return out

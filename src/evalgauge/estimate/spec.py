@@ -54,3 +54,13 @@ def resolve_model(judgments: Judgments, design: Design | ModelSpec | None = None
         parse_formula(formula)  # a malformed formula is named now, before any work
         return ModelSpec(formula=formula)
     return ModelSpec(design=design if design is not None else infer_design(judgments, **design_options))
+
+
+def fitted_model(spec: ModelSpec, components) -> MixedModel:
+    """The model a fit estimated, as lme4 would be given it: the likelihood fit's own formula, or for ANOVA the
+    spec's model with the terms it estimated (the cell term is in the residual with one observation per cell)."""
+    if components.reml is not None:
+        return parse_formula(components.reml["formula"])
+    model = spec.mixed
+    estimated = {frozenset(c.facets) for c in components.components if c.name != "residual"}
+    return model.fitted([t for t in model.random if frozenset(t.columns) in estimated])

@@ -200,12 +200,36 @@ def rank_sets(a: Analysis) -> str:
                        "Rank confidence sets (Mogstad, Romano, Shaikh & Wilhelm 2024)")
 
 
+def qq(a: Analysis) -> str:
+    """Each random term's conditional modes, standardised by the term's SD, against normal quantiles (TEE C.6):
+    on the line if the term's effects are normal as the model assumes (the modes shrink, so the slope is
+    below one where a term is estimated from few observations per level)."""
+    import numpy as np
+    from scipy.special import ndtri
+
+    terms = a.effects["qq"]
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for name, modes in terms.items():
+            n = len(modes)
+            ax.plot(ndtri((np.arange(1, n + 1) - 0.5) / n), modes, ".", ms=3, label=plot_label(name))
+        lim = max(2.5, *(abs(m) for v in terms.values() for m in (v[0], v[-1])))
+        ax.plot([-lim, lim], [-lim, lim], color="#888", lw=0.8)
+        ax.set_xlabel("normal quantile")
+        ax.set_ylabel("conditional mode / the term's SD")
+        ax.legend(loc="upper left", frameon=False, fontsize=8)
+        ax.set_title("Q-Q plot of each term's conditional modes")
+        return _png(fig)
+
+
 #: systems beyond which the pair matrix's cells are too small to read (the report's pair table holds every pair)
 PAIR_MATRIX_UP_TO = 60
 
 
 def all_figures(a: Analysis) -> dict[str, str]:
     figs = {"shares": shares(a), "interventions": interventions(a)}
+    if a.effects and a.effects.get("qq"):
+        figs["qq"] = qq(a)
     if a.comparison is not None:
         figs.update(forest=forest(a), rank_sets=rank_sets(a))
         if len(a.comparison.systems) <= PAIR_MATRIX_UP_TO:

@@ -15,7 +15,15 @@ from ..analysis.gstudy import Analysis
 from ..display import letters_note
 from ..version import __version__
 from .figures import PAIR_MATRIX_UP_TO, all_figures
-from .text import ceiling_sentence, theta_of_objects_sentence, theta_sentence, tier_sentence
+from .text import (
+    ceiling_sentence,
+    convention_sentence,
+    disagreed_sentence,
+    effects_rows,
+    theta_of_objects_sentence,
+    theta_sentence,
+    tier_sentence,
+)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;
@@ -210,6 +218,10 @@ def render(a: Analysis) -> str:
     if vc.reml is not None:  # the model the likelihood fit was of, as lme4 writes it
         parts.append(f"<p class='muted'>Model: <code>{escape(vc.reml['formula'])}</code></p>")
     parts.append(f"<img alt='variance shares' src='data:image/png;base64,{figs['shares']}'>")
+    convention = convention_sentence(vc.to_dict())
+    if convention:
+        parts.append(f"<p class='muted'>{escape(convention)}</p>")
+    parts.append(_effects_section(a, figs))
     ranked = "sigma2_delta" if a.interventions.attrs.get("ranked_by") == "sigma2_delta" else "Var(theta-hat)"
     parts.append(f"<h2>What to change</h2><p class='muted'>Ranked by the change in {ranked}; a change "
                  "of less than 1% is listed last.</p>" + _table(
@@ -267,3 +279,23 @@ def _adaptive_section(path: dict) -> str:
             + _table(["stage", "design", "calls sent", "spent (all stages)", what + " after it", "plan"], rows)
             + "<p class='muted'>The final sample size depended on the pilot's estimates (an internal pilot); "
             "see the README on the coverage of intervals after adapting.</p>")
+
+
+def _effects_section(a: Analysis, figs: dict) -> str:
+    """The facets' levels as the fit sees them (TEE C.6): modes with intervals, the items judged most apart, and
+    the Q-Q plot of every term's modes."""
+    if not a.effects:
+        return ""
+    exclude = a.components.object if a.comparison is not None else None
+    rows = effects_rows(a.effects, exclude)
+    out = "<h2>Effects: who scores high, who low</h2>"
+    if rows:
+        out += ("<p>Conditional modes (BLUPs) of each level with a 95% interval (mode +- 1.96 conditional SD, as "
+                "lme4's ranef(condVar = TRUE)); a positive mode scores higher than the average level.</p>"
+                + _table(["term", "level", "mode", "95% interval"], rows))
+    sentence = disagreed_sentence(a.effects)
+    if sentence:
+        out += f"<p>{escape(sentence)}</p>"
+    if "qq" in figs:
+        out += f"<img alt='Q-Q plot of the conditional modes' src='data:image/png;base64,{figs['qq']}'>"
+    return out

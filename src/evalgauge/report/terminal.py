@@ -10,7 +10,15 @@ from rich.table import Table
 from rich.text import Text
 
 from ..vocabulary import MIN_DF
-from .text import ceiling_sentence, convention_sentence, theta_of_objects_sentence, theta_sentence, tier_sentence
+from .text import (
+    ceiling_sentence,
+    convention_sentence,
+    disagreed_sentence,
+    effects_rows,
+    theta_of_objects_sentence,
+    theta_sentence,
+    tier_sentence,
+)
 
 if TYPE_CHECKING:
     from ..components import VarianceComponents
@@ -378,3 +386,21 @@ def print_ceiling(analysis, console: Console) -> None:
     req = analysis.judges_needed
     console.print(ceiling_sentence(analysis.components.object, analysis.projection.erho2, analysis.projection.mdd95,
                                    asdict(analysis.ceiling), str(req), req.target))
+
+
+def print_effects(effects: dict | None, console: Console, exclude: str | None = None) -> None:
+    """The facets' levels as the fit sees them: conditional modes with 95% intervals (TEE C.6), and the items
+    the judges disagree on most."""
+    if not effects:
+        return
+    rows = effects_rows(effects, exclude)
+    if rows:
+        table = Table(title="Effects: conditional modes (BLUPs) with 95% intervals (TEE C.6; + scores higher)")
+        for col in ("term", "level", "mode", "95% interval"):
+            table.add_column(col, justify="left" if col in ("term", "level") else "right")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    sentence = disagreed_sentence(effects)
+    if sentence:
+        console.print(sentence)

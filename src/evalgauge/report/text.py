@@ -79,3 +79,20 @@ def convention_sentence(conventions: dict) -> str:
         parts.append("estimand: the domain the items were drawn from (TEE eq. 3; --estimand finite for the "
                      "benchmark's own items, TEE C.2)")
     return ("Conventions: " + "; ".join(parts) + ".") if parts else ""
+
+
+def effects_rows(effects: dict, exclude: str | None = None) -> list[list[str]]:
+    """The facets' levels with their conditional modes and 95% intervals (TEE C.6), as table rows: term, level,
+    mode, interval; ``exclude`` leaves out a term shown elsewhere (the systems, on the leaderboard)."""
+    return [[r["term"], str(r["level"]), f"{r['mode']:+.4g}", f"[{r['low']:+.4g}, {r['high']:+.4g}]"]
+            for r in effects["levels"] if r["term"] != exclude]
+
+
+def disagreed_sentence(effects: dict) -> str:
+    """The items judged most apart (the spread of their item x judge modes), or "" when there are none."""
+    items = effects.get("disagreed_items") or []
+    if not items:
+        return ""
+    across = items[0]["across"]
+    return (f"Items the {across}s disagree on most (SD of their item x {across} modes): "
+            + ", ".join(f"{r['item']} {r['spread']:.3g}" for r in items) + ".")
