@@ -136,3 +136,50 @@ def test_analyze_names_and_applies_the_conventions(tmp_path):
     terminal = runner.invoke(main, ["analyze", str(data), "--nest", "category/item"]).output
     assert "Conventions: nested category/item: items drawn from the whole pool" in terminal
     assert not math.isnan(se[()])
+
+
+def _table13_implied(residual_share: float = 0.011) -> VarianceComponents:
+    """Table 13's components as its printed shares imply them (Var(theta-hat) from the item term), the 1.1% the
+    printed shares leave for the residual."""
+    var = 0.063 / 200 / 0.350
+    d = _divisors("pooled")
+    values = {k: share / 100 * var * d[k] for k, (_, share) in TABLE13.items()}
+    values["residual"] = residual_share * var * 200 * 5 * 3 * 8
+    return VarianceComponents.from_values(values, LEVELS, 8, nesting={"item": "category"})
+
+
+def test_budget_over_every_random_facet_with_an_item_pool():
+    """The optimiser varies the prompt variants too (not only judges and replicates), and never buys more items
+    than the pool holds: once the 200 items are spent, the budget goes to prompts (TEE sec. 4.2)."""
+    vc = _table13_implied()
+    assert dstudy.budget_facets(vc) == ["variant"]  # the SUT models are what is evaluated; categories via items
+    cost = dstudy.CostModel((1.0,), "judge", ("category",))
+    designs = {b: dstudy.optimize_budget(vc, b, cost, objective="var_abs", limits={"item": 200})
+               for b in (3000, 6000, 12000)}
+    for b, best in designs.items():
+        assert best["counts"]["item"] == 200 and best["cost"] <= b and best["replicates"] == 1
+    assert designs[3000]["counts"]["variant"] < designs[6000]["counts"]["variant"] < designs[12000]["counts"]["variant"]
+    # exhaustive: no affordable design of items <= 200, variants <= 40, replicates <= 5 does better
+    for b in (600, 3000):
+        best = dstudy.optimize_budget(vc, b, cost, objective="var_abs", limits={"item": 200})
+        for v in range(1, 41):
+            for r in range(1, 6):
+                n = min(200, b // (3 * v * r))
+                if n >= 1:
+                    assert dstudy.project(vc, {"item": n, "variant": v}, r).var_abs >= best["objective"] - 1e-15
+    runner = CliRunner()
+    args = [arg for name, (v, _) in TABLE13.items() for arg in ("--component", f"{name.replace('category:', '')}={v}")]
+    out = runner.invoke(main, ["plan", *args, "--component", "residual=0.05", "--nest", "category/item", "--n",
+                               "category=4", "--n", "item=200", "--n", "variant=5", "--n", "model=3", "--n", "rep=8",
+                               "--price", "1", "--budget", "6000", "--max", "item=200", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    budget = json.loads(out.output)["budget"]
+    assert budget["counts"]["item"] == 200 and budget["counts"]["variant"] > 1 and budget["cost"] <= 6000
+    only_items = runner.invoke(main, ["plan", *args, "--component", "residual=0.05", "--nest", "category/item",
+                                      "--n", "category=4", "--n", "item=200", "--n", "variant=5", "--n", "model=3",
+                                      "--price", "1", "--budget", "6000", "--vary", "", "--json", "-"])
+    assert only_items.exit_code == 0, only_items.output
+    assert "variant" not in json.loads(only_items.output)["budget"]["counts"]
+    refused = runner.invoke(main, ["plan", *args, "--component", "residual=0.05", "--n", "category=4",
+                                   "--n", "item=200", "--n", "variant=5", "--n", "model=3", "--max", "item=0"])
+    assert refused.exit_code == 2 and "--budget" in refused.output

@@ -556,29 +556,58 @@ def _product(lists):
             yield (head, *tail)
 
 
+def budget_facets(vc: VarianceComponents, item_facet: str = "item") -> list[str]:
+    """The facets the budget optimiser varies by default: every random facet a design can buy more levels of
+    (judges, prompt variants, ...), not the items (bought last), the object or a facet named as one (the systems
+    evaluated), a fixed facet (its levels are chosen) or a parent (counted through its children)."""
+    skip = {item_facet, vc.object} | fixed_facets(vc) | parent_facets(vc)
+    return [f for f in vc.levels if f not in skip and vocabulary.role_of(f) != "object"]
+
+
+#: the replicates the budget optimiser tries (one is optimal whenever replicate noise is a small share)
+BUDGET_REPLICATES = 5
+
+
 def optimize_budget(vc: VarianceComponents, budget: float, cost: CostModel, *, objective: str = "sigma2_delta",
                     vary: Mapping[str, Iterable[int]] | None = None, item_facet: str = "item",
-                    max_items: int = 10**6, **kw) -> dict:
+                    max_items: int = 10**6, facets: Iterable[str] | None = None,
+                    limits: Mapping[str, int] | None = None, **kw) -> dict:
     """The integer design minimising ``objective`` (sigma2_delta or var_abs) subject to cost <= budget.
 
     Items are the facet bought last: for each combination of the other
-    facets' counts (``vary``, default judges 1..20 and replicates 1..5) the
+    facets' counts (``vary``, default: every facet of :func:`budget_facets`, or those of ``facets``, from 1 to
+    20 and widened while the best sits on the edge, and replicates 1..5) the
     objective falls with items, so the best affordable design takes as many
-    items as the budget allows. Sizing App. A: optima are interior, with more
-    judges as the budget grows and one replicate.
+    items as the budget allows, up to the pool (``limits``: the most levels of a facet there are, e.g. 200
+    items; or ``max_items``). Sizing App. A: optima are interior, with more
+    judges as the budget grows and one replicate; TEE sec. 4.2: items until the pool is spent, then prompts.
     """
     if objective not in ("sigma2_delta", "var_abs"):
         raise DesignError("objective must be sigma2_delta or var_abs.")
+    limits = dict(limits or {})
+    unknown = set(limits) - set(vc.levels) - {"replicates"}
+    if unknown:
+        raise DesignError(f"budget limits name unknown facet(s) {', '.join(sorted(unknown))}; facets are "
+                          f"{', '.join(vc.levels)} (and replicates).")
+    max_items = min(max_items, int(limits.pop(item_facet, max_items)))
     if vary is None:
-        # judges up to where the optimum stops moving: widen the range while the best sits on its edge
-        top = 20
+        names = list(budget_facets(vc, item_facet) if facets is None else facets)
+        bad = [f for f in names if f not in vc.levels or f == item_facet]
+        if bad:
+            raise DesignError(f"the budget cannot vary {', '.join(bad)}: vary facets of the components other than "
+                              f"the items ({', '.join(f for f in vc.levels if f != item_facet)}).")
+        # each count up to where the optimum stops moving: widen a range while the best sits on its edge
+        top = dict.fromkeys(names, 20)
         while True:
-            best = optimize_budget(vc, budget, cost, objective=objective, item_facet=item_facet,
-                                   vary={cost.judge_facet: range(1, top + 1), "replicates": range(1, 6)},
+            grid: dict[str, Iterable[int]] = {f: range(1, min(top[f], limits.get(f, top[f])) + 1) for f in names}
+            grid["replicates"] = range(1, min(BUDGET_REPLICATES, limits.get("replicates", BUDGET_REPLICATES)) + 1)
+            best = optimize_budget(vc, budget, cost, objective=objective, item_facet=item_facet, vary=grid,
                                    max_items=max_items, **kw)
-            if best["counts"][cost.judge_facet] < top or top >= 5000:
+            edge = [f for f in names if best["counts"][f] >= top[f] and top[f] < min(limits.get(f, 5000), 5000)]
+            if not edge:
                 return best
-            top *= 4
+            for f in edge:
+                top[f] *= 4
     vary = dict(vary)
     reps = list(vary.pop("replicates", [vc.replicates]))
     names = list(vary)
@@ -719,12 +748,15 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
          object: str | None = None,  # noqa: A002 - the G-theory word
          target_erho2: float | None = None, target_mdd: float | None = None, target_se: float | None = None,
          budget: float | None = None, prices: Mapping[str, float] | None = None, best_of: int | None = None,
-         base_rate: float | None = None, ceiling_facet: str = "judge", separation: float | None = None) -> Plan:
+         base_rate: float | None = None, ceiling_facet: str = "judge", separation: float | None = None,
+         vary: Iterable[str] | None = None, limits: Mapping[str, int] | None = None) -> Plan:
     """The D-study calculator: one row per design of ``grid``, ceilings, requirements, interventions, budget.
 
     ``grid`` maps facets (and ``rep``) to the counts to try; facets left out
     keep their observed counts. ``prices`` maps judges to USD per call (or
-    ``{"*": price}`` for all) for the budget optimiser and the cost column.
+    ``{"*": price}`` for all) for the budget optimiser and the cost column; ``vary`` names the facets the
+    budget optimiser varies besides items and replicates (default :func:`budget_facets`), ``limits`` the most
+    levels of a facet there are (``{"item": 200}``: a pool).
     """
     obj = vc.object if object is None else (object or None)
     vc = replace(vc, object=obj) if obj != vc.object else vc
@@ -781,7 +813,8 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
             raise DesignError(f"budget: {budget!r} is not a positive number of USD.")
         if cost is None:
             raise DesignError("a budget needs prices: `cost` (JUDGE=USD per call, or USD for every judge).")
-        best = optimize_budget(vc, budget, cost, objective="sigma2_delta" if obj else "var_abs")
+        best = optimize_budget(vc, budget, cost, objective="sigma2_delta" if obj else "var_abs", facets=vary,
+                               limits=limits)
         budgeted = Budgeted(budget, best["counts"], best["replicates"], best["cost"], best["objective"],
                             best["projection"])
     return Plan(obj, pd.DataFrame(rows), interventions(vc), the_ceiling, tuple(requirements), exchange, budgeted,

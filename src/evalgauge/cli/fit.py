@@ -250,6 +250,12 @@ def _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, ter
 @click.option("--ceiling-facet", default="judge", show_default=True, help="The facet held at one for the ceiling.")
 @click.option("--separation", type=click.FloatRange(0, min_open=True),
               help="True difference between two objects: P(rank inversion) per design.")
+@click.option("--vary", help="With --budget: the facets the optimiser varies besides items and replicates, "
+                             "comma-separated (default: every random facet but the items and the systems; '' for "
+                             "none).")
+@click.option("--max", "limits", multiple=True, metavar="FACET=N",
+              help="With --budget: the most levels of a facet there are, e.g. --max item=200 (a pool; repeatable; "
+                   "replicates=N caps the replicates).")
 @click.option("--nest", help="With --component: nesting as parent/child, comma-separated (e.g. category/item).")
 @click.option("--fixed", help="With --component: fixed facets, comma-separated (their terms are Tier 2 sensitivity "
                                "indices, TEE Table 2).")
@@ -258,7 +264,7 @@ def _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, ter
 @user_errors
 @writes(("components_json",), json_out="--json")
 def plan(components_json, given, object_, grid, target_erho2, target_mdd, target_se, budget, prices, best_of,
-         base_rate, ceiling_facet, separation, nest, fixed, sampling, estimand, json_out) -> None:
+         base_rate, ceiling_facet, separation, vary, limits, nest, fixed, sampling, estimand, json_out) -> None:
     """The D-study calculator: SE, E rho^2, Phi, MDD, ceiling, requirements and budget for proposed designs.
 
     COMPONENTS.json is the output of `evalgauge components --json` or `evalgauge analyze --json`, or a minimal
@@ -301,9 +307,24 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
     if budget is not None and not price_map:
         raise click.BadParameter("a budget needs prices: add --price USD (per call) or --price JUDGE=USD.",
                                  param_hint="--budget")
+    if (vary is not None or limits) and budget is None:
+        raise click.BadParameter("--vary and --max shape the budget optimiser: add --budget (and --price).",
+                                 param_hint="--vary/--max")
+    caps = {}
+    for item in limits:
+        key, _, value = item.partition("=")
+        try:
+            caps[key.strip()] = int(value)
+        except ValueError:
+            caps[key.strip()] = 0
+        if caps[key.strip()] < 1 or not key.strip():
+            raise click.BadParameter(f"'{item}' should read FACET=N with N a whole number of at least 1.",
+                                     param_hint="--max")
     out = make_plan(vc, counts, object=object_, target_erho2=target_erho2, target_mdd=target_mdd,
                     target_se=target_se, budget=budget, prices=price_map or None, best_of=best_of,
-                    base_rate=base_rate, ceiling_facet=ceiling_facet, separation=separation)
+                    base_rate=base_rate, ceiling_facet=ceiling_facet, separation=separation,
+                    vary=[f.strip() for f in vary.split(",") if f.strip()] if vary is not None else None,
+                    limits=caps or None)
     payload = out.to_dict()
     _emit(payload, json_out, lambda c: print_plan(payload, c))
 
