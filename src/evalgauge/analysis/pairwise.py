@@ -66,14 +66,17 @@ class PairwiseAnalysis(Result):
 
 def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, baseline: str | None = None,
                      position: bool = True, n_boot: int = 200, seed: int | None = 0, human: str | None = None,
-                     method: str = "auto", components: bool = True, progress=None) -> PairwiseAnalysis:
+                     method: str = "auto", components: bool = True, progress=None,
+                     best_of: int | None = None) -> PairwiseAnalysis:
     """Analyse model_a / model_b / winner rows (a judgments table); see the module docstring.
 
     ``reference`` is the system at log strength 0; ``baseline`` a fixed opponent left out of the
     components; ``human`` a column with human votes (TEE Table 17's agreement); ``components=False`` leaves
     out the win indicators' G-study (a REML fit over every judgment twice, the costly part on a large log),
     whose size, expected cost and evaluations ``progress`` hears as :func:`evalgauge.estimate.reml.fit_reml`
-    says them.
+    says them. A log judged under several configurations (judge, variant, order columns) with items also gets
+    TEE's arena studies (:func:`evalgauge.analysis.arena.arena_studies`: naive, single-cell and TEE-pipeline
+    SEs, each pipeline's human agreement, the gaming surface over ``best_of`` configurations).
     """
     battles = code_battles(judgments)
     notes: list[str] = []
@@ -87,9 +90,17 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
     if human and human not in battles.frame:
         raise DataError(f"{judgments.source}: no column '{human}' for the human votes (`human`).")
     counts = count_battles(battles, _weights(battles, judgments.source, notes))
-    return _analyze(counts, battles, judgments.source, notes, reference=reference, baseline=baseline,
-                    position=position, n_boot=n_boot, seed=seed, human=human, method=method,
-                    components=components, progress=progress)
+    result = _analyze(counts, battles, judgments.source, notes, reference=reference, baseline=baseline,
+                      position=position, n_boot=n_boot, seed=seed, human=human, method=method,
+                      components=components, progress=progress)
+    if n_boot >= 2:
+        from .arena import arena_studies
+
+        studies = arena_studies(battles, result.fit, n_boot=n_boot, seed=seed, human=human, best_of=best_of,
+                                ridge=_ridge(counts.entries, counts.weights, []))
+        if studies is not None:
+            result.payload["arena_studies"] = studies.to_dict()
+    return result
 
 
 def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", reference: str | None = None,

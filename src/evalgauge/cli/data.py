@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..errors import EvalGaugeError
 from ..outputs import atomic_write_text
-from ..report.terminal import number, print_comparison, print_components
+from ..report.terminal import number, print_arena_studies, print_comparison, print_components
 from .base import (
     _console,
     _drop_empty,
@@ -99,6 +99,8 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--human", metavar="COLUMN", help="A column with the human vote (model_a, model_b or tie): report "
               "per-judgment agreement, overall and decisive-only (TEE Table 17).")
+@click.option("--best-of", type=click.IntRange(min=1), help="The gaming surface over K configurations (judge x "
+              "variant x order cells) drawn from the observed ones (default: as many as were observed).")
 @click.option("--components/--no-components", default=True, show_default=True,
               help="Estimate the win indicators' variance components (a REML fit over system x item x judge x "
               "variant x slot cells: minutes on a log with hundreds of thousands of them).")
@@ -114,8 +116,8 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
 @text_options
 @user_errors
 @writes(("data",), components_json="--components-json", json_out="--json")
-def pairwise(data, reference, baseline, position, n_boot, seed, human, components, components_json, json_out, col_a,
-             col_b, col_winner, col_item, col_judge, engine, spark_master, encoding, sep) -> None:
+def pairwise(data, reference, baseline, position, n_boot, seed, human, best_of, components, components_json, json_out,
+             col_a, col_b, col_winner, col_item, col_judge, engine, spark_master, encoding, sep) -> None:
     """Pairwise judgments (model_a, model_b, winner; optional item, judge, variant, order): Bradley-Terry,
     Elo, position bias, and the variance components of the win indicators.
 
@@ -141,7 +143,7 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
         from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit
         result = analyze_pairwise(judgments, reference=reference, baseline=baseline, position=position,
                                   n_boot=n_boot, seed=seed, human=human, components=components,
-                                  progress=_win_progress())
+                                  progress=_win_progress(), best_of=best_of)
     if components_json and result.components is not None:
         atomic_write_text(components_json, result.components.to_json() + "\n")
     fit, table, notes, payload = result.fit, result.table, result.notes, result.payload
@@ -180,6 +182,7 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, component
             c.print(f"MDD95 {payload['mdd95_win_rate_points']:.1f} win-rate points at this design"
                     + (f"; single-judge ceiling {payload['ceiling']:.3f}, MDD floor "
                        f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
+        print_arena_studies(payload.get("arena_studies"), c)
 
     _emit(payload, json_out, show)
 

@@ -404,3 +404,34 @@ def print_effects(effects: dict | None, console: Console, exclude: str | None = 
     sentence = disagreed_sentence(effects)
     if sentence:
         console.print(sentence)
+
+
+def print_arena_studies(studies: dict | None, console: Console) -> None:
+    """TEE's arena studies (sec. 4.3-4.4, R.1, Table 17): the three SEs per system with their median ratios,
+    each pipeline's agreement with the human votes, and the gaming surface over K configurations."""
+    if not studies:
+        return
+    table = Table(title=f"Standard errors of the log strengths over {studies['configurations']} configurations "
+                        f"({' x '.join(studies['configuration_columns'])}; {studies['resamples']} resamples each)")
+    for col in ("system", "naive (battles)", "single cell", "TEE pipeline"):
+        table.add_column(col, justify="left" if col == "system" else "right")
+    for r in studies["se"]:
+        table.add_row(str(r["system"]), number(r["naive_se"], ".3g"), number(r["single_cell_se"], ".3g"),
+                      number(r["tee_se"], ".3g"))
+    console.print(table)
+    ratio = studies["median_se_ratio"]
+    console.print(f"Median SE ratio to the naive bootstrap: single cell {ratio['single_cell_over_naive']:.2f}x (one "
+                  f"configuration scores every battle: what another researcher's choice would have moved), TEE "
+                  f"pipeline {ratio['tee_over_naive']:.2f}x (TEE R.1).")
+    g = studies["gaming"]
+    console.print(f"Gaming surface, best of K = {g['k']} configurations: +{g['rerun_elo_median']:.1f} Elo by "
+                  f"re-running the evaluation under each and keeping the best (median over systems), against "
+                  f"+{g['closed_form_elo_median']:.1f} by the closed form E[max of K] x the configurations' SD "
+                  "(TEE 4.4).")
+    if studies.get("human_agreement"):
+        agree = Table(title="Agreement with the human votes (TEE Table 17)")
+        for col in ("pipeline", "per judgment", "per battle"):
+            agree.add_column(col, justify="left" if col == "pipeline" else "right")
+        for r in studies["human_agreement"]:
+            agree.add_row(r["pipeline"], f"{100 * r['per_judgment']:.1f}%", f"{100 * r['per_battle']:.1f}%")
+        console.print(agree)
