@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-all test-live demo-live docs lint bench clean
+.PHONY: demo test test-slow test-all test-live demo-live docs lint bench clean reproduce
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,7 @@ demo-live: $(STAMP) $(LIVE_STAMP)
 	EVALGAUGE_LIVE_PYTHON=$(LIVE)/bin/python bash examples/live/demo.sh
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench reproduce
 	$(BIN)/python -m pytest -q
 
 # the documentation site: guides and the generated CLI and Python references, built with --strict (a broken
@@ -49,6 +49,10 @@ test: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[docs]'
 	$(BIN)/python -m mkdocs build --strict --quiet
+
+# every number of the two papers the seeds let the tool recompute, beside the paper's: docs/papers.md
+reproduce: $(STAMP)
+	$(BIN)/python reproduce/papers.py docs/papers.md
 
 # everything CI runs but the live tier
 test-all: test test-slow

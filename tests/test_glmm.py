@@ -46,6 +46,13 @@ def test_glmm_check_ranks_and_rank_correlation():
     assert check.spearman == pytest.approx(1.0)
     payload = json.loads(check.to_json())
     assert payload["spearman"] == pytest.approx(1.0) and len(payload["components"]) == 5
+    # TEE Table 11 ranks each component's share of Var(theta-hat) at the design, not its share of one call's variance
+    from evalgauge import dstudy
+
+    for fit, column in ((check.lpm, "lpm_share"), (check.glmm, "glmm_share")):
+        shares = dstudy.project(fit, object="").shares()
+        assert check.table[column].tolist() == pytest.approx([shares[n] for n in check.table["component"]])
+    assert check.table["lpm_share"].tolist() != pytest.approx([check.lpm.share(n) for n in check.table["component"]])
 
 
 def test_glmm_refuses_non_binary_scores():

@@ -6,8 +6,10 @@ effects with a logit link, by the Laplace approximation with the fixed effects
 estimated inside penalised iteratively reweighted least squares (PIRLS; lme4's
 ``glmer(..., nAGQ = 0)``), and compares the components' ranking: logit-scale
 components against LPM components, with the level-1 (residual) variance fixed
-at pi^2/3 (Nakagawa & Schielzeth 2010; TEE Table 11). TEE reports Spearman
-correlations of 0.91-0.99 between the two rankings on its binary benchmarks.
+at pi^2/3 (Nakagawa & Schielzeth 2010; TEE Table 11), each as its share of
+Var(theta-hat) at the observed design, as Table 11 compares them. TEE reports
+Spearman correlations of 0.91-0.99 between the two rankings of those shares on its
+binary benchmarks.
 """
 
 from __future__ import annotations
@@ -55,14 +57,18 @@ class GlmmCheck(Result):
 
 
 def compare_lpm_glmm(lpm: VarianceComponents, glmm: VarianceComponents) -> GlmmCheck:
-    """Per-observation shares of each random component under both links, their ranks, Spearman rho.
+    """Each random component's share of Var(theta-hat) at the observed design under both links (TEE Table 11:
+    the D-study decomposition of each fit, sigma2_k / d_k over their sum), their ranks, Spearman rho.
 
-    The residual is left out of the ranking: on the logit scale it is fixed at
-    pi^2/3 by convention, not estimated.
+    The residual is in each Var(theta-hat) (on the logit scale fixed at pi^2/3, divided by its count) but left
+    out of the ranking: on the logit scale it is a convention, not an estimate.
     """
+    from ..dstudy import project
+
     names = [c.name for c in glmm.components if c.kind == "random"]
-    lpm_share = np.array([lpm.share(n) for n in names])
-    glmm_share = np.array([glmm.share(n) for n in names])
+    lpm_shares, glmm_shares = project(lpm, object="").shares(), project(glmm, object="").shares()
+    lpm_share = np.array([lpm_shares.get(n, 0.0) for n in names])
+    glmm_share = np.array([glmm_shares.get(n, 0.0) for n in names])
     table = pd.DataFrame({
         "component": names,
         "lpm_variance": [lpm[n].variance for n in names],

@@ -1,0 +1,249 @@
+"""`make reproduce`: every number of the two papers that the seeds let evalgauge recompute, beside the paper's,
+with the command that prints it and a verdict, written to docs/papers.md.
+
+Run: .venv/bin/python reproduce/papers.py docs/papers.md [--reps N]. The Monte Carlo studies use N replicates
+(default 1000 for E.2, 400 for E.4); the page says how many and how long each took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from evalgauge import dstudy
+from evalgauge.components import VarianceComponents
+from evalgauge.published import PRESETS
+
+ROWS: list[tuple[str, str, str, str, str]] = []  # (figure, paper, evalgauge, command, verdict)
+
+
+def row(figure: str, paper: str, ours: str, command: str, verdict: str) -> None:
+    ROWS.append((figure, paper, ours, command, verdict))
+
+
+def sizing_presets() -> list[str]:
+    """The sizing paper's printed figures each preset reproduces without having used them."""
+    lines = ["## Ask Which, Not How Good (the sizing paper)", "",
+             "Each preset derives its components from some printed figures (`evalgauge audit --preset NAME` says "
+             "which) and is checked against printed figures it did not use; the range is what the check can take "
+             "over every rounding of the inputs. Verdict: reproduced when the printed figure lies in that range "
+             "widened by its own rounding.", "",
+             "| figure | where | paper | evalgauge | range from rounding | command | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, preset in PRESETS.items():
+        for check in preset.checks:
+            lo, hi = preset.check_range(check)
+            value = check.compute(preset.values)
+            half = check.figure.half_unit
+            ok = lo - half <= check.figure.value <= hi + half
+            lines.append(f"| {name}: {check.what} | {check.figure.where} | {check.figure.value:g} | {value:.4g} | "
+                         f"[{lo:.4g}, {hi:.4g}] | `evalgauge audit --preset {name}` | "
+                         f"{'reproduced' if ok else 'differs'} |")
+    return lines
+
+
+TABLE13 = {"category:item": (0.063, 35.0), "model": (0.001, 25.0), "variant": (0.001, 14.7),
+           "variant:model": (0.002, 13.8), "category:item:model": (0.028, 5.3), "category": (0.009, 5.1)}
+LEVELS13 = {"category": 4, "item": 200, "variant": 5, "model": 3}
+
+
+def _divisors(vc: VarianceComponents) -> dict[str, float]:
+    counts = dstudy.observed_counts(vc)
+    return {c.name: dstudy.divisor(c, vc, counts, vc.replicates) for c in vc.components}
+
+
+def tee_tables() -> list[str]:
+    lines = ["## Hidden Measurement Error in LLM Pipelines (TEE)", "",
+             "### Table 13 (MMLU, 200 items in 4 categories, 5 prompts, 3 SUTs, 8 replications) and the nested "
+             "convention", "",
+             "The printed components as `--component` values with `--nest category/item` (the residual, not "
+             "printed, 0.05):", "",
+             "| figure | paper | evalgauge | command | verdict |", "| --- | --- | --- | --- | --- |"]
+    printed = {k: v for k, (v, _) in TABLE13.items()} | {"residual": 0.05}
+    vc = VarianceComponents.from_values(printed, LEVELS13, 8, nesting={"item": "category"})
+    cmd = ("`evalgauge plan --component category=0.009 --component item=0.063 --component model=0.001 "
+           "--component variant=0.001 --component variant:model=0.002 --component item:model=0.028 "
+           "--component residual=0.05 --nest category/item --n category=4 --n item=200 --n variant=5 --n model=3 "
+           "--n rep=8 --json -`")
+    for sampling in ("pooled", "categories"):
+        share = 100 * dstudy.project(vc.with_sampling(sampling), object="").shares()["category"]
+        verdict = ("reproduced within the rounding of the printed sigma2 (every printed share backs out to a sigma2 "
+                   "within the rounding of the printed one only under this convention)" if sampling == "pooled" else
+                   "differs: Brennan's i:c divides sigma2_kappa by the 4 categories, not TEE's convention")
+        row_text = (f"| between-category share of Var(theta-hat), `--sampling {sampling}` | 5.1% | {share:.1f}% | "
+                    f"{cmd.rstrip('`')} --sampling {sampling}` | {verdict} |")
+        lines.append(row_text)
+    var = 0.063 / 200 / 0.350
+    d = _divisors(vc)
+    implied = {k: share / 100 * var * d[k] for k, (_, share) in TABLE13.items()} | {"residual": 0.011 * var * d[
+        "residual"]}
+    ivc = VarianceComponents.from_values(implied, LEVELS13, 8, nesting={"item": "category"})
+    first = dstudy.interventions(ivc)["intervention"].iloc[0]
+    lines.append(f"| first intervention (components as the printed shares imply them) | items | {first} | "
+                 "`evalgauge plan` on those components | " + ("reproduced |" if first == "items x2" else "differs |"))
+    cost = dstudy.CostModel((1.0,), "judge", ("category",))
+    spent = {b: dstudy.optimize_budget(ivc, b, cost, objective="var_abs", limits={"item": 200}) for b in (600, 3000,
+                                                                                                        12000)}
+    design = "; ".join(f"{b:,} calls: {s['counts']['item']} items x {s['counts']['variant']} prompts"
+                       for b, s in spent.items())
+    lines.append(f"| budget allocation, 200-item pool (sec. 4.2) | items until the pool is spent, then prompts | "
+                 f"{design} | `evalgauge plan ... --price 1 --budget B --max item=200` | once the pool is spent, "
+                 "prompts (reproduced); below it the exact optimiser buys a second prompt before the 200th item, "
+                 "because at one prompt Table 13's prompt terms outweigh the items' (differs) |")
+    lines += ["", "### C.8 (AILuminate: 141 items in 12 categories, 5 prompts, 3 temperatures fixed, 3 judges, "
+              "8 replications)", "",
+              "Components rebuilt from the printed shares (judge 43.8%, item x judge 16.7%, prompt x judge 12.4%, "
+              "within-category item 20.8%; the rest, each below 5%, as category 2.5%, prompt 0.4%, residual 3.4%) "
+              "and the printed Var(theta-hat):", "",
+              "| figure | paper | evalgauge | command | verdict |", "| --- | --- | --- | --- | --- |"]
+    shares = {"judge": 43.8, "category:item:judge": 16.7, "variant:judge": 12.4, "category:item": 20.8,
+              "category": 2.5, "variant": 0.4, "residual": 3.4}
+    levels = {"category": 12, "item": 141, "variant": 5, "temperature": 3, "judge": 3}
+    base = VarianceComponents.from_values(dict.fromkeys(shares, 1.0), levels, 8, nesting={"item": "category"},
+                                          fixed=("temperature",))
+    dd = _divisors(base)
+    c8 = VarianceComponents.from_values({k: s / 100 * 0.000354 * dd[k] for k, s in shares.items()}, levels, 8,
+                                        nesting={"item": "category"}, fixed=("temperature",))
+    p = dstudy.project(c8, object="")
+    lines.append(f"| Var(theta-hat), SE, 95% half-width | 0.000354, 0.019, 0.037 | {p.var_abs:.6f}, {p.se:.4f}, "
+                 f"{1.959964 * p.se:.3f} | `evalgauge plan c8.json` or `--component ... --nest category/item "
+                 "--fixed temperature` | reproduced (by construction of the components; the check is that both "
+                 "doors give it) |")
+    single = dstudy.project(c8, {"judge": 1}, object="")
+    judged = sum(v for k, v in p.shares().items() if "judge" in k.split(":") or k == "residual")
+    lines.append(f"| one judge instead of three | +106% | {100 * (single.var_abs / p.var_abs - 1):+.0f}% | "
+                 "`evalgauge plan c8.json --n judge=1` | differs: every term holding the judges (and the residual) "
+                 f"is divided by M, {100 * judged:.1f}% of Var(theta-hat) here, so one judge triples them; +106% "
+                 f"is what terms holding {106 / 2:.0f}% of it would give |")
+    reps = dstudy.project(c8, replicates=13, object="")
+    gain = 1 - 8 / 13
+    lines.append(f"| +5 replications | < 0.1% | {100 * (reps.var_abs / p.var_abs - 1):+.2f}% | "
+                 "`evalgauge plan c8.json --n rep=13` | differs: the replicate noise is in the residual, "
+                 f"{shares['residual']:.1f}% in this rebuild (the paper leaves the last 6.3% unsplit); 13 "
+                 f"replications instead of 8 remove {100 * gain:.1f}% of it, under 0.1% only with a residual under "
+                 f"{0.1 / gain:.2f}% |")
+    lines += ["", "### Table 11 (LPM against GLMM)", "",
+              "Not recomputable here: the shares come from the paper's three binary data sets, which the seeds do "
+              "not include. `evalgauge components DATA --glmm` (and `analyze --glmm`) compares what Table 11 "
+              "compares: each component's share of Var(theta-hat) at the observed design under the LPM and the "
+              "logit GLMM (residual pi^2/3), their ranks and Spearman's rho.", ""]
+    return lines
+
+
+def e2_bias(reps: int) -> list[str]:
+    """TEE E.2 under the readings of its pilot design, each measured."""
+    from evalgauge import montecarlo as mc
+    from evalgauge.design import Design, Facet, code_data
+    from evalgauge.dstudy import divisor, is_tier2, project
+    from evalgauge.estimate.anova import anova_from_coded
+
+    paper = {"baseline": -0.9, "correlated": -2.0, "non-exchangeable": -1.6, "heavy-tails": -7.2,
+             "heterogeneous": -2.3}
+    pilot, target = 30, {"item": 60, "variant": 5}
+    spec = mc.coverage_spec(pilot)
+    lv = {"category": mc.CATEGORIES, "item": pilot, "variant": 3, "temperature": 3, "judge": 3}
+    truth = {fixed: project(VarianceComponents.from_values(dict(mc.TABLE8), lv, spec.replicates,
+                                                           nesting={"item": "category"},
+                                                           fixed=("temperature", "judge") if fixed else ()),
+                            target, object="").var_abs for fixed in (False, True)}
+    start = time.time()
+    lines = ["### E.2 (projection bias, Table 7)", "",
+             f"Pilots of {pilot} items in {mc.CATEGORIES} categories x 3 variants x 3 temperatures x 3 judges x "
+             f"{spec.replicates} replicates from Table 8, projected to {target['item']} items and 5 variants; "
+             f"{reps} pilots per scenario (`evalgauge simulate bias --scenario S --reps {reps}` is the first "
+             "reading). E.2 does not state the pilot design, how the truth is computed or whether temperature and "
+             "judge are fixed; each reading measured (relative bias, Monte Carlo s.e. in brackets):", "",
+             "| scenario | paper | random, truncated at 0 (the tool's) | random, untruncated | temperature and judge "
+             "fixed (Tier 2), truncated | fixed, untruncated | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for scenario, value in paper.items():
+        out: dict[tuple[bool, bool], list[float]] = {(f, t): [] for f in (False, True) for t in (True, False)}
+        for s in np.random.SeedSequence(0).spawn(reps):
+            frame = mc._perturbed_pilot(spec, scenario, np.random.default_rng(int(s.generate_state(1)[0])))
+            for fixed in (False, True):
+                role = "fixed" if fixed else "random"
+                design = Design((Facet("category"), Facet("item", "object", "category"), Facet("variant"),
+                                 Facet("temperature", role), Facet("judge", role)), replicate="replicate",
+                                terms=tuple(k for k in mc.TABLE8 if k != "residual"))
+                vc = anova_from_coded(code_data(frame, design))
+                p = project(vc, target, object="")
+                out[(fixed, True)].append(p.var_abs)
+                out[(fixed, False)].append(sum(c.variance / divisor(c, vc, p.counts, p.replicates)
+                                               for c in vc.components if not is_tier2(c, vc)))
+        cells = []
+        agree = []
+        for key in ((False, True), (False, False), (True, True), (True, False)):
+            v = np.array(out[key])
+            bias, se = 100 * (v.mean() / truth[key[0]] - 1), 100 * v.std(ddof=1) / math.sqrt(reps) / truth[key[0]]
+            cells.append(f"{bias:+.1f}% ({se:.1f})")
+            agree.append(abs(bias - value) <= 2 * se)
+        verdict = ("within 2 s.e. of the paper under the " + ", ".join(
+            n for n, ok in zip(("first", "second", "third", "fourth"), agree, strict=True) if ok) + " reading"
+                   if any(agree) else "differs under every reading")
+        lines.append(f"| {scenario} | {value:+.1f}% | " + " | ".join(cells) + f" | {verdict} |")
+    lines += ["", f"({reps} pilots x 5 scenarios x 2 fits in {time.time() - start:.0f} s.) Which reading the "
+              "paper used is not settled by these figures where several are within two s.e.; the tool implements "
+              "the first (its components as fitted, every facet random, projections truncated at zero).", ""]
+    return lines
+
+
+def e4_coverage(reps: int) -> list[str]:
+    from evalgauge.montecarlo import coverage_study
+
+    paper = {("A", 20): "45%", ("A", 2000): "5%", "B": "52%", "C": "84%", "D": "nominal (95%)",
+             "E": "nominal (95%)"}
+    start = time.time()
+    result = coverage_study([20, 200, 2000], list("ABCDE"), reps, 0)
+    frame = result.results
+    lines = ["### E.4 (coverage as pipeline factors are omitted, Table 9, Fig. 1)", "",
+             f"`evalgauge simulate coverage --n 20,200,2000 --reps {reps} --seed 0` ({time.time() - start:.0f} s):",
+             "", "| scenario | N | paper | evalgauge | verdict |", "| --- | --- | --- | --- | --- |"]
+    for r in frame.to_dict(orient="records"):
+        scen, n = r["scenario"], int(r["n"])
+        printed = paper.get((scen, n), paper.get(scen, "") if scen != "A" else "")
+        cov = 100 * r["coverage"]
+        se = 100 * math.sqrt(max(r["coverage"] * (1 - r["coverage"]), 1e-9) / reps)
+        number = float(printed.split("%")[0].split("(")[-1]) if printed else math.nan
+        verdict = ("—" if not printed else "reproduced (within 2 s.e.)" if abs(cov - number) <= 2 * se else
+                   f"differs by {cov - number:+.1f} points ({abs(cov - number) / se:.1f} s.e.); the cause is not yet "
+                   "found: how the paper draws the one configuration a scenario misses is not stated, and only the "
+                   "tool's reading (a new configuration each replicate) has been measured")
+        lines.append(f"| {scen} | {n:,} | {printed or '—'} | {cov:.1f}% (s.e. {se:.1f}) | {verdict} |")
+    lines.append("")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--reps", type=int, default=1000, help="E.2 pilots per scenario (E.4: 0.4 of this)")
+    args = parser.parse_args()
+    start = time.time()
+    lines = ["# The papers, reproduced", "",
+             "Every number of the two papers that the seeds let evalgauge recompute, the paper's value beside the "
+             "tool's, the command that prints it, and a verdict (reproduced, or differs and why). Written by "
+             "`make reproduce` (`reproduce/papers.py`); the Monte Carlo replications and times are stated with "
+             "each study.", ""]
+    lines += [*sizing_presets(), ""]
+    lines += tee_tables()
+    lines += e2_bias(args.reps)
+    lines += e4_coverage(max(50, int(0.4 * args.reps)))
+    lines += [f"(The whole page: {time.time() - start:.0f} s on this machine.)", ""]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=args.out.parent, prefix=".papers-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines))
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out} in {time.time() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
