@@ -75,3 +75,14 @@ def test_cli_coverage_json():
     assert set(payload["results"][0]) >= {"scenario", "n", "coverage", "mean_se"}
     bad = CliRunner().invoke(main, ["simulate", "coverage", "--scenarios", "Z", "--reps", "2"])
     assert bad.exit_code == 2 and "unknown scenario" in bad.output
+
+
+@pytest.mark.slow
+def test_table8_fixed_levels_and_a_wald_interval_give_the_papers_scenario_b():
+    """TEE E.4 prints 52% for scenario B. With Table 8's fixed levels {-0.15, 0, 0.15} for temperature and judge,
+    one configuration drawn among them, the missed bias is 0 (3 in 9), +-0.15 (4 in 9) or +-0.3 (2 in 9); with the
+    fitted SE near 0.075 a Wald interval covers about 0.95 x 3/9 + 0.45 x 4/9 + 0.01 x 2/9 = 0.52. 300 studies: MC
+    s.e. 2.9 points, so 0.42-0.62 is +-3.4 s.e. The tool's own interval (Satterthwaite t on ~2 df) is far wider."""
+    res = coverage_study(n_items=(200,), scenarios="B", reps=300, seed=21, fixed_levels=True).results.iloc[0]
+    assert 0.42 < res["coverage_wald"] < 0.62
+    assert res["coverage"] > res["coverage_wald"] + 0.1

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.special import ndtri
 
 from .design import Design, Facet, code_data
 from .errors import DesignError
@@ -58,20 +59,24 @@ SCENARIOS = {
 }
 
 
-def coverage_spec(n_items: int) -> SimulationSpec:
+def coverage_spec(n_items: int, fixed_levels: bool = False) -> SimulationSpec:
+    """Table 8's design at N items; ``fixed_levels``: temperature and judge at Table 8's fixed levels
+    {-0.15, 0, 0.15} (the paper's DGP) rather than drawn afresh, with the same variance, in every study."""
     if n_items % CATEGORIES:
         raise DesignError(f"N must be a multiple of {CATEGORIES} (items are spread over {CATEGORIES} categories).")
     return SimulationSpec(
         counts={"category": CATEGORIES, "item": n_items // CATEGORIES, "variant": 3, "temperature": 3, "judge": 3},
         components=TABLE8, nest={"item": "category"}, replicates=5, mu=MU, object="item",
+        fixed=("temperature", "judge") if fixed_levels else (),
     )
 
 
-def _replicate(task: tuple[int, int, tuple[str, ...], float]) -> list[dict]:
-    """One simulated study: every scenario's estimate, SE and coverage at N items."""
-    n_items, seed, scenarios, level = task
+def _replicate(task: tuple) -> list[dict]:
+    """One simulated study: every scenario's estimate, SE and coverage at N items, by the interval's own
+    quantile (Satterthwaite's t for the fitted models) and by the normal one (a Wald interval, as lme4's)."""
+    n_items, seed, scenarios, level, *rest = task
     rng = np.random.default_rng(seed)
-    frame = simulate(coverage_spec(n_items), rng)
+    frame = simulate(coverage_spec(n_items, bool(rest and rest[0])), rng)
     pick = {f: f"{f[0]}{rng.integers(1, 4)}" for f in ("variant", "temperature", "judge")}
     out = []
     for name in scenarios:
@@ -93,8 +98,9 @@ def _replicate(task: tuple[int, int, tuple[str, ...], float]) -> list[dict]:
             design = Design(tuple(facets), replicate="replicate", terms=terms)
             ci = theta_interval(anova_from_coded(code_data(sub, design)), level=level)
             est, se, low, high = ci.estimate, ci.se, ci.low, ci.high
+        wald = float(ndtri(0.5 + level / 2)) * se
         out.append({"scenario": name, "n": n_items, "estimate": est, "se": se,
-                    "covered": bool(low <= MU <= high)})
+                    "covered": bool(low <= MU <= high), "covered_wald": bool(abs(est - MU) <= wald)})
     return out
 
 
@@ -110,8 +116,11 @@ class CoverageResult:
 
 def coverage_study(n_items: Iterable[int] = (20, 200, 2000), scenarios: Iterable[str] = "ABCDE",
                    reps: int = 200, seed: int = 0, level: float = 0.95,
-                   scheduler: str | None = None) -> CoverageResult:
-    """95 % CI coverage of the naive and progressively fuller models across N (TEE E.4, Fig. 1).
+                   scheduler: str | None = None, fixed_levels: bool = False) -> CoverageResult:
+    """95 % CI coverage of the naive and progressively fuller models across N (TEE E.4, Fig. 1): ``coverage``
+    by each interval's own quantile (Satterthwaite's t), ``coverage_wald`` by the normal quantile (lme4 gives
+    no df: a Wald interval, the paper's reading); ``fixed_levels`` puts temperature and judge at Table 8's
+    fixed levels (the paper's DGP) instead of drawing them afresh in each study.
 
     ``scheduler``: a Dask distributed scheduler address ("tcp://host:8786") or
     a ``dask.distributed.Client``; replicates then run as cluster tasks.
@@ -121,13 +130,14 @@ def coverage_study(n_items: Iterable[int] = (20, 200, 2000), scenarios: Iterable
     if unknown:
         raise DesignError(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}.")
     seeds = np.random.SeedSequence(seed).spawn(reps * len(tuple(n_items)))
-    tasks = [(int(n), int(s.generate_state(1)[0]), scenarios, level)
+    tasks = [(int(n), int(s.generate_state(1)[0]), scenarios, level, fixed_levels)
              for n, block in zip(n_items, np.array_split(np.arange(len(seeds)), len(tuple(n_items))), strict=True)
              for s in (seeds[i] for i in block)]
     rows = _map(_replicate, tasks, scheduler)
     raw = pd.DataFrame([r for batch in rows for r in batch])
     summary = (raw.groupby(["scenario", "n"], sort=True)
-               .agg(coverage=("covered", "mean"), mean_se=("se", "mean"), reps=("covered", "size"))
+               .agg(coverage=("covered", "mean"), coverage_wald=("covered_wald", "mean"), mean_se=("se", "mean"),
+                    reps=("covered", "size"))
                .reset_index())
     summary["mc_se"] = np.sqrt(summary["coverage"] * (1 - summary["coverage"]) / summary["reps"])
     return CoverageResult(summary, raw)

@@ -76,10 +76,12 @@ for _name in vocabulary.PRESET_NAMES:
 @click.option("--reps", type=click.IntRange(min=1), default=200, show_default=True, help="Replicates per N.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--scheduler", metavar="ADDRESS", help="Dask distributed scheduler to run the replicates on.")
+@click.option("--fixed-levels", is_flag=True, help="Temperature and judge at Table 8's fixed levels {-0.15, 0, "
+              "0.15} (the paper's DGP) instead of drawn afresh in each study.")
 @json_option("the results")
 @user_errors
 @writes(json_out="--json")
-def coverage_cmd(preset, scenarios, n_items, reps, seed, scheduler, json_out) -> None:
+def coverage_cmd(preset, scenarios, n_items, reps, seed, scheduler, fixed_levels, json_out) -> None:
     """CI coverage of the naive and fuller models across N (TEE E.4, Fig. 1).
 
     \b
@@ -88,7 +90,8 @@ def coverage_cmd(preset, scenarios, n_items, reps, seed, scheduler, json_out) ->
     """
     from ..montecarlo import coverage_study
 
-    result = coverage_study(_int_list(n_items, "--n"), scenarios.split(","), reps, seed, scheduler=scheduler)
+    result = coverage_study(_int_list(n_items, "--n"), scenarios.split(","), reps, seed, scheduler=scheduler,
+                            fixed_levels=fixed_levels)
     _emit(result.to_dict(), json_out, lambda c: print_coverage(result, c))
 
 

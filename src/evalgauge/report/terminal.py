@@ -26,14 +26,15 @@ if TYPE_CHECKING:
 
 def print_coverage(result, console: Console) -> None:
     table = Table(title="95% CI coverage by scenario and N (TEE E.4; truth: the population grand mean)")
-    for col in ("scenario", "N", "coverage", "MC s.e.", "mean SE", "replicates"):
+    for col in ("scenario", "N", "coverage", "MC s.e.", "Wald (z) coverage", "mean SE", "replicates"):
         table.add_column(col, justify="right")
     for r in result.results.itertuples():
         table.add_row(r.scenario, str(r.n), f"{100 * r.coverage:.1f}%", f"{100 * r.mc_se:.1f}",
-                      f"{r.mean_se:.4g}", str(r.reps))
+                      f"{100 * r.coverage_wald:.1f}%", f"{r.mean_se:.4g}", str(r.reps))
     console.print(table)
     console.print("A: one configuration, s/sqrt(N); B: + variants; C: + judges; D: + temperatures; "
-                  "E: + variant x judge and variant x temperature.")
+                  "E: + variant x judge and variant x temperature. Coverage: the fitted models' intervals with "
+                  "Satterthwaite's t; Wald: the same SE with the normal quantile (as an lme4 fit, which gives no df).")
 
 
 def print_plan(out: dict, console: Console) -> None:
