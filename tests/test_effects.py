@@ -111,3 +111,28 @@ def test_analyze_shows_the_facets_effects_and_the_items_judged_apart(tmp_path):
     assert "Effects: conditional modes" in out.output and "Items the judges disagree on most" in out.output
     html = (tmp_path / "r.html").read_text()
     assert "Effects: who scores high, who low" in html and "Q-Q plot of the conditional modes" in html
+    assert "residuals against fitted values" in html
+    res = effects["residuals"]
+    assert len(res["fitted"]) == len(res["residual"]) == res["cells"] <= 2000
+
+
+def test_fitted_values_are_the_shrunken_group_means():
+    """One-way random effects, balanced: the BLUP fitted value of group g is mu + k (ybar_g - mu) with
+    k = sigma2_g / (sigma2_g + sigma2_e / n) and mu the grand mean (closed form)."""
+    from evalgauge.estimate.effects import fit_of
+    from evalgauge.estimate.model import parse_formula
+
+    rng = np.random.default_rng(5)
+    groups, n = 8, 5
+    g = np.repeat(np.arange(groups), n)
+    frame = pd.DataFrame({"item": [f"i{k}" for k in g], "score": rng.normal(0, 1, groups)[g] + rng.normal(0, 1, g.size)})
+    fit = eg.fit(frame, formula="score ~ 1 + (1 | item)")
+    solved, cells = fit_of(fit.judgments, parse_formula(fit.formula), fit.components)
+    s2g, s2e = fit.components["item"].variance, fit.components["residual"].variance
+    k = s2g / (s2g + s2e / n)
+    mu = frame["score"].mean()
+    means = frame.groupby("item")["score"].mean()
+    expected = mu + k * (means - mu)
+    np.testing.assert_allclose(solved.fitted, expected.loc[cells.labels["item"][cells.codes["item"]]].to_numpy(),
+                               atol=1e-9)
+    assert solved.beta[0] == pytest.approx(mu)

@@ -41,7 +41,7 @@ def test_analyze_cli_json_and_report(tmp_path):
     assert {i["tier"] for i in payload["checklist"]} == {"Minimum", "Standard", "Comprehensive"}
     html = report.read_text()
     images = html.count("<img ")
-    assert images == 9  # 5 + the leaderboard, the rank sets, the pair matrix and the effects' Q-Q plot
+    assert images == 10  # 5 + the leaderboard, the rank sets, the pair matrix, the Q-Q and residual plots
     for chunk in html.split("data:image/png;base64,")[1:]:
         assert base64.b64decode(chunk.split("'", 1)[0])[:8] == b"\x89PNG\r\n\x1a\n"
     for phrase in ("Variance components", "What to change", "Reporting checklist", "single-judge ceiling"):
@@ -111,7 +111,7 @@ def test_report_in_headless_chromium(tmp_path):
     assert not console, console
     dom = subprocess.run([*browser, "--dump-dom", report.as_uri()], capture_output=True, text=True,
                          timeout=120).stdout
-    assert dom.count("<img ") == 9 and "Reporting checklist" in dom and "Which system is better" in dom
+    assert dom.count("<img ") == 10 and "Reporting checklist" in dom and "Which system is better" in dom
 
 
 @pytest.mark.slow

@@ -159,14 +159,15 @@ def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponent
     facets with its 95% interval (mode +- 1.96 conditional SD: who is harsh, and how surely), the items whose
     interaction modes with the judges (else the variants) spread the most (where the judges disagree), and each
     term's modes for a Q-Q plot. None where the model has no such term or no residual to weigh by."""
-    from ..estimate.effects import effects_of
+    from ..estimate.effects import fit_of
     from ..estimate.spec import fitted_model
 
     model = fitted_model(spec, vc)
     main = [t.name for t in model.random if len(t.columns) == 1 and t.columns[0] != item]
     if not main or not vc["residual"].variance > 0:
         return None
-    effects = effects_of(judgments, model, vc, sd_of=main)
+    solved, cells = fit_of(judgments, model, vc, sd_of=main)
+    effects = solved.effects
     levels = effects[effects["term"].isin(main)].assign(
         low=lambda f: f["mode"] - 1.959964 * f["sd"], high=lambda f: f["mode"] + 1.959964 * f["sd"])
     out: dict[str, Any] = {"levels": _records(levels), "disagreed_items": [], "qq": {}}
@@ -183,7 +184,15 @@ def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponent
     for name, modes in effects.groupby("term", sort=False)["mode"]:
         if modes.size >= 3 and vc[name].variance > 0:  # standardised by the term's SD: N(0, 1) if the model holds
             out["qq"][name] = sorted(float(m) for m in modes / math.sqrt(vc[name].variance))
+    # each cell's mean against its fitted value (X beta + Z u), a seeded sample of at most RESIDUAL_CELLS
+    keep = np.random.default_rng(0).permutation(cells.n_cells)[:RESIDUAL_CELLS]
+    out["residuals"] = {"fitted": solved.fitted[keep].tolist(),
+                        "residual": (cells.mean - solved.fitted)[keep].tolist(), "cells": cells.n_cells}
     return out
+
+
+#: the cells the residual-against-fitted plot shows at most (a seeded sample beyond)
+RESIDUAL_CELLS = 2000
 
 
 def derive_pairwise(judgments: Judgments, *, method: str = "auto", target_erho2: float = 0.8,

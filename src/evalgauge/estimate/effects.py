@@ -16,6 +16,7 @@ estimate). A component estimated at zero has modes and standard deviations of ze
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -32,8 +33,25 @@ DENSE_UP_TO = 4000
 COLUMNS = ("term", "level", "mode", "sd")
 
 
+@dataclass(frozen=True)
+class ConditionalFit:
+    """The mixed-model equations' solution: ``effects`` (term, level, mode, sd), ``beta`` (the GLS fixed effects)
+    and ``fitted`` (each cell's fitted mean, X beta + Z u: beside the cell means, the residuals of TEE C.6)."""
+
+    effects: pd.DataFrame
+    beta: np.ndarray
+    fitted: np.ndarray
+
+
 def conditional_modes(cells: CellData, model: MixedModel, variances: Mapping[str, float],
                       residual: float, sd_of: Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per level of every random term of ``model``: its conditional mode and conditional SD
+    (:func:`conditional_fit`'s ``effects``)."""
+    return conditional_fit(cells, model, variances, residual, sd_of).effects
+
+
+def conditional_fit(cells: CellData, model: MixedModel, variances: Mapping[str, float],
+                    residual: float, sd_of: Iterable[str] | None = None) -> ConditionalFit:
     """One row per level of every random term of ``model``: its conditional mode and conditional SD.
 
     ``variances`` maps each random term's name to its fitted variance (truncated at zero), ``residual`` is the
@@ -86,17 +104,24 @@ def conditional_modes(cells: CellData, model: MixedModel, variances: Mapping[str
                                                              0.0))
     frames = [pd.DataFrame({"term": name, "level": lab, "mode": u[a:b], "sd": sd[a:b]})
               for name, lab, a, b in zip(names, labels, starts[:-1], starts[1:], strict=True)]
-    return pd.concat(frames, ignore_index=True)
+    fitted = (x @ beta if x.shape[1] else np.zeros(cells.n_cells)) + z @ u
+    return ConditionalFit(pd.concat(frames, ignore_index=True), beta, np.asarray(fitted))
 
 
 def effects_of(data, model: MixedModel, components, sd_of: Iterable[str] | None = None) -> pd.DataFrame:
     """:func:`conditional_modes` of a fit: ``data`` the judgments it fitted (rows without a score left out, as
     the fit left them) or their :class:`CellData`, ``components`` its variance components."""
+    return fit_of(data, model, components, sd_of)[0].effects
+
+
+def fit_of(data, model: MixedModel, components, sd_of: Iterable[str] | None = None):
+    """(:func:`conditional_fit`, the :class:`CellData`) of a fit, ``data`` and ``components`` as
+    :func:`effects_of`."""
     from ..data import without_empty
 
     cells = data if isinstance(data, CellData) else cell_data(without_empty(data, model.response)[0], model)
     variances = {c.name: c.variance_truncated for c in components.components if c.kind == "random"}
-    return conditional_modes(cells, model, variances, components["residual"].variance, sd_of)
+    return conditional_fit(cells, model, variances, components["residual"].variance, sd_of), cells
 
 
 def _level_labels(cells: CellData, columns: tuple[str, ...], codes: np.ndarray, q: int) -> list[str]:

@@ -222,6 +222,22 @@ def qq(a: Analysis) -> str:
         return _png(fig)
 
 
+def residuals(a: Analysis) -> str:
+    """Each cell's mean minus its fitted value (X beta + Z u) against the fitted value (TEE C.6): a funnel says the
+    variance grows with the mean, stripes a bounded or discrete score."""
+    data = a.effects["residuals"]
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(data["fitted"], data["residual"], ".", ms=2, alpha=0.5, color="#357")
+        ax.axhline(0, color="#888", lw=0.8)
+        ax.set_xlabel("fitted cell mean")
+        ax.set_ylabel("cell mean - fitted")
+        shown = len(data["fitted"])
+        ax.set_title("Residuals against fitted values" + (f" ({shown:,} of {data['cells']:,} cells)"
+                                                          if shown < data["cells"] else ""))
+        return _png(fig)
+
+
 #: systems beyond which the pair matrix's cells are too small to read (the report's pair table holds every pair)
 PAIR_MATRIX_UP_TO = 60
 
@@ -230,6 +246,8 @@ def all_figures(a: Analysis) -> dict[str, str]:
     figs = {"shares": shares(a), "interventions": interventions(a)}
     if a.effects and a.effects.get("qq"):
         figs["qq"] = qq(a)
+    if a.effects and a.effects.get("residuals", {}).get("fitted"):
+        figs["residuals"] = residuals(a)
     if a.comparison is not None:
         figs.update(forest=forest(a), rank_sets=rank_sets(a))
         if len(a.comparison.systems) <= PAIR_MATRIX_UP_TO:

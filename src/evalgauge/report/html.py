@@ -298,4 +298,6 @@ def _effects_section(a: Analysis, figs: dict) -> str:
         out += f"<p>{escape(sentence)}</p>"
     if "qq" in figs:
         out += f"<img alt='Q-Q plot of the conditional modes' src='data:image/png;base64,{figs['qq']}'>"
+    if "residuals" in figs:
+        out += f"<img alt='residuals against fitted values' src='data:image/png;base64,{figs['residuals']}'>"
     return out
