@@ -125,7 +125,8 @@ def test_fitted_values_are_the_shrunken_group_means():
     rng = np.random.default_rng(5)
     groups, n = 8, 5
     g = np.repeat(np.arange(groups), n)
-    frame = pd.DataFrame({"item": [f"i{k}" for k in g], "score": rng.normal(0, 1, groups)[g] + rng.normal(0, 1, g.size)})
+    score = rng.normal(0, 1, groups)[g] + rng.normal(0, 1, g.size)
+    frame = pd.DataFrame({"item": [f"i{k}" for k in g], "score": score})
     fit = eg.fit(frame, formula="score ~ 1 + (1 | item)")
     solved, cells = fit_of(fit.judgments, parse_formula(fit.formula), fit.components)
     s2g, s2e = fit.components["item"].variance, fit.components["residual"].variance
