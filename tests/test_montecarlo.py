@@ -3,11 +3,12 @@
 import json
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from evalgauge.cli import main
-from evalgauge.montecarlo import coverage_study, projection_bias
+from evalgauge.montecarlo import coverage_study, intervention_accuracy, projection_bias
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +87,13 @@ def test_table8_fixed_levels_and_a_wald_interval_give_the_papers_scenario_b():
     res = coverage_study(n_items=(200,), scenarios="B", reps=300, seed=21, fixed_levels=True).results.iloc[0]
     assert 0.42 < res["coverage_wald"] < 0.62
     assert res["coverage"] > res["coverage_wald"] + 0.1
+
+
+def test_intervention_accuracy_reports_the_truths_first_and_each_projection():
+    out = intervention_accuracy(reps=40, seed=2, fixed_levels=True)
+    names = [r["intervention"] for r in out["interventions"]]
+    assert out["true_top"] == names[0] == "+2 variants" and "temperature x2" not in names  # Tier 2: never offered
+    assert 0 <= out["top1_accuracy"] <= 1
+    assert all(np.isfinite(r["mean_projected_pct"]) for r in out["interventions"])
+    cli = CliRunner().invoke(main, ["simulate", "interventions", "--reps", "10", "--json", "-"])
+    assert cli.exit_code == 0 and json.loads(cli.output)["true_top"] == "temperature x2"

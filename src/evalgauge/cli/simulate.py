@@ -171,3 +171,37 @@ def bias_cmd(scenario, reps, items, seed, scheduler, json_out) -> None:
         "parameters are this tool's reading of TEE E.2, which does not state them in full, so the figures of its "
         "Table 7 are not computed this way and are not printed beside this one (docs/papers.md has both)."))
 
+
+
+@simulate_group.command(name="interventions")
+@click.option("--reps", type=click.IntRange(min=2), default=200, show_default=True)
+@click.option("--items", type=click.IntRange(min=5), default=30, show_default=True, help="Pilot items.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--fixed-levels", is_flag=True, help="Temperature and judge at Table 8's fixed levels and declared "
+              "fixed (Tier 2), as the paper classifies them.")
+@click.option("--scheduler", metavar="ADDRESS", help="Dask distributed scheduler to run the replicates on.")
+@json_option("the result")
+@user_errors
+@writes(json_out="--json")
+def interventions_cmd(reps, items, seed, fixed_levels, scheduler, json_out) -> None:
+    """How often a pilot's D-study names the right first intervention (TEE sec. 3.3, E.2 Fig. 9a).
+
+    \b
+    Example:
+      evalgauge simulate interventions --reps 1000 --fixed-levels
+    """
+    from ..montecarlo import intervention_accuracy
+
+    out = intervention_accuracy(reps, seed, items, fixed_levels, scheduler=scheduler)
+
+    def show(c):
+        t = Table(title=f"Single-factor interventions: % change of Var(theta-hat) ({reps} pilots of {items} items)")
+        for col in ("intervention", "true", "mean projected"):
+            t.add_column(col, justify="left" if col == "intervention" else "right")
+        for r in out["interventions"]:
+            t.add_row(r["intervention"], f"{r['true_pct']:+.1f}", number(r["mean_projected_pct"], "+.1f"))
+        c.print(t)
+        c.print(f"The pilot's first intervention is the truth's ({out['true_top']}) in "
+                f"{100 * out['top1_accuracy']:.1f}% of {reps} pilots.")
+
+    _emit(out, json_out, show)
