@@ -1183,6 +1183,8 @@ def engine_for(engine: str, data: Any, *, rows: str = "prefer") -> str | None:
         return None  # the in-memory reader says what is wrong
     if rows == "no" and needed > ENGINE_ABOVE:
         return "duckdb"
+    from ..estimate.criterion import available_memory
+
     free = available_memory()
     return "duckdb" if free is not None and needed > MEMORY_SHARE * free else None
 
@@ -1213,21 +1215,11 @@ def _parquet_values(path: Path, nbytes: int) -> int:
         return nbytes
 
 
-def available_memory() -> int | None:
-    """The memory this machine has available now (Linux's MemAvailable), or None where it cannot be told."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def check_fits_in_memory(data: str | Path, why: str = "") -> None:
     """Refuse, before reading, a file or dataset whose reading into memory would take more than the machine has
     available: a :class:`DataError` naming it and the way to fit it over the files instead."""
+    from ..estimate.criterion import available_memory
+
     free = available_memory()
     if free is None:
         return
