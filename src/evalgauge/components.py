@@ -210,13 +210,11 @@ class VarianceComponents(Result):
     @property
     def item_facet(self) -> str | None:
         """The facet of the items (an object of measurement too, as in TEE's item-as-object design)."""
-
         return vocabulary.facet_with_role("item", self.levels)
 
     def role(self, role: str) -> str | None:
         """The facet that plays ``role``: the object as fitted, the item, judge and variant by their names
         (:func:`evalgauge.vocabulary.facet_with_role`; the replicate is not a facet of the components)."""
-
         if role == "object":
             return self.object
         return vocabulary.facet_with_role(role, self.levels, exclude=(self.object,))
