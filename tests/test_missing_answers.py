@@ -168,3 +168,31 @@ def test_fixed_temperature_and_variant_failures_end_to_end(tmp_path, monkeypatch
     assert not any("temperature" in row["intervention"] for row in payload["interventions"])
     assert "Tier 2 (fixed facets" in out.output and "sensitivity indices (TEE C.4" in out.output
     assert f"temperature {max(fixed_rows[0]['variance'], 0.0):.4g}" in out.output
+
+
+@pytest.mark.slow
+def test_the_report_knows_the_runs_prompts_without_its_configuration_file(tmp_path, monkeypatch):
+    """The run records its variants, system prompt and judges with its calls: moving or deleting the TOML file
+    loses nothing from the report or the checklist."""
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    config = write_config(tmp_path, port, mode="numeric", items=6, systems=2, reps=2, judges=2)
+    cfg, _ = collect(config, port)
+    config.unlink()
+    out = CliRunner().invoke(main, ["analyze", str(cfg.database), "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.output)
+    prompt = next(i for i in payload["checklist"] if i["item"] == "Prompt text")
+    assert prompt["met"]
+    with sqlite3.connect(cfg.database) as db:
+        design = json.loads(db.execute("SELECT value FROM run WHERE key = 'design'").fetchone()[0])
+    assert [v["id"] for v in design["variants"]] == ["v1", "v2"] and len(design["judges"]) == 2
+    assert all(set(j) == {"name", "model", "provider"} for j in design["judges"])  # no key, no endpoint
+    # a run database from before runs recorded this, its configuration file broken: said, not swallowed
+    with sqlite3.connect(cfg.database) as db:
+        db.execute("DELETE FROM run WHERE key = 'design'")
+    config.write_text("this is [not toml")
+    old = CliRunner().invoke(main, ["analyze", str(cfg.database), "--json", "-"])
+    assert old.exit_code == 0, old.output
+    notes = json.loads(old.output)["diagnostics"]["design_notes"]
+    assert any("could not be read" in n and str(config) in n for n in notes)

@@ -221,6 +221,8 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
     classes = run_classes(cfg)
     if classes:  # the verdicts are classes: stored as indices, read back as these names, never averaged
         store.set_meta("labels", json.dumps(list(classes)))
+    # what the report says about the run, kept with its calls: the configuration file may move or change
+    store.set_meta("design", json.dumps(run_design(cfg)))
     lost, lost_usd = store.reclaim_inflight()
     done = store.done_keys()
     summary = RunSummary(planned=count_tasks(cfg), already_done=len(done), cost_usd=store.cost())
@@ -287,6 +289,14 @@ def _flag_notes(summary: RunSummary) -> None:
         summary.notes.append(f"{summary.billed_failures} repl{'y' if summary.billed_failures == 1 else 'ies'} "
                              "the provider may have billed gave no usable completion (malformed, cut short or too "
                              "long); each counts its worst-case cost as spent.")
+
+
+def run_design(cfg) -> dict:
+    """The run's prompt variants (their templates), system prompt and judges (name, model, provider; never a key
+    or an endpoint), as the report shows them."""
+    return {"variants": [{"id": v.id, "template": v.template} for v in cfg.variants],
+            "system_prompt": cfg.system_prompt,
+            "judges": [{"name": j.name, "model": j.model, "provider": j.provider} for j in cfg.judges]}
 
 
 def run_scale(cfg: RunConfig) -> tuple[float, float] | None:

@@ -42,7 +42,8 @@ def read_run_record(path: str | Path) -> RunRecord:
     store = RunStore(path)
     try:
         calls = store.calls()
-        meta = {k: store.get_meta(k) for k in ("config", "mode", "fingerprint", "adaptive", "scale", "labels")}
+        meta = {k: store.get_meta(k) for k in ("config", "mode", "fingerprint", "adaptive", "scale", "labels",
+                                                "design")}
     finally:
         store.close()
     return RunRecord(path, calls, meta)

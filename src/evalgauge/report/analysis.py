@@ -7,6 +7,7 @@ The reading and the run record's diagnostics live here, at the edge; the fit is
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -92,23 +93,34 @@ def _run_info(record) -> tuple[dict, dict]:
     meta["temperatures"] = sorted(calls["temperature"].dropna().unique().tolist(), key=str)
     reps = pd.to_numeric(calls["replicate"], errors="coerce")
     meta["replicates"] = int(reps.max()) if reps.notna().any() else 0
+    design = meta.pop("design", None)
+    if design:  # the run recorded its variants, system prompt and judges with its calls
+        meta.update(json.loads(design))
+        return diag, meta
     config = meta.get("config")
-    if config and Path(config).exists():
+    if config and Path(config).exists():  # a run database written before runs recorded them: its configuration
+        from ..errors import EvalGaugeError
+
         try:
             from ..collect.config import load_config
+            from ..collect.runner import run_design, run_scale
 
             cfg = load_config(config)
-            meta["variants"] = [{"id": v.id, "template": v.template} for v in cfg.variants]
-            meta["system_prompt"] = cfg.system_prompt
-            meta["judges"] = [{"name": j.name, "model": j.model, "provider": j.provider} for j in cfg.judges]
-            if "scale" not in meta:  # a run database written before the run recorded its scale
-                from ..collect.runner import run_scale
-
-                scale = run_scale(cfg)
-                if scale is not None:
-                    meta["scale"] = f"{scale[0]:g},{scale[1]:g}"
-        except Exception:  # the report still works without the configuration
-            pass
+        except ImportError:
+            diag.setdefault("design_notes", []).append(
+                f"the run's configuration ({config}) needs the collector to be read (pip install "
+                "'evalgauge[collect]'); the report leaves out its variants' templates and judges.")
+            return diag, meta
+        except (OSError, EvalGaugeError) as exc:
+            diag.setdefault("design_notes", []).append(
+                f"the run's configuration ({config}) could not be read ({exc}); the report leaves out its variants' "
+                "templates and judges.")
+            return diag, meta
+        meta.update(run_design(cfg))
+        if "scale" not in meta or meta["scale"] is None:  # written before the run recorded its scale
+            scale = run_scale(cfg)
+            if scale is not None:
+                meta["scale"] = f"{scale[0]:g},{scale[1]:g}"
     return diag, meta
 
 
