@@ -89,3 +89,27 @@ def test_pairwise_command_prints_and_writes_the_studies(log, tmp_path):
     single = analyze_pairwise(as_judgments(log.query("judge == 'j0' and variant == 'v0' and order == 'ab'")),
                               n_boot=50, components=False)
     assert "arena_studies" not in single.payload  # one configuration: nothing to choose among
+
+
+def test_an_unaffordable_win_indicator_gstudy_is_left_out_before_it_starts(monkeypatch, tmp_path):
+    """By default the win indicators' G-study runs only when its expected cost is within the budget; else a note
+    says what was left out and how to fit it, before any work (40,000 Arena battles: 252 s of fitting before),
+    on the rows and on an engine's counts alike. --components fits it anyway; --no-components never."""
+    from evalgauge.analysis import pairwise as pw
+    from test_engine_pairwise import battle_log
+
+    path = tmp_path / "a.csv"
+    battle_log(n=1500).to_csv(path, index=False)
+    runner = CliRunner()
+    default = json.loads(runner.invoke(main, ["pairwise", str(path), "--bootstrap", "0", "--json", "-"]).output)
+    assert "mdd95_win_rate_points" in default  # cheap: fitted as before
+    monkeypatch.setattr(pw, "COMPONENTS_AUTO_SECONDS", 0.0)
+    for engine in ("pandas", "duckdb"):
+        out = runner.invoke(main, ["pairwise", str(path), "--bootstrap", "0", "--engine", engine, "--json", "-"])
+        assert out.exit_code == 0, out.output
+        payload = json.loads(out.stdout)
+        assert "mdd95_win_rate_points" not in payload, engine
+        assert any("G-study was left out" in n and "--components" in n for n in payload["notes"]), engine
+        forced = json.loads(runner.invoke(main, ["pairwise", str(path), "--bootstrap", "0", "--engine", engine,
+                                                 "--components", "--json", "-"]).stdout)
+        assert "mdd95_win_rate_points" in forced, engine

@@ -66,13 +66,15 @@ class PairwiseAnalysis(Result):
 
 def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, baseline: str | None = None,
                      position: bool = True, n_boot: int = 200, seed: int | None = 0, human: str | None = None,
-                     method: str = "auto", components: bool = True, progress=None,
+                     method: str = "auto", components: bool | None = None, progress=None,
                      best_of: int | None = None) -> PairwiseAnalysis:
     """Analyse model_a / model_b / winner rows (a judgments table); see the module docstring.
 
     ``reference`` is the system at log strength 0; ``baseline`` a fixed opponent left out of the
     components; ``human`` a column with human votes (TEE Table 17's agreement); ``components=False`` leaves
     out the win indicators' G-study (a REML fit over every judgment twice, the costly part on a large log),
+    ``True`` fits it whatever it costs, and ``None`` (the default) fits it when its expected cost is at most
+    :data:`COMPONENTS_AUTO_SECONDS` and otherwise says, before any work, what was left out and how to fit it;
     whose size, expected cost and evaluations ``progress`` hears as :func:`evalgauge.estimate.reml.fit_reml`
     says them. A log judged under several configurations (judge, variant, order columns) with items also gets
     TEE's arena studies (:func:`evalgauge.analysis.arena.arena_studies`: naive, single-cell and TEE-pipeline
@@ -105,7 +107,8 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
 
 def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", reference: str | None = None,
                           baseline: str | None = None, position: bool = True, n_boot: int = 200,
-                          seed: int | None = 0, components: bool = True, progress=None) -> PairwiseAnalysis:
+                          seed: int | None = 0, components: bool | None = None,
+                          progress=None) -> PairwiseAnalysis:
     """The same analysis from judgments reduced to counts (an engine over the files, :mod:`evalgauge.io.engine`):
     Bradley-Terry, both Elo scales, both bootstraps and position bias, equal to :func:`analyze_pairwise` on the
     rows; from an engine's distinct judgments (``counts.judgments_counted``, item, judge and variant kept) also
@@ -117,11 +120,12 @@ def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", r
     notes = ["each row counts 'weight' times (arena-hard: a >> verdict is 3 battles)."] if counts.weighted else []
     result = _analyze(counts, None, source, notes, reference=reference, baseline=baseline, position=position,
                       n_boot=n_boot, seed=seed, human=None, method="auto", components=False, progress=None)
-    if components and counts.judgments_counted is not None:
+    if components is not False and counts.judgments_counted is not None:
         if baseline is None and len(counts.systems) == 2:
             baseline = result.fit.reference  # two systems: one's win indicator mirrors the other's
         result.components = _win_components_from_cells(counts.judgments_counted, baseline, result.notes,
-                                                       result.payload, progress)
+                                                       result.payload, progress,
+                                                       budget=None if components else COMPONENTS_AUTO_SECONDS)
     return result
 
 
@@ -154,10 +158,11 @@ def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: 
         payload["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread,
                                     "max": bias.maximum, "per_system": bias.per_system}
     comps = None
-    if battles is not None and components:
+    if battles is not None and components is not False:
         if baseline is None and len(counts.systems) == 2:
             baseline = fit.reference  # two systems: one's win indicator mirrors the other's
-        comps = _win_components(battles, baseline, method, notes, payload, progress)
+        comps = _win_components(battles, baseline, method, notes, payload, progress,
+                                budget=None if components else COMPONENTS_AUTO_SECONDS)
     if human and battles is not None:
         judge_vote = pd.Series(np.where(battles.outcome == 1.0, "a", np.where(battles.outcome == 0.0, "b", "tie")))
         payload["human_agreement"] = human_agreement(judge_vote, battles.frame[human].reset_index(drop=True))
@@ -263,19 +268,55 @@ def win_indicator_cells(judgments: pd.DataFrame, baseline: str | None = None) ->
     return cells, design
 
 
-def _win_components(battles, baseline, method, notes, payload, progress=None) -> VarianceComponents | None:
-    """The variance components of the win indicators (position a fixed facet), their MDD and ceiling."""
+#: the expected seconds (:class:`evalgauge.estimate.criterion.ModelSize`) above which the win indicators' G-study
+#: is left out unless asked for: on an arena-sized log with most terms at zero it runs several times longer than
+#: expected (40,000 battles: expected 46 s, took 252 s)
+COMPONENTS_AUTO_SECONDS = 20.0
+
+
+class _Unaffordable(Exception):
+    """Raised from the fit's first progress call when its expected cost is above the budget."""
+
+    def __init__(self, size):
+        super().__init__(str(size))
+        self.size = size
+
+
+def _win_components(battles, baseline, method, notes, payload, progress=None,
+                    budget: float | None = None) -> VarianceComponents | None:
+    """The variance components of the win indicators (position a fixed facet), their MDD and ceiling; with a
+    ``budget`` (seconds), left out with a note when the fit is expected to cost more, before it starts."""
     from ..estimate import estimate_components
 
     try:
         rows, design = win_indicator_rows(battles, baseline)
     except DesignError:
         return None
-    return _components_payload(lambda: estimate_components(rows, design, method=method, progress=progress), design,
-                               notes, payload)
+    return _within_budget(lambda sized: estimate_components(rows, design, method=method, progress=sized), design,
+                          notes, payload, progress, budget)
 
 
-def _win_components_from_cells(judgments, baseline, notes, payload, progress=None) -> VarianceComponents | None:
+def _within_budget(fit, design, notes, payload, progress, budget: float | None) -> VarianceComponents | None:
+    """``fit(progress)`` run with a progress hook that stops it before any work when its expected cost is above
+    ``budget`` seconds (None: no limit), saying so in ``notes``."""
+
+    def sized(size, evaluations, seconds):
+        if budget is not None and evaluations == 0 and getattr(size, "seconds", 0.0) > budget:
+            raise _Unaffordable(size)
+        if progress is not None:
+            progress(size, evaluations, seconds)
+
+    try:
+        return _components_payload(lambda: fit(sized), design, notes, payload)
+    except _Unaffordable as skip:
+        notes.append(f"the win indicators' G-study was left out: {skip.size} (with most terms at zero such fits "
+                     "take several times longer than expected). Add --components to fit it anyway "
+                     "(components=True in Python); the ratings and both bootstraps above do not need it.")
+        return None
+
+
+def _win_components_from_cells(judgments, baseline, notes, payload, progress=None,
+                               budget: float | None = None) -> VarianceComponents | None:
     """The same components from an engine's distinct judgments (:func:`win_indicator_cells`)."""
     from ..estimate import estimate_from_sums
 
@@ -288,8 +329,8 @@ def _win_components_from_cells(judgments, baseline, notes, payload, progress=Non
         cells, design = win_indicator_cells(judgments, baseline)
     except DesignError:
         return None
-    return _components_payload(lambda: estimate_from_sums(cells, design=design, progress=progress), design, notes,
-                               payload)
+    return _within_budget(lambda sized: estimate_from_sums(cells, design=design, progress=sized), design, notes,
+                          payload, progress, budget)
 
 
 def _components_payload(fit, design, notes, payload) -> VarianceComponents | None:

@@ -101,9 +101,10 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
               "per-judgment agreement, overall and decisive-only (TEE Table 17).")
 @click.option("--best-of", type=click.IntRange(min=1), help="The gaming surface over K configurations (judge x "
               "variant x order cells) drawn from the observed ones (default: as many as were observed).")
-@click.option("--components/--no-components", default=True, show_default=True,
+@click.option("--components/--no-components", default=None,
               help="Estimate the win indicators' variance components (a REML fit over system x item x judge x "
-              "variant x slot cells: minutes on a log with hundreds of thousands of them).")
+              "variant x slot cells: minutes on a log with hundreds of thousands of them). Default: fitted when "
+              "expected to take at most 20 s, else left out with a note saying so before any work.")
 @click.option("--components-json", type=click.Path(dir_okay=False, path_type=str),
               help="Write the win-indicator components here, for `evalgauge plan` (MDD at any items and judges).")
 @json_option("everything")
@@ -128,7 +129,7 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, best_of, 
       evalgauge pairwise arena_parquet/ --engine duckdb     # counted over the files
       evalgauge pairwise arena_parquet/ --no-components     # ratings and intervals only
     """
-    if components_json and not components:
+    if components_json and components is False:
         raise click.UsageError("--components-json writes the components that --no-components leaves out: drop one.")
     roles = {"model_a": col_a, "model_b": col_b, "winner": col_winner, "item": col_item, "judge": col_judge}
     columns = {k: v for k, v in roles.items() if v}
