@@ -169,7 +169,7 @@ def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponent
     solved, cells = fit_of(judgments, model, vc, sd_of=main)
     effects = solved.effects
     levels = effects[effects["term"].isin(main)].assign(
-        low=lambda f: f["mode"] - 1.959964 * f["sd"], high=lambda f: f["mode"] + 1.959964 * f["sd"])
+        low=lambda f: f["mode"] - dstudy.Z95 * f["sd"], high=lambda f: f["mode"] + dstudy.Z95 * f["sd"])
     out: dict[str, Any] = {"levels": _records(levels), "disagreed_items": [], "qq": {}}
     for other in (vc.role("judge"), vc.role("variant")):
         term = next((t for t in model.random if item and set(t.columns) == {item, other}), None) if other else None
