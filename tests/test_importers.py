@@ -162,9 +162,9 @@ def test_a_hand_built_zstd_archive_reads_like_inspects(tmp_path):
 @pytest.mark.parametrize("kind", ["zstd", "deflate"])
 def test_a_member_that_decompresses_past_its_bound_is_refused_not_read_whole(tmp_path, monkeypatch, kind):
     """A zip bomb: a few KB that decompress to megabytes, whatever size the header declares."""
-    import evalgauge.io.importers as importers
+    import evalgauge.io.inspect_logs as inspect_logs
 
-    monkeypatch.setattr(importers, "EVAL_MEMBER_LIMIT", 1024 * 1024)
+    monkeypatch.setattr(inspect_logs, "EVAL_MEMBER_LIMIT", 1024 * 1024)
     bomb = _sample(1)[:-1] + b', "pad": "' + b" " * (3 * 1024 * 1024) + b'"}'
     path = tmp_path / "bomb.eval"
     if kind == "zstd":  # the header lies: it says 100 bytes
@@ -206,19 +206,117 @@ def test_an_epoch_that_is_not_a_whole_number_from_1_is_named(tmp_path, epoch):
         import_inspect([path])
 
 
-def test_a_collected_panel_is_left_out_with_why_not_imported_as_empty_rows(tmp_path):
+def test_a_collected_panel_without_graders_recorded_is_left_out_with_why_not_imported_as_empty_rows(tmp_path):
     """multi_scorer([...], reducer="collect") stores each sample's votes as a list; Inspect drops graders that
-    returned nothing first, so a position is no judge: the panel is left out with a note (it once imported as
-    rows with no score and one judge named after the panel)."""
+    returned nothing first, so a position is no judge. With neither the panel's members in the header nor the
+    graders' calls in the events, nothing says who voted: the panel is left out with a note (it once imported
+    as rows with no score and one judge named after the panel)."""
     samples = [{"id": k, "epoch": 1, "scores": {"panel": {"value": ["C", "I", "C"][: 3 - (k == 2)]},
                                                   "match": {"value": "C" if k % 2 else "I"}}} for k in range(1, 5)]
     path = tmp_path / "panel.json"
     path.write_text(json.dumps({"eval": {"model": "m", "task": "t"}, "status": "success", "samples": samples}))
     frame = import_inspect([path])
     assert set(frame["judge"]) == {"match"} and frame["score"].notna().all()
-    assert any("multi_scorer panel" in n and "'panel'" in n for n in frame.attrs["notes"])
+    assert any("'panel' is a judge panel" in n and "4 samples left out" in n for n in frame.attrs["notes"])
     only = tmp_path / "only.json"
     only.write_text(json.dumps({"eval": {"model": "m", "task": "t"}, "status": "success",
                                 "samples": [{"id": 1, "scores": {"panel": {"value": ["C", "I"]}}}]}))
     with pytest.raises(DataError, match="no vote says which grader gave it"):
         import_inspect([only])
+
+
+# -- Inspect judge panels, prompt variants and temperatures, written by inspect-ai 0.3.285 with mockllm ---------
+
+INSPECT_DIR = CURRENT_EVAL.parent
+PANEL_LOGS = sorted((INSPECT_DIR / "panel-0.3.285").glob("panel_*.eval"))
+SILENT_LOG = INSPECT_DIR / "panel-0.3.285" / "silent-grader_sys-a.eval"
+GRADERS = ["mockllm/grader-a", "mockllm/grader-b", "mockllm/grader-c"]
+
+
+def _truth(log: Path) -> dict[tuple[str, int], bool]:
+    """Whether each sample x epoch's answer was right, from the system's own answer and the target."""
+    from evalgauge.io.importers import _plain
+    from evalgauge.io.inspect_logs import read_log
+
+    _, samples = read_log(log, _plain)
+    return {(s["id"], s["epoch"]): s["output"]["completion"].strip() == s["target"] for s in samples}
+
+
+def test_a_collect_panel_imports_one_row_per_grader_each_vote_given_to_its_own_grader():
+    """2 systems x 20 samples x 3 epochs x a 3-grader panel = 360 rows. The graders flip the right grade 5%,
+    15% and 30% of the time: if votes were given to the wrong graders, their agreement with the truth would
+    mix; read from each grader's own reply, grader-a agrees most and grader-c least."""
+    frame = import_inspect(PANEL_LOGS)
+    assert len(frame) == 360 and frame["score"].notna().all()
+    assert sorted(frame["judge"].unique()) == GRADERS
+    assert frame.groupby(["system", "item", "replicate"]).size().eq(3).all()
+    assert sorted(frame["system"].unique()) == ["mockllm/sys-a", "mockllm/sys-b"]
+    truth = {}
+    for log in PANEL_LOGS:
+        system = "mockllm/sys-" + log.stem[-1]
+        truth |= {(system, item, epoch): right for (item, epoch), right in _truth(log).items()}
+    agrees = frame.apply(lambda r: (r["score"] == 1.0) == truth[(r["system"], r["item"], r["replicate"])], axis=1)
+    rate = agrees.groupby(frame["judge"]).mean()
+    assert rate["mockllm/grader-a"] > rate["mockllm/grader-b"] > rate["mockllm/grader-c"]
+    assert rate["mockllm/grader-a"] >= 0.9 and rate["mockllm/grader-c"] <= 0.8
+    assert any("60 samples by the grade in each grader's own reply" in n for n in frame.attrs["notes"])
+
+
+def test_a_grader_that_returned_nothing_is_a_row_with_no_score_not_a_shifted_vote():
+    """grader-c replied without a grade 18 times: Inspect's collected list then holds two votes; the row of the
+    grader that said nothing has no score, the other two keep theirs (and the log's status 'error', raised by
+    Inspect's epoch reducer on lists of different lengths, is explained)."""
+    frame = import_inspect([SILENT_LOG])
+    assert len(frame) == 180
+    blank = frame[frame["score"].isna()]
+    assert len(blank) == 18 and set(blank["judge"]) == {"mockllm/grader-c"}
+    notes = " ".join(frame.attrs["notes"])
+    assert "18 graders' replies carried no grade" in notes and "the error came after scoring" in notes
+
+
+def _as_json_log(log: Path, out: Path, keep_events: bool, members: bool = True) -> Path:
+    from evalgauge.io.importers import _plain
+    from evalgauge.io.inspect_logs import read_log
+
+    header, samples = read_log(log, _plain)
+    if not members:
+        header["eval"]["scorers"] = []
+    for s in samples:
+        if not keep_events:
+            s["events"] = []
+    out.write_text(json.dumps({**header, "samples": samples}))
+    return out
+
+
+def test_without_the_graders_calls_a_full_panel_is_read_by_position_and_a_short_one_left_out(tmp_path):
+    full = import_inspect([_as_json_log(PANEL_LOGS[0], tmp_path / "full.json", keep_events=False)])
+    assert len(full) == 180 and sorted(full["judge"].unique()) == GRADERS
+    keys = ["item", "replicate", "judge"]
+    by_reply = import_inspect([PANEL_LOGS[0]]).sort_values(keys).reset_index(drop=True)
+    assert full.sort_values(keys).reset_index(drop=True).equals(by_reply)  # every grader voted: the same votes
+    assert any("60 by position" in n for n in full.attrs["notes"])
+    short = import_inspect([_as_json_log(SILENT_LOG, tmp_path / "short.json", keep_events=False)])
+    assert len(short) == 3 * (60 - 18) and short["score"].notna().all()
+    assert any("18 samples left out" in n for n in short.attrs["notes"])
+
+
+def test_prompt_variants_and_temperatures_in_json_logs_become_facets_and_a_folder_reads_all_its_logs(tmp_path):
+    folder = INSPECT_DIR / "variants-0.3.285"
+    frame = import_inspect([folder])
+    assert len(frame) == 48 and list(frame.columns[:4]) == ["system", "task", "variant", "temperature"]
+    assert sorted(frame["variant"].unique()) == ["plain", "terse"]
+    assert sorted(frame["temperature"].unique()) == [0.0, 0.7]
+    assert frame.groupby(["variant", "temperature"]).size().eq(12).all()
+    out = CliRunner().invoke(main, ["import", "inspect", str(folder), "-o", str(tmp_path / "v.csv")])
+    assert out.exit_code == 0, out.output
+    assert len(pd.read_csv(tmp_path / "v.csv")) == 48
+
+
+def test_a_log_whose_run_was_stopped_reads_from_its_journal(tmp_path):
+    """A killed eval leaves no header.json; the journal's start.json names the eval."""
+    start = json.dumps({"version": 2, "eval": {"model": "m", "task": "t"}, "plan": {}}).encode()
+    path = _zstd_archive(tmp_path / "stopped.eval", {"_journal/start.json": start,
+                                                     "samples/1_epoch_1.json": _sample(1)})
+    frame = import_inspect([path])
+    assert frame["score"].tolist() == [1.0]
+    assert any("log status 'started'" in n for n in frame.attrs["notes"])

@@ -218,7 +218,7 @@ def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, mast
 @main.command(name="import")
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(["inspect", "lm-eval", "arena-hard", "alpaca-eval",
                                                             "mt-bench", "wide"]))
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=str))
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The judgments table to write (.csv, .parquet or .jsonl).")
 @click.option("--metric", help="lm-eval: the per-sample metric to use as the score (default acc).")
@@ -238,7 +238,11 @@ def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, colum
     """Convert judgment files of other tools (Inspect, lm-eval, arena-hard, AlpacaEval, MT-bench, wide tables).
 
     \b
+    An Inspect log folder (an eval set's log directory) stands for every log in it.
+
+    \b
     Examples:
+      evalgauge import inspect logs/ -o judgments.csv
       evalgauge import alpaca-eval results/*/alpaca_eval_gpt4/annotations.json -o ae.csv
       evalgauge import arena-hard model_judgment/gpt-4-1106-preview/*.jsonl --baseline gpt-4-0314 -o arena.csv
       evalgauge import wide triviaqa.csv --id system=exam_model --id item=question_id --columns 'judge=*_judge' -o t.csv
@@ -273,13 +277,17 @@ def _next_command(frame: pd.DataFrame, out: str) -> str:
     """A command that works on what was imported, or what the file can and cannot tell."""
     if "winner" in frame:
         return f"evalgauge pairwise {out}"
-    facets = [c for c in ("system", "task", "item", "judge", "variant") if c in frame]
+    facets = [c for c in ("system", "task", "item", "judge", "variant", "temperature") if c in frame]
     varying = [c for c in facets if frame[c].nunique() > 1]
     reps = "replicate" in frame and frame["replicate"].nunique() > 1
+    blank = int(frame["score"].isna().sum()) if "score" in frame else 0
     if len(varying) >= 2 or (varying and reps):
         one = [c for c in facets if c not in varying]
-        return f"evalgauge analyze {out}" + (f"  (one level of {', '.join(one)}: left out, with a note)"
-                                              if one else "")
+        why = [f"one level of {', '.join(one)}: left out, with a note"] if one else []
+        if blank:
+            why.append(f"{blank} rows have no score: --drop-missing leaves them out and says which")
+        return f"evalgauge analyze {out}" + (" --drop-missing" if blank else "") + (
+            f"  ({'; '.join(why)})" if why else "")
     return (f"evalgauge analyze {out}  (one run: only {', '.join(varying) or 'nothing'} varies, so it gives the "
             "item-sampling interval and names what one system, judge and run cannot measure; add --assume "
             "TERM=VARIANCE for components you know, or import more judges or runs to measure them)")

@@ -125,137 +125,81 @@ def _nest_in_task(frame: pd.DataFrame) -> pd.DataFrame:
 
 # -- Inspect AI -------------------------------------------------------------------
 
-INSPECT_VALUES = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}
-
-
-def _inspect_value(value) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        return INSPECT_VALUES.get(value.strip().upper())
-    return None
-
-
-#: the most bytes one member of an Inspect .eval archive may decompress to (a sample with its whole transcript
-#: is rarely above a few MB; a member past this is refused rather than read whole: a zip bomb)
-EVAL_MEMBER_LIMIT = 256 * 1024 * 1024
-#: the most bytes all the members of one archive may decompress to together
-EVAL_ARCHIVE_LIMIT = 4 * 1024**3
-#: the zip compression method of zstd (APPNOTE 4.4.5), which inspect-ai writes since 0.3.206
-ZIP_ZSTANDARD = 93
-
-
-def _read_eval(p: Path) -> tuple[dict, list]:
-    """The header and the samples of an Inspect ``.eval`` archive: every member read through
-    :func:`_eval_member`, so a member that decompresses past its bound is refused, not read whole."""
-    try:
-        with zipfile.ZipFile(p) as z, open(p, "rb") as raw:
-            budget = [EVAL_ARCHIVE_LIMIT]
-            infos = {i.filename: i for i in z.infolist()}
-            if "header.json" not in infos:
-                raise DataError(f"{p}: not an Inspect .eval archive (no header.json); it may be truncated.")
-            header = json.loads(_eval_member(p, z, raw, infos["header.json"], budget))
-            samples = [json.loads(_eval_member(p, z, raw, i, budget)) for n, i in infos.items()
-                       if n.startswith("samples/")]
-    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, zlib.error, EOFError, OSError,
-            ValueError) as exc:
-        raise DataError(f"{p}: not an Inspect .eval archive ({_plain(exc)}); it may be truncated.") from None
-    return header, samples
-
-
-def _eval_member(p: Path, z: zipfile.ZipFile, raw, info: zipfile.ZipInfo, budget: list[int]) -> bytes:
-    """One member's bytes, decompressed in pieces and refused past :data:`EVAL_MEMBER_LIMIT` (or what is left
-    of the archive's :data:`EVAL_ARCHIVE_LIMIT`): stored, deflate and the other methods zipfile reads, and
-    zstd (method 93) with the ``zstandard`` package."""
-    if info.flag_bits & 0x1:
-        raise DataError(f"{p}: the member {info.filename} is encrypted; Inspect writes none. Export the log "
-                        "again (inspect log convert) or decrypt it first.")
-    limit = min(EVAL_MEMBER_LIMIT, budget[0])
-    if info.file_size > limit:
-        raise DataError(f"{p}: the member {info.filename} says it holds {info.file_size:,} bytes, more than the "
-                        f"{limit:,} one member may; not read.")
-    if info.compress_type == ZIP_ZSTANDARD:
-        import zstandard
-
-        raw.seek(info.header_offset)
-        local = raw.read(30)
-        if len(local) < 30 or local[:4] != b"PK\x03\x04":
-            raise zipfile.BadZipFile(f"no local header for {info.filename}")
-        name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
-        raw.seek(info.header_offset + 30 + name_len + extra_len)
-        compressed = _BoundedReader(raw, info.compress_size)
-        stream = zstandard.ZstdDecompressor().stream_reader(compressed, read_across_frames=True)
-    else:
-        stream = z.open(info)
-    chunks, size = [], 0
-    with stream:
-        while chunk := stream.read(1024 * 1024):
-            size += len(chunk)
-            if size > limit:
-                raise DataError(f"{p}: the member {info.filename} decompresses to more than {limit:,} bytes "
-                                "(a zip bomb, or a log far larger than any Inspect writes); not read further.")
-            chunks.append(chunk)
-    budget[0] -= size
-    return b"".join(chunks)
-
-
-class _BoundedReader:
-    """A file object that reads at most ``size`` bytes from ``raw``'s current position (one member's data)."""
-
-    def __init__(self, raw, size: int):
-        self._raw, self._left = raw, size
-
-    def read(self, n: int = -1) -> bytes:
-        n = self._left if n is None or n < 0 else min(n, self._left)
-        data = self._raw.read(n)
-        self._left -= len(data)
-        return data
-
-
 def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
-    paths = list(paths)
+    """Inspect logs as one table (see :mod:`evalgauge.io.inspect_logs` for what becomes each facet)."""
+    from . import inspect_logs as il
+
+    paths = il.log_files(paths)
     rows, notes = [], []
-    panels: dict[str, int] = {}
-    for p in map(Path, paths):
+    for p in paths:
         _at(p, "the log header")
-        if p.suffix == ".eval":
-            header, samples = _read_eval(p)
-        else:
-            log = _json(p, "an Inspect log")
-            if not isinstance(log, dict):
-                raise DataError(f"{p}: not an Inspect log (a JSON object with 'eval' and 'samples').")
-            header, samples = log, log.get("samples") or []
+        header, samples = il.read_log(p, _plain)
         _need(header, ["eval"], p, "the log")
         ev = header["eval"] if isinstance(header["eval"], dict) else {}
         model = str(ev.get("model", p.stem))
         task = str(ev.get("task", p.stem))
+        temperature = il._temperature(header, ev)
+        members = il.panel_members(ev)
+        tallies: dict[str, il.PanelTally] = {}
         n_before = len(rows)
         for k, s in enumerate(samples):
             _at(p, f"sample {k + 1}")
             if not isinstance(s, dict):
                 raise DataError(f"{p}: sample {k + 1} is not a JSON object.")
             epoch = _epoch(s.get("epoch", 1), p, k)
+            cell = {"system": model, "task": task, "variant": il._variant(s.get("metadata"), ev.get("metadata")),
+                    "temperature": temperature, "item": str(s.get("id")), "replicate": epoch}
             for scorer, score in (s.get("scores") or {}).items():
                 raw = score.get("value") if isinstance(score, dict) else score
-                if isinstance(raw, list):  # a panel's collected votes: no vote says which grader gave it
-                    panels.setdefault(scorer, len(raw))
+                panel = isinstance(raw, list) or scorer in members
+                if not panel:
+                    rows.append({**cell, "judge": scorer, "score": il.inspect_value(raw)})
                     continue
-                value = _inspect_value(raw)
-                rows.append({"system": model, "task": task, "item": str(s.get("id")),
-                             "replicate": epoch, "judge": scorer, "score": value})
+                tally = tallies.setdefault(scorer, il.PanelTally(members.get(scorer) or []))
+                votes = il.panel_votes(s, scorer, score, members.get(scorer), tally)
+                if votes is not None:
+                    rows += [{**cell, "judge": judge, "score": value} for judge, value in votes]
+                elif isinstance(raw, list):
+                    tally.left_out += 1
+                else:  # a reduced verdict whose votes were not recorded: the panel as one judge, as before
+                    tally.as_verdict += 1
+                    rows.append({**cell, "judge": scorer, "score": il.inspect_value(raw)})
         notes += _inspect_completeness(p, header, ev, samples, len(rows) - n_before)
-        for scorer, n in panels.items():
-            notes.append(f"{p}: scorer '{scorer}' holds a list of votes per sample (a multi_scorer panel with "
-                         f"reducer 'collect', e.g. {n}): left out, since no vote says which grader gave it (Inspect "
-                         "drops a grader that returned nothing before collecting, so a list position is no judge). "
-                         "Score each grader as its own scorer (scorer=[...]) to import a judge facet.")
-        panels.clear()
+        notes += [_panel_note(p, scorer, t) for scorer, t in tallies.items()]
     if not rows:
-        why = f" ({notes[-1].split(': ', 1)[1]})" if notes and "multi_scorer" in notes[-1] else ""
+        why = f" ({notes[-1].split(': ', 1)[1]})" if notes and "panel" in notes[-1] else ""
         raise DataError(f"{', '.join(map(str, paths))}: no scored samples found in the Inspect log(s){why}.")
-    return _nest_in_task(_with_notes(pd.DataFrame(rows), notes))
+    frame = pd.DataFrame(rows)
+    for facet in ("variant", "temperature"):
+        if frame[facet].isna().all():
+            frame = frame.drop(columns=facet)
+        elif frame[facet].isna().any():
+            notes.append(f"{facet}: {int(frame[facet].isna().sum())} rows come from logs that record none; their "
+                         f"{facet} is 'unrecorded'.")
+            frame[facet] = frame[facet].astype(object).where(frame[facet].notna(), "unrecorded")
+    return _nest_in_task(_with_notes(frame, notes))
+
+
+def _panel_note(p: Path, scorer: str, t) -> str:
+    """What was taken as each grader of a panel scorer, and what could not be."""
+    who = f" ({', '.join(t.members)})" if t.members else ""
+    read = []
+    if t.by_reply:
+        read.append(f"{t.by_reply} samples by the grade in each grader's own reply")
+    if t.by_position:
+        read.append(f"{t.by_position} by position (every grader voted, so Inspect kept the scorers' order)")
+    text = f"{p}: scorer '{scorer}' is a judge panel{who}: one row per grader, judge = the grader's model; " + (
+        "; ".join(read) if read else "no sample could be read")
+    if t.as_verdict:
+        text += (f"; {t.as_verdict} samples record only the panel's reduced verdict, imported as one judge "
+                 f"'{scorer}'")
+    if t.silent:
+        text += f"; {t.silent} graders' replies carried no grade (rows with no score)"
+    if t.left_out:
+        text += (f"; {t.left_out} samples left out: a grader returned nothing, so Inspect dropped its vote "
+                 "before collecting, and no vote says which grader gave it (a list position is no judge). "
+                 "Log the graders' calls (the default) or score each grader as its own scorer (scorer=[...])")
+    return text + "."
 
 
 def _epoch(value, p: Path, k: int) -> int:
@@ -267,6 +211,17 @@ def _epoch(value, p: Path, k: int) -> int:
     return int(value)
 
 
+def _dict_get(record, *keys):
+    for key in keys:
+        record = record.get(key) if isinstance(record, dict) else None
+    return record
+
+
+def _printable(text: str) -> str:
+    """Untrusted text for a note: control characters (terminal escapes among them) as spaces."""
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
 def _inspect_completeness(p: Path, header: dict, ev: dict, samples: list, n_rows: int) -> list[str]:
     """How many samples of how many: a cancelled or partial log, or a run with a sample limit."""
     status = header.get("status", "unknown")
@@ -276,8 +231,13 @@ def _inspect_completeness(p: Path, header: dict, ev: dict, samples: list, n_rows
     ids = dataset.get("sample_ids")
     planned = results.get("total_samples") or (len(ids) * (epochs or 1) if isinstance(ids, list) else None)
     notes = []
-    if status != "success" or (planned and len(samples) < planned):
-        notes.append(f"{p}: log status '{status}': {len(samples)} of {planned or 'an unknown number of'} "
+    error = _dict_get(header, "error", "message")
+    said = f" (Inspect: {_printable(error.splitlines()[0])[:160]})" if isinstance(error, str) and error else ""
+    if planned and len(samples) >= planned and status != "success":
+        notes.append(f"{p}: log status '{status}'{said}, but all {planned} samples are in the log and were "
+                     "read: the error came after scoring.")
+    elif status != "success" or (planned and len(samples) < planned):
+        notes.append(f"{p}: log status '{status}'{said}: {len(samples)} of {planned or 'an unknown number of'} "
                      "samples were scored; the rest are missing, not failed.")
     in_dataset = dataset.get("samples")
     if isinstance(ids, list) and isinstance(in_dataset, int) and len(ids) < in_dataset:
@@ -545,6 +505,10 @@ def _import(fmt: str, paths: list[str], **kw) -> pd.DataFrame:
         raise DataError("no input files given.")
     from ..inputs import check_input_file
 
+    if fmt == "inspect":  # an eval set's log directory stands for the logs in it
+        from .inspect_logs import log_files
+
+        paths = [str(p) for p in log_files(paths)]
     for p in paths:
         if Path(p).is_dir():
             raise DataError(f"{p}: is a folder; give the files inside it.")
