@@ -58,9 +58,10 @@ reproduce: $(STAMP)
 test-all: test test-slow
 
 # the slow tier: Monte Carlo, real files against their R references (slow); servers, shell examples, a browser,
-# Spark in local mode (subprocess; pyspark installed here, Java from the system)
+# Spark in local mode (subprocess; pyspark installed here, Java from the system), a real Inspect eval with the
+# tee_interval metric and the report hook (inspect-ai installed here)
 test-slow: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[spark]'
+	$(BIN)/python -m pip install --quiet -e '.[spark,inspect]'
 	$(BIN)/python -m pytest -q -o addopts="-ra --ignore=tests/live" -m "slow or subprocess"
 
 bench: $(STAMP)

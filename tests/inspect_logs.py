@@ -83,19 +83,36 @@ def _samples(n: int):
             for i in range(n)]
 
 
-def write_panel_logs(log_dir: str | Path, *, silent_every: int | None = None, log_format: str = "eval") -> list[Path]:
-    """The panel eval (module docstring); the paths of its two logs (one per system)."""
-    _offline_tokens()
+def _panel_task(silent_every: int | None, metrics: list | None):
     from inspect_ai import Task
-    from inspect_ai import eval as inspect_eval
     from inspect_ai.scorer import model_graded_qa, multi_scorer
     from inspect_ai.solver import generate
 
     panel = multi_scorer([model_graded_qa(model=_grader(g, silent_every)) for g in GRADERS], reducer="collect")
-    task = Task(dataset=_samples(N_SAMPLES), solver=generate(), scorer=panel, epochs=EPOCHS, name="sums")
-    logs = inspect_eval(task, model=[_system(s) for s in SYSTEMS], log_dir=str(log_dir), display="none",
-                        log_format=log_format)
+    return Task(dataset=_samples(N_SAMPLES), solver=generate(), scorer=panel, epochs=EPOCHS, name="sums",
+                metrics=metrics)
+
+
+def write_panel_logs(log_dir: str | Path, *, silent_every: int | None = None, log_format: str = "eval",
+                     metrics: list | None = None) -> list[Path]:
+    """The panel eval (module docstring); the paths of its two logs (one per system). ``metrics`` replaces the
+    panel's own (e.g. ``[tee_interval()]``)."""
+    _offline_tokens()
+    from inspect_ai import eval as inspect_eval
+
+    logs = inspect_eval(_panel_task(silent_every, metrics), model=[_system(s) for s in SYSTEMS],
+                        log_dir=str(log_dir), display="none", log_format=log_format)
     return [Path(log.location) for log in logs]
+
+
+def run_panel_eval_set(log_dir: str | Path, metrics: list | None = None) -> bool:
+    """The panel eval as an eval set (``inspect_ai.eval_set``), so eval-set hooks run when it ends."""
+    _offline_tokens()
+    from inspect_ai import eval_set
+
+    done, _ = eval_set(_panel_task(None, metrics), model=[_system(s) for s in SYSTEMS], log_dir=str(log_dir),
+                       display="none")
+    return done
 
 
 def write_variant_logs(log_dir: str | Path) -> list[Path]:

@@ -235,6 +235,7 @@ LAYERS = (
     ("collect", ("collect",)),
     ("report", ("report",)),
     ("api", ("api",)),
+    ("harnesses", ("inspect_plugin",)),
     ("command line", ("cli", "__main__")),
 )
 
@@ -270,3 +271,18 @@ def test_no_module_imports_one_above_it_and_the_top_level_has_no_cycle():
     for name in sorted(edges):
         if name not in state:
             visit(name, ())
+
+
+def test_fit_interval_stays_inside_the_scale_as_analyze_does(tmp_path):
+    """On 20 C/I scores whose normal interval leaves 0-1, eg.fit(...).interval() is analyze's logit interval."""
+    from evalgauge.io import import_files
+
+    log = Path(__file__).parent / "fixtures" / "importers" / "inspect" / "arithmetic_mockllm_inspect-0.3.285.eval"
+    frame = import_files("inspect", [str(log)])
+    frame.to_csv(tmp_path / "rows.csv", index=False)
+    out = CliRunner().invoke(main, ["analyze", str(tmp_path / "rows.csv"), "--json", "-"])
+    theta = json.loads(out.stdout)["theta"]
+    interval = eg.fit(frame).interval()
+    assert theta["method"].startswith("logit") and interval.method == theta["method"]
+    assert (interval.low, interval.high) == pytest.approx((theta["low"], theta["high"]), rel=1e-12)
+    assert 0 < interval.low < interval.high < 1

@@ -122,12 +122,16 @@ class Fit:
         return dstudy.ceiling(self.components, facet, 1)
 
     def interval(self, level: float = 0.95, *, sampling: str | None = None, estimand: str | None = None):
-        """theta-hat's full interval (Satterthwaite df) beside the naive item-only one; ``sampling`` and
+        """theta-hat's full interval (Satterthwaite df) beside the naive item-only one, kept inside the scores'
+        range as ``analyze`` keeps it (:func:`evalgauge.inference.bounded_interval`); ``sampling`` and
         ``estimand`` as in :meth:`plan`."""
+        from .analysis.gstudy import judgments_bounds
         from .inference import theta_interval
 
         self.components.require_converged("its interval")
-        return theta_interval(self.components.with_sampling(sampling).with_estimand(estimand), level=level)
+        bounds = judgments_bounds(self.judgments, self._spec.score) if self.judgments is not None else None
+        return theta_interval(self.components.with_sampling(sampling).with_estimand(estimand), level=level,
+                              bounds=bounds)
 
     def compare(self, *, level: float = 0.95, n_boot: int = 2000, seed: int | None = 0,
                 assume: dict[str, float] | None = None, ddf: str = "satterthwaite", pair_gstudies: str = "adjacent"):

@@ -45,8 +45,8 @@ EVAL_MEMBER_LIMIT = 256 * 1024 * 1024
 EVAL_ARCHIVE_LIMIT = 4 * 1024**3
 #: the zip compression method of zstd (APPNOTE 4.4.5), which inspect-ai writes since 0.3.206
 ZIP_ZSTANDARD = 93
-#: files an eval set writes beside its logs that are not logs
-_NOT_LOGS = {"logs.json", "eval-set.json", "listing.json"}
+#: files an eval set (and evalgauge's Inspect hook) write beside the logs that are not logs
+_NOT_LOGS = {"logs.json", "eval-set.json", "listing.json", "evalgauge.json"}
 
 
 def inspect_value(value) -> float | None:
