@@ -235,7 +235,7 @@ LAYERS = (
     ("collect", ("collect",)),
     ("report", ("report",)),
     ("api", ("api",)),
-    ("harnesses", ("inspect_plugin",)),
+    ("harnesses", ("inspect_plugin", "eee_export")),
     ("command line", ("cli", "__main__")),
 )
 

@@ -20,8 +20,8 @@ ITEM_NAMES = ("item", "question_id", "doc_id", "instruction_id")
 JUDGE_NAMES = ("judge", "judge_model", "annotator", "rater")
 #: Prompt variants (wordings of the judging prompt).
 VARIANT_NAMES = ("variant", "prompt_variant", "prompt", "prompt_type")
-#: Facets held fixed by default (chosen levels, not a sample).
-FIXED_NAMES = ("temperature", "position", "order")
+#: Facets held fixed by default (chosen levels, not a sample; HELM's perturbations are chosen too).
+FIXED_NAMES = ("temperature", "position", "order", "perturbation")
 #: Facets whose levels are different measures (SummEval's coherence, consistency, fluency, relevance), not a
 #: sample of interchangeable conditions: fixed by default and analysed level by level (`analyze --by`).
 CONSTRUCT_NAMES = ("aspect", "dimension", "criterion")
@@ -33,7 +33,7 @@ REPLICATE_COLUMNS = ("replicate", "rep", "replication", "run")
 REPLICATE_ALIASES = ("rep", "reps", "replicate", "replicates", "r")
 
 FACET_NAMES = (*OBJECT_NAMES, "category", "task", *ITEM_NAMES, *VARIANT_NAMES, "temperature", *JUDGE_NAMES,
-               "position", "order", *CONSTRUCT_NAMES)
+               "position", "order", "perturbation", *CONSTRUCT_NAMES)
 #: Items nest in these when both are facets.
 DEFAULT_NESTS = (("category", "item"), ("task", "item"))
 

@@ -234,7 +234,8 @@ def design_options(func: Callable) -> Callable:
         click.option("--facets", help="Facet columns, comma-separated (default: recognised names)."),
         click.option("--nest", help="Nesting as parent/child, comma-separated (e.g. category/item); 'none': none."),
         click.option("--replicate", help="Column numbering repeated calls of a cell ('auto': number in file order)."),
-        click.option("--fixed", help="Fixed facets, comma-separated (default: temperature, position, order)."),
+        click.option("--fixed", help="Fixed facets, comma-separated (default: temperature, position, order, "
+                     "perturbation)."),
         click.option("--object", "object_", help="Object of measurement (default: system, else item)."),
         click.option("--terms", help="Model terms to keep, comma-separated lme4-style names; the rest are pooled."),
         click.option("--max-order", type=int, help="Keep effects of at most this order (plus the cell term)."),

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EvalGaugeError
-from ..outputs import atomic_write_with, check_new, check_outputs, csv_safe_frame
+from ..outputs import atomic_write_text, atomic_write_with, check_new, check_outputs, csv_safe_frame
 from ..protocols import PROTOCOLS as PROTOCOL_NAMES
 from ..protocols import TRUNCATED
 from .base import _console, _emit, _need_collector, json_option, main, raw_csv_option, user_errors, writes
@@ -255,24 +255,34 @@ def rescore_cmd(database, protocol, pattern, scale_min, scale_max) -> None:
 
 @main.command(name="export")
 @click.argument("database", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]),
-              help="csv or parquet (default: from --out's suffix, else csv).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "eee"]),
+              help="csv or parquet (default: from --out's suffix, else csv); eee: DATABASE is an Every Eval Ever "
+              "aggregate file, written again with evalgauge's interval in each result's score_details.uncertainty.")
+@click.option("--samples", multiple=True, type=click.Path(dir_okay=False, path_type=str),
+              help="eee: the aggregate's instance-level file(s) (default: the one it names, beside it).")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="eee: the interval's confidence level.")
 @click.option("--parquet", is_flag=True, help="The same as --format parquet.")
 @click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=str), help="Output file (default: beside).")
 @click.option("--judgments", is_flag=True, help="Only the judgments table (facets and score), as components reads.")
 @click.option("--force", is_flag=True, help="Replace an existing file at the default output path.")
 @raw_csv_option
 @user_errors
-def export_cmd(database, fmt, parquet, out, judgments, force, raw_csv) -> None:
-    """Export a run database: every call with its completion, parse, model, tokens and cost.
+def export_cmd(database, fmt, samples, level, parquet, out, judgments, force, raw_csv) -> None:
+    """Export a run database: every call with its completion, parse, model, tokens and cost; or (--format eee)
+    an Every Eval Ever aggregate file with evalgauge's interval.
 
     \b
     Examples:
       evalgauge export demo-output/sim.sqlite --parquet
       evalgauge export demo-output/sim.sqlite --judgments -o demo-output/judgments.csv
+      evalgauge export 9598a50e.json --format eee -o 9598a50e.evalgauge.json
     """
     from ..io.runs import read_run, write_calls_csv, write_calls_parquet
 
+    if fmt == "eee":
+        _export_eee(Path(database), samples, level, out, force)
+        return
     fmt = _export_format(fmt, parquet, out)
     path = Path(database)
     if not path.exists():
@@ -306,6 +316,29 @@ def export_cmd(database, fmt, parquet, out, judgments, force, raw_csv) -> None:
     counted = {}
     atomic_write_with(target, lambda tmp: counted.setdefault("n", write(tmp)))
     _console().print(f"{rows if rows is not None else counted['n']} rows written to {target}")
+
+
+def _export_eee(aggregate: Path, samples: tuple[str, ...], level: float, out: str | None, force: bool) -> None:
+    """The aggregate with evalgauge's intervals, written atomically (never over the aggregate or its samples)."""
+    from ..eee_export import aggregate_with_intervals
+
+    if not aggregate.is_file():
+        raise EvalGaugeError(f"{aggregate}: no such Every Eval Ever aggregate file.")
+    target = Path(out) if out else aggregate.with_name(f"{aggregate.stem}.evalgauge.json")
+    check_outputs([aggregate, *samples], {"--out": target})
+    if not out:
+        check_new("--out", target, force)
+    updated, notes = aggregate_with_intervals(aggregate, list(samples) or None, level)
+    text = json.dumps(updated, indent=2, ensure_ascii=False) + "\n"
+    if str(target) == "-":
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(target, text)
+    c = _console(stderr=str(target) == "-")
+    for note in notes:
+        c.print(Text("note: ", style="yellow") + Text(note))
+    if str(target) != "-":
+        c.print(f"written to {target}")
 
 
 def _export_format(fmt: str | None, parquet: bool, out: str | None) -> str:

@@ -217,11 +217,12 @@ def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, mast
 
 @main.command(name="import")
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(["inspect", "lm-eval", "arena-hard", "alpaca-eval",
-                                                            "mt-bench", "wide"]))
+                                                            "mt-bench", "wide", "helm", "eee"]))
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The judgments table to write (.csv, .parquet or .jsonl).")
-@click.option("--metric", help="lm-eval: the per-sample metric to use as the score (default acc).")
+@click.option("--metric", help="lm-eval: the per-sample metric to use as the score (default acc); helm: the "
+              "per-instance metric when the run has no LLM jury (default exact_match, else quasi_exact_match, ...).")
 @click.option("--system", help="lm-eval: the evaluated model's name (default: from the results json or folder).")
 @click.option("--baseline", help="arena-hard: the baseline model, when the records do not name it (v0.1: "
               "gpt-4-0314).")
@@ -243,6 +244,7 @@ def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, colum
     \b
     Examples:
       evalgauge import inspect logs/ -o judgments.csv
+      evalgauge import helm benchmark_output/runs/my-suite -o helm.csv
       evalgauge import alpaca-eval results/*/alpaca_eval_gpt4/annotations.json -o ae.csv
       evalgauge import arena-hard model_judgment/gpt-4-1106-preview/*.jsonl --baseline gpt-4-0314 -o arena.csv
       evalgauge import wide triviaqa.csv --id system=exam_model --id item=question_id --columns 'judge=*_judge' -o t.csv
@@ -302,7 +304,7 @@ def _next_command(frame: pd.DataFrame, out: str) -> str:
 @click.option("--facets", help="Facet columns, comma-separated (default: recognised names).")
 @click.option("--nest", help="Nesting as parent/child, comma-separated (e.g. category/item); 'none': none.")
 @click.option("--replicate", help="Column numbering repeated calls of a cell ('auto': number in file order).")
-@click.option("--fixed", help="Fixed facets, comma-separated (default: temperature, position, order).")
+@click.option("--fixed", help="Fixed facets, comma-separated (default: temperature, position, order, perturbation).")
 @click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
 @json_option("the shares, agreement and confusion")
 @text_options

@@ -35,7 +35,7 @@ import pandas as pd
 
 from ..errors import DataError
 
-FORMATS = ("inspect", "lm-eval", "arena-hard", "alpaca-eval", "mt-bench", "wide")
+FORMATS = ("inspect", "lm-eval", "arena-hard", "alpaca-eval", "mt-bench", "wide", "helm", "eee")
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -509,6 +509,17 @@ def _import(fmt: str, paths: list[str], **kw) -> pd.DataFrame:
         from .inspect_logs import log_files
 
         paths = [str(p) for p in log_files(paths)]
+    if fmt == "helm":  # run directories, not files
+        from .helm import import_helm
+
+        return _nest_in_task(_with_notes(import_helm(paths, kw.get("metric")), []))
+    if fmt == "eee":
+        from .eee import eee_files, import_eee
+
+        paths = [str(p) for p in eee_files(paths)]
+        for p in paths:
+            check_input_file(p)
+        return _nest_in_task(import_eee(paths))
     for p in paths:
         if Path(p).is_dir():
             raise DataError(f"{p}: is a folder; give the files inside it.")
