@@ -26,8 +26,12 @@ N_SAMPLES, EPOCHS = 20, 3
 
 
 def _offline_tokens() -> None:
-    """tiktoken downloads its encoding on first use; this machine has no network, so count length / 4."""
-    import tiktoken
+    """tiktoken downloads its encoding on first use; this machine has no network, so count length / 4 (older
+    inspect-ai versions do not use tiktoken at all)."""
+    try:
+        import tiktoken
+    except ImportError:
+        return
 
     class _Encoding:
         def encode(self, text, **_):
@@ -83,24 +87,34 @@ def _samples(n: int):
             for i in range(n)]
 
 
-def _panel_task(silent_every: int | None, metrics: list | None):
+def _panel_task(silent_every: int | None, metrics: list | None, reducer: str = "collect"):
     from inspect_ai import Task
     from inspect_ai.scorer import model_graded_qa, multi_scorer
     from inspect_ai.solver import generate
 
-    panel = multi_scorer([model_graded_qa(model=_grader(g, silent_every)) for g in GRADERS], reducer="collect")
+    graders = [model_graded_qa(model=_grader(g, silent_every)) for g in GRADERS]
+    panel = multi_scorer(graders, reducer=reducer)
+    if reducer != "collect":  # inspect-ai 0.3.133 records only scorers made by @scorer: wrap the panel in one
+        from inspect_ai.scorer import accuracy, scorer
+
+        @scorer(metrics=[accuracy()])
+        def grader_panel():
+            return multi_scorer(graders, reducer=reducer)
+
+        panel = grader_panel()
     return Task(dataset=_samples(N_SAMPLES), solver=generate(), scorer=panel, epochs=EPOCHS, name="sums",
                 metrics=metrics)
 
 
 def write_panel_logs(log_dir: str | Path, *, silent_every: int | None = None, log_format: str = "eval",
-                     metrics: list | None = None) -> list[Path]:
+                     metrics: list | None = None, reducer: str = "collect") -> list[Path]:
     """The panel eval (module docstring); the paths of its two logs (one per system). ``metrics`` replaces the
-    panel's own (e.g. ``[tee_interval()]``)."""
+    panel's own (e.g. ``[tee_interval()]``); ``reducer`` is the panel's (inspect-ai before 0.3.2xx has no
+    "collect": there a panel is reduced, e.g. "mode", and only the graders' replies keep their votes)."""
     _offline_tokens()
     from inspect_ai import eval as inspect_eval
 
-    logs = inspect_eval(_panel_task(silent_every, metrics), model=[_system(s) for s in SYSTEMS],
+    logs = inspect_eval(_panel_task(silent_every, metrics, reducer), model=[_system(s) for s in SYSTEMS],
                         log_dir=str(log_dir), display="none", log_format=log_format)
     return [Path(log.location) for log in logs]
 
@@ -138,6 +152,14 @@ def write_variant_logs(log_dir: str | Path) -> list[Path]:
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
-    for p in write_panel_logs(out / "panel") + write_panel_logs(out / "silent", silent_every=7) \
-            + write_variant_logs(out / "variants"):
+    import inspect_ai
+
+    if inspect_ai.__version__ == "0.3.133":  # the oldest version read: no "collect" reducer yet
+        paths = write_panel_logs(out / "panel-mode", reducer="mode") + write_panel_logs(out / "panel-mode-json",
+                                                                                        reducer="mode",
+                                                                                        log_format="json")
+    else:
+        paths = write_panel_logs(out / "panel") + write_panel_logs(out / "silent", silent_every=7) \
+            + write_variant_logs(out / "variants")
+    for p in paths:
         print(p)

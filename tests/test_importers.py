@@ -320,3 +320,38 @@ def test_a_log_whose_run_was_stopped_reads_from_its_journal(tmp_path):
     frame = import_inspect([path])
     assert frame["score"].tolist() == [1.0]
     assert any("log status 'started'" in n for n in frame.attrs["notes"])
+
+
+OLD_PANEL_LOGS = sorted((INSPECT_DIR / "panel-0.3.133").glob("*.eval"))
+
+
+def test_a_panel_written_by_inspect_0_3_133_reduced_by_mode_imports_each_graders_own_vote():
+    """inspect-ai 0.3.133 has no "collect" reducer: its panel records one mode per sample. Each grader's reply
+    is in the scorer's span, and the mode of the three grades is the recorded value, so the votes are read."""
+    with zipfile.ZipFile(OLD_PANEL_LOGS[0]) as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
+    frame = import_inspect(OLD_PANEL_LOGS)
+    assert len(frame) == 360 and sorted(frame["judge"].unique()) == GRADERS and frame["score"].notna().all()
+    truth = {}
+    for log in OLD_PANEL_LOGS:
+        system = "mockllm/sys-" + log.stem[-1]
+        truth |= {(system, item, epoch): right for (item, epoch), right in _truth(log).items()}
+    agrees = frame.apply(lambda r: (r["score"] == 1.0) == truth[(r["system"], r["item"], r["replicate"])], axis=1)
+    rate = agrees.groupby(frame["judge"]).mean()
+    assert rate["mockllm/grader-a"] > rate["mockllm/grader-b"] > rate["mockllm/grader-c"]
+    assert any("60 samples whose one recorded value reduces the graders' votes" in n for n in frame.attrs["notes"])
+
+
+def test_a_reduced_value_the_replies_do_not_give_is_kept_as_the_panels_verdict(tmp_path):
+    from evalgauge.io.inspect_logs import grader_calls, read_log
+
+    header, samples = read_log(OLD_PANEL_LOGS[0], str)
+    grades = [g for _, g in grader_calls(samples[0], "grader_panel")]
+    samples[0]["scores"]["grader_panel"]["value"] = "P"  # no reduction of C/I grades gives partial credit
+    assert "P" not in grades
+    path = tmp_path / "doctored.json"
+    path.write_text(json.dumps({**header, "samples": samples}))
+    frame = import_inspect([path])
+    assert len(frame) == 180 - 3 + 1 and (frame["judge"] == "grader_panel").sum() == 1
+    assert any("1 samples' reduced panel value imported as one judge 'grader_panel'" in n
+               for n in frame.attrs["notes"])

@@ -153,7 +153,12 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
                 raw = score.get("value") if isinstance(score, dict) else score
                 panel = isinstance(raw, list) or scorer in members
                 if not panel:
-                    rows.append({**cell, "judge": scorer, "score": il.inspect_value(raw)})
+                    votes = il.reduced_panel_votes(s, scorer, raw)
+                    if votes is None:
+                        rows.append({**cell, "judge": scorer, "score": il.inspect_value(raw)})
+                    else:
+                        tallies.setdefault(scorer, il.PanelTally(sorted(j for j, _ in votes))).reduced += 1
+                        rows += [{**cell, "judge": judge, "score": value} for judge, value in votes]
                     continue
                 tally = tallies.setdefault(scorer, il.PanelTally(members.get(scorer) or []))
                 votes = il.panel_votes(s, scorer, score, members.get(scorer), tally)
@@ -165,7 +170,10 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
                     tally.as_verdict += 1
                     rows.append({**cell, "judge": scorer, "score": il.inspect_value(raw)})
         notes += _inspect_completeness(p, header, ev, samples, len(rows) - n_before)
-        notes += [_panel_note(p, scorer, t) for scorer, t in tallies.items()]
+        for scorer, t in tallies.items():
+            if t.reduced:  # samples of an unpacked panel whose replies did not match its value keep the value
+                t.as_verdict += sum(r["judge"] == scorer for r in rows[n_before:])
+            notes.append(_panel_note(p, scorer, t))
     if not rows:
         why = f" ({notes[-1].split(': ', 1)[1]})" if notes and "panel" in notes[-1] else ""
         raise DataError(f"{', '.join(map(str, paths))}: no scored samples found in the Inspect log(s){why}.")
@@ -184,6 +192,9 @@ def _panel_note(p: Path, scorer: str, t) -> str:
     """What was taken as each grader of a panel scorer, and what could not be."""
     who = f" ({', '.join(t.members)})" if t.members else ""
     read = []
+    if t.reduced:
+        read.append(f"{t.reduced} samples whose one recorded value reduces the graders' votes (a multi_scorer "
+                    "with mode, mean, ...): each grader's own vote, from its reply, instead of the reduced value")
     if t.by_reply:
         read.append(f"{t.by_reply} samples by the grade in each grader's own reply")
     if t.by_position:
@@ -191,8 +202,8 @@ def _panel_note(p: Path, scorer: str, t) -> str:
     text = f"{p}: scorer '{scorer}' is a judge panel{who}: one row per grader, judge = the grader's model; " + (
         "; ".join(read) if read else "no sample could be read")
     if t.as_verdict:
-        text += (f"; {t.as_verdict} samples record only the panel's reduced verdict, imported as one judge "
-                 f"'{scorer}'")
+        text += (f"; {t.as_verdict} samples' reduced panel value imported as one judge '{scorer}' (no votes per "
+                 "grader recorded, or the graders' replies do not reduce to it)")
     if t.silent:
         text += f"; {t.silent} graders' replies carried no grade (rows with no score)"
     if t.left_out:

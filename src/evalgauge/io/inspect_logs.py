@@ -274,6 +274,7 @@ class PanelTally:
     silent: int = 0
     left_out: int = 0
     as_verdict: int = 0
+    reduced: int = 0
     unnamed: set = field(default_factory=set)
 
 
@@ -300,6 +301,31 @@ def panel_votes(sample: dict, scorer: str, score, members: list[str] | None,
         tally.by_position += 1
         return [(m, inspect_value(v)) for m, v in zip(members, votes, strict=True)]
     return None
+
+
+def reduced_panel_votes(sample: dict, scorer: str, value) -> list[tuple[str, float | None]] | None:
+    """A scorer whose one value reduces a panel's votes (``multi_scorer`` with ``mode``, ``mean``, ...; the only
+    panel inspect-ai before the ``collect`` reducer could write): each grader's vote from its own reply, when two
+    or more distinct graders replied with a grade inside the scorer's span and the recorded value is one of
+    the reductions of those grades (mode, mean, median, max, min), so the replies are the votes it reduced.
+    None otherwise (the value is read as one judge's)."""
+    calls = grader_calls(sample, scorer)
+    models = [m for m, _ in calls]
+    if len(calls) < 2 or len(set(models)) != len(models) or any(g is None for _, g in calls):
+        return None
+    numbers = [inspect_value(g) for _, g in calls]
+    target = inspect_value(value)
+    if target is None or any(x is None for x in numbers):
+        return None
+    counts = Counter(numbers)
+    top = max(counts.values())
+    ordered = sorted(numbers)
+    middle = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+    reductions = {x for x, c in counts.items() if c == top} | {sum(numbers) / len(numbers), middle, max(numbers),
+                                                               min(numbers)}
+    if not any(math.isclose(target, r, abs_tol=1e-9) for r in reductions):
+        return None
+    return list(zip(models, numbers, strict=True))
 
 
 def _call_names(calls: list[tuple[str, str | None]], members: list[str] | None) -> list[str]:
