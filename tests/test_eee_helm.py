@@ -45,8 +45,20 @@ def test_files_written_by_every_eval_ever_import_and_reproduce_its_score():
     assert len(frame) == 100 and set(frame["judge"]) == {"match"} and set(frame["replicate"]) == {"1"}
     assert frame["system"].unique().tolist() == ["openai/gpt-4o-mini-2024-07-18"]
     assert frame["score"].mean() == pytest.approx(aggregate["evaluation_results"][0]["score_details"]["score"])
-    both = import_files("eee", [str(EEE)])
+    both = import_files("eee", [str(EEE / "popularity"), str(EEE / "security_guide")])
     assert sorted(both["task"].unique()) == ["popularity", "security_guide"] and len(both) == 103
+
+
+def test_the_packages_own_reference_file_imports():
+    """The frozen output of every-eval-ever's conversion skill, from its own tests (one sample)."""
+    folder = EEE / "demo-source"
+    aggregate = json.loads((folder / "f3a1c0de-4b2e-4c1a-9f6d-1b7e5a2c8d40.json").read_text())
+    jsonschema.validate(aggregate, SCHEMA)
+    frame = import_files("eee", [str(folder)])
+    assert frame[["system", "task", "item", "score"]].iloc[0].tolist() == [
+        "demo-org/demo-model", "demo-source.demo_bench", "demo_0001", 1.0]
+    out = CliRunner().invoke(main, ["import", "eee", str(folder), "-o", "-"])
+    assert "nothing varies: 1 judgment(s)" in out.output
 
 
 def test_aggregate_files_alone_read_as_reported_numbers():

@@ -75,7 +75,7 @@ def aggregate_with_intervals(aggregate_path: str | Path, samples: list[str | Pat
         try:
             interval = interval_of(frame, level)
         except (DesignError, DataError) as exc:
-            notes.append(f"{key}: no interval ({exc}); left as it was.")
+            notes.append(f"{key}: no interval ({str(exc).rstrip('.')}); left as it was.")
             continue
         reported = (result.get("score_details") or {}).get("score")
         if isinstance(reported, int | float) and not math.isclose(interval["estimate"], reported, rel_tol=1e-6,

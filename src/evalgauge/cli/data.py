@@ -290,7 +290,10 @@ def _next_command(frame: pd.DataFrame, out: str) -> str:
             why.append(f"{blank} rows have no score: --drop-missing leaves them out and says which")
         return f"evalgauge analyze {out}" + (" --drop-missing" if blank else "") + (
             f"  ({'; '.join(why)})" if why else "")
-    return (f"evalgauge analyze {out}  (one run: only {', '.join(varying) or 'nothing'} varies, so it gives the "
+    if not varying:
+        return (f"evalgauge analyze {out}  (nothing varies: {len(frame)} judgment(s) of one item, judge and run; an "
+                "interval needs two items or more)")
+    return (f"evalgauge analyze {out}  (one run: only {', '.join(varying)} varies, so it gives the "
             "item-sampling interval and names what one system, judge and run cannot measure; add --assume "
             "TERM=VARIANCE for components you know, or import more judges or runs to measure them)")
 
