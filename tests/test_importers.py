@@ -229,7 +229,7 @@ def test_a_collected_panel_without_graders_recorded_is_left_out_with_why_not_imp
 
 INSPECT_DIR = CURRENT_EVAL.parent
 PANEL_LOGS = sorted((INSPECT_DIR / "panel-0.3.285").glob("panel_*.eval"))
-SILENT_LOG = INSPECT_DIR / "panel-0.3.285" / "silent-grader_sys-a.eval"
+SILENT_LOG = INSPECT_DIR / "silent-grader-0.3.285" / "silent-grader_sys-a.eval"
 GRADERS = ["mockllm/grader-a", "mockllm/grader-b", "mockllm/grader-c"]
 
 
