@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES
@@ -57,3 +58,36 @@ def test_disjoint_items_confound_too():
                           "score": np.arange(20.0)})
     mask, said = confounded_pairs(frame, "system", ["a", "b"], exclude={"score"})
     assert mask[0, 1] and "item" in said[0]
+
+
+def test_a_column_that_renames_the_systems_is_no_condition():
+    """AlpacaEval's long file carries results_dir_model beside generator_2_model: the same names, one to one
+    (one folder named otherwise: NullModel holds 'example'). It once made every pair not comparable."""
+    rng = np.random.default_rng(1)
+    systems = ["m1", "m2", "m3", "example"]
+    frame = pd.DataFrame([{"system": s, "results_dir_model": "NullModel" if s == "example" else s,
+                           "item": f"i{k}", "score": rng.normal()} for s in systems for k in range(10)])
+    mask, said = confounded_pairs(frame, "system", systems, exclude={"score"})
+    assert not mask.any() and said == []
+    # a one-to-one column with other names (each system its own baseline) is still a condition
+    frame["baseline"] = frame["system"].map({s: f"base-{s}" for s in systems})
+    mask, said = confounded_pairs(frame, "system", systems, exclude={"score"})
+    assert mask.sum() == 12 and "baseline" in said[0] and "results_dir_model" not in said[0]
+
+
+@pytest.mark.slow
+def test_the_real_58_system_alpacaeval_file_gives_its_leaderboard_back(tmp_path):
+    from conftest import shared_file
+
+    data = shared_file("alpaca_eval_annotations", "alpaca_eval_annotations_long.csv")
+    out = tmp_path / "c.json"
+    res = CliRunner().invoke(main, ["compare", str(data), "--keep", "annotator=weighted_alpaca_eval_gpt4_turbo",
+                                    "--drop-missing", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "not comparable" not in res.output
+    payload = json.loads(out.read_text())
+    assert len(payload["systems"]) == 58 and payload["confounded"] == []
+    assert all(p["comparable"] for p in payload["pairs"])
+    top = payload["systems"][0]
+    assert (top["system"] if "system" in top else top["object"], top["rank_low"], top["rank_high"]) == \
+        ("example", 1, 1)

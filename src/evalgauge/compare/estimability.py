@@ -23,7 +23,8 @@ def confounded_pairs(frame: pd.DataFrame, obj: str, systems: list[str],
     can be set beside a cell of the other. Returns the symmetric p x p mask and what to say, first.
 
     A column with one level says nothing, and one with more levels than half the rows is an identifier
-    (a response id, a timestamp), not a condition of the judgments, except the item facet."""
+    (a response id, a timestamp), not a condition of the judgments, except the item facet. Nor is a second name
+    of the systems (:func:`renames`: AlpacaEval's ``results_dir_model`` beside ``generator_2_model``)."""
     p = len(systems)
     mask = np.zeros((p, p), dtype=bool)
     owner = frame[obj].astype(str)
@@ -34,6 +35,8 @@ def confounded_pairs(frame: pd.DataFrame, obj: str, systems: list[str],
             continue
         k = frame[col].nunique(dropna=True)
         if k < 2 or (k > len(frame) // 2 and vocabulary.role_of(col) != "item"):
+            continue
+        if renames(frame[col], owner):
             continue
         sets = frame[col].astype(str).groupby(owner, sort=False).agg(lambda v: frozenset(v.unique()))
         levels_of[col] = sets
@@ -55,6 +58,16 @@ def confounded_pairs(frame: pd.DataFrame, obj: str, systems: list[str],
             f"under the same conditions: keep one level (e.g. --keep {keep}={first}), or import files that share "
             "their judge and baseline.")
     return mask, [what]
+
+
+def renames(column: pd.Series, owner: pd.Series) -> bool:
+    """Whether ``column`` is another name for the systems in ``owner``: one level per system, one system per
+    level, and the level is the system's own name for at least half of them (a folder named after the model).
+    A one-to-one column with other names (each system with its own judge or baseline) stays a condition."""
+    pairs = pd.DataFrame({"owner": owner.to_numpy(), "level": column.astype(str).to_numpy()}).drop_duplicates()
+    if pairs["owner"].duplicated().any() or pairs["level"].duplicated().any():
+        return False
+    return bool((pairs["owner"] == pairs["level"]).mean() >= 0.5)
 
 
 def not_estimable(vc: VarianceComponents, coef: np.ndarray, what: str, df: float, obj: str) -> str:
