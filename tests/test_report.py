@@ -46,6 +46,27 @@ def test_analyze_cli_json_and_report(tmp_path):
         assert base64.b64decode(chunk.split("'", 1)[0])[:8] == b"\x89PNG\r\n\x1a\n"
     for phrase in ("Variance components", "What to change", "Reporting checklist", "single-judge ceiling"):
         assert phrase in html
+    # the headline the terminal and the JSON give of one system's number, in the report too
+    o = payload["object_scores"]["interval"]
+    assert f"+-{o['half_width']:.4g} counting every source of error" in html
+    assert f"against +-{o['naive_half_width']:.4g}" in html and "+-0.03704" in html and "+-0.02335" in html
+
+
+def test_log_axes_tick_labels_read_as_numbers_not_mathtext_source():
+    """Mathtext is off for every label (labels are data); the log axes' ticks must still read 1, 10, 100."""
+    import matplotlib.pyplot as plt
+
+    from evalgauge.report.figures import STYLE, _log_axes
+
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots()
+        ax.plot([1, 10, 100, 1000], [0.001, 0.01, 0.1, 1])
+        _log_axes(ax, "xy")
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+        plt.close(fig)
+    assert labels and not any("$" in t or "mathdefault" in t for t in labels)
+    assert {"10", "100", "0.01"} <= set(labels)
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from html import escape as _html_escape
 from pathlib import Path
 
+from .. import vocabulary
 from ..analysis.gstudy import Analysis
 from ..display import letters_note
 from ..version import __version__
@@ -20,6 +21,7 @@ from .text import (
     convention_sentence,
     disagreed_sentence,
     effects_rows,
+    object_score_sentence,
     theta_of_objects_sentence,
     theta_sentence,
     tier_sentence,
@@ -179,6 +181,9 @@ def render(a: Analysis) -> str:
         parts.append(f"<div class='box'>{escape(theta_sentence(a.theta.to_dict()))}</div>")
         if a.object_interval is not None:
             parts.append(f"<p class='muted'>{escape(theta_of_objects_sentence(vc.object))}</p>")
+    if a.object_interval is not None:  # the headline of one system's number, as the terminal and JSON give it
+        said = object_score_sentence(a.object_interval.to_dict(), vocabulary.MIN_DF)
+        parts.append(f"<div class='box'>{escape(said)}</div>")
     if a.ceiling:
         req = a.judges_needed
         said = ceiling_sentence(vc.object, a.projection.erho2, a.projection.mdd95, asdict(a.ceiling), str(req),

@@ -15,6 +15,7 @@ from .text import (
     convention_sentence,
     disagreed_sentence,
     effects_rows,
+    object_score_sentence,
     theta_of_objects_sentence,
     theta_sentence,
     tier_sentence,
@@ -219,16 +220,7 @@ def print_components(result: VarianceComponents, console: Console, bounds=None) 
         o = payload["object_score"]
         if "estimate" in theta:
             console.print(f"({theta_of_objects_sentence(o['object'])})")
-        df = "inf" if o["df"] is None else f"{o['df']:.1f}"
-        if o["df"] is not None and o["df"] < MIN_DF:  # as compare says of a system's mean: no interval below 1 df
-            console.print(f"One {o['object']}'s score: not estimable at this design (Satterthwaite df {df}, below "
-                          f"{MIN_DF:g}): its error rests on components too few levels estimate; see the leaderboard "
-                          "for what would make it estimable.")
-        else:
-            console.print(f"One {o['object']}'s score: {100 * o['level']:g}% CI +-{o['half_width']:.4g} counting "
-                          f"every source of error (SE {o['se']:.4g}, Satterthwaite df {df}), against +-"
-                          f"{o['naive_half_width']:.4g} counting only {o['naive_counts']} sampling (SE "
-                          f"{o['naive_se']:.4g}); the full SE is {o['se_ratio']:.2f}x the naive.")
+        console.print(object_score_sentence(o, MIN_DF))
     if "derived" in payload:
         derived = Table(title="Derived numbers with parametric-bootstrap intervals")
         for col in ("quantity", "estimate", "low", "high"):

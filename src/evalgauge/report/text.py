@@ -28,6 +28,19 @@ def theta_of_objects_sentence(obj: str) -> str:
             f"one {obj}'s score and its interval are given separately.")
 
 
+def object_score_sentence(o: dict, min_df: float) -> str:
+    """One object's score: its full interval beside the item-only one (``ObjectInterval.to_dict``), or why it
+    has none (fewer than ``min_df`` Satterthwaite df): the headline a reader of one system's number needs."""
+    df = "inf" if o["df"] is None else f"{o['df']:.1f}"
+    if o["df"] is not None and o["df"] < min_df:  # as compare says of a system's mean: no interval below 1 df
+        return (f"One {o['object']}'s score: not estimable at this design (Satterthwaite df {df}, below "
+                f"{min_df:g}): its error rests on components too few levels estimate; see the leaderboard for what "
+                "would make it estimable.")
+    return (f"One {o['object']}'s score: {100 * o['level']:g}% CI +-{o['half_width']:.4g} counting every source of "
+            f"error (SE {o['se']:.4g}, Satterthwaite df {df}), against +-{o['naive_half_width']:.4g} counting only "
+            f"{o['naive_counts']} sampling (SE {o['naive_se']:.4g}); the full SE is {o['se_ratio']:.2f}x the naive.")
+
+
 def ceiling_sentence(obj: str, erho2: float, mdd95: float, ceiling: dict, requirement: str, target: float) -> str:
     """E rho^2 and the MDD at this design, the single-facet ceiling and its MDD floor (sizing eqs. 3-4), and
     what a target E rho^2 needs."""
