@@ -183,3 +183,37 @@ def test_budget_over_every_random_facet_with_an_item_pool():
     refused = runner.invoke(main, ["plan", *args, "--component", "residual=0.05", "--n", "category=4",
                                    "--n", "item=200", "--n", "variant=5", "--n", "model=3", "--max", "item=0"])
     assert refused.exit_code == 2 and "--budget" in refused.output
+
+
+def test_compare_under_the_finite_estimand_drops_the_system_by_item_term(tmp_path):
+    """Balanced systems x items x judges x replicates: a pair's variance is 2 (s2_si / N + s2_sj / J + s2_sij /
+    (N J) + s2_e / (N J R)) for the domain, and without s2_si / N for the benchmark's own items (TEE C.2)."""
+    import numpy as np
+    import pandas as pd
+
+    import evalgauge as eg
+
+    rng = np.random.default_rng(5)
+    n, j, r = 40, 3, 2
+    rows = []
+    effects = {"si": rng.normal(0, 0.3, (4, n)), "sj": rng.normal(0, 0.1, (4, j)), "i": rng.normal(0, 0.5, n),
+               "j": rng.normal(0, 0.2, j)}
+    for s, i, k, rep in itertools.product(range(4), range(n), range(j), range(r)):
+        rows.append({"system": f"s{s}", "item": f"i{i}", "judge": f"j{k}", "replicate": rep,
+                     "score": 0.2 * s + effects["i"][i] + effects["j"][k] + effects["si"][s, i]
+                     + effects["sj"][s, k] + rng.normal(0, 0.4)})
+    fit = eg.fit(pd.DataFrame(rows))
+    v = {c.name: max(c.variance, 0.0) for c in fit.components.components}
+    finite = 2 * (v["system:judge"] / j + v["system:item:judge"] / (n * j) + v["residual"] / (n * j * r))
+    domain = finite + 2 * v["system:item"] / n
+    for estimand, expected in (("domain", domain), ("finite", finite)):
+        pairs = fit.compare(estimand=estimand, n_boot=200).pairs
+        assert pairs["se"].to_numpy() == pytest.approx(np.sqrt(expected), rel=1e-9), estimand
+    out = tmp_path / "c.json"
+    pd.DataFrame(rows).to_csv(tmp_path / "rows.csv", index=False)
+    res = CliRunner().invoke(main, ["compare", str(tmp_path / "rows.csv"), "--estimand", "finite", "--bootstrap",
+                                    "200", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(out.read_text())
+    assert payload["estimand"] == "finite" and any("estimand: finite" in n for n in payload["notes"])
+    assert payload["pairs"][0]["se"] == pytest.approx(math.sqrt(finite), rel=1e-9)

@@ -134,13 +134,16 @@ class Fit:
                               bounds=bounds)
 
     def compare(self, *, level: float = 0.95, n_boot: int = 2000, seed: int | None = 0,
-                assume: dict[str, float] | None = None, ddf: str = "satterthwaite", pair_gstudies: str = "adjacent"):
+                assume: dict[str, float] | None = None, ddf: str = "satterthwaite", pair_gstudies: str = "adjacent",
+                estimand: str | None = None):
         """Which system is better: a :class:`evalgauge.compare.Comparison` (``systems``, ``pairs``); ``ddf`` =
         "satterthwaite" (lmerTest's) or "kenward-roger" (pbkrtest's); ``pair_gstudies`` = "adjacent", "all" or
-        "none" (each pair's own G-study of its paired differences)."""
+        "none" (each pair's own G-study of its paired differences); ``estimand`` as in :meth:`plan` (finite:
+        the system x item effects are part of each score)."""
         from .compare import compare_fitted, with_assumed
 
         vc = with_assumed(self.components, assume) if assume else self.components
+        vc = vc.with_estimand(estimand)
         return compare_fitted(self._rows("compare"), self._spec, vc, level=level, n_boot=n_boot, seed=seed, ddf=ddf,
                               pair_gstudies=pair_gstudies)
 

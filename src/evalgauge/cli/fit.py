@@ -557,12 +557,16 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
 @click.option("--df", "ddf", type=click.Choice(DDF_METHODS), default="satterthwaite", show_default=True,
               help="Degrees of freedom of the comparisons: Satterthwaite's (as lmerTest) or Kenward-Roger's (as "
                    "pbkrtest; its adjusted covariance too; up to 4,000 judgments).")
+@click.option("--estimand", type=click.Choice(vocabulary.ESTIMANDS), default=None,
+              help="What each system's score is of: domain (the population the items were drawn from; the default) "
+                   "or finite (the benchmark's own items, TEE C.2: the system x item effects are part of each "
+                   "score, not error).")
 @json_option("the comparison")
 @read_options
 @user_errors
 @writes(("data",), json_out="--json")
 def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, drop_missing, level,
-            n_boot, seed, pair_gstudies, assumed, keep, ddf, json_out, **read) -> None:
+            n_boot, seed, pair_gstudies, assumed, keep, ddf, estimand, json_out, **read) -> None:
     """Which system is better: a leaderboard with rank sets, every pair's difference with marginal and
     simultaneous intervals, Holm p-values, separable groups, and what would separate neighbours.
 
@@ -571,6 +575,7 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
       evalgauge compare judgments.csv
       evalgauge compare examples/alpacaeval/alpacaeval_5x805x2.csv --drop-missing --json -
       evalgauge compare one_judge.csv --assume system:judge=0.01
+      evalgauge compare judgments.csv --estimand finite     # these items are the benchmark
     """
     judgments, _ = _load(data, keep=keep, **read)
     from ..compare import compare_fitted, with_assumed  # after the read: a bad file is refused before the fit loads
@@ -585,8 +590,8 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     _refuse_unusable(vc)
     if stated:
         vc = with_assumed(vc, stated)
-    result = compare_fitted(judgments, ModelSpec(design=design), vc, level=level, n_boot=n_boot, seed=seed,
-                            pair_gstudies=pair_gstudies, ddf=ddf)
+    result = compare_fitted(judgments, ModelSpec(design=design), vc.with_estimand(estimand), level=level,
+                            n_boot=n_boot, seed=seed, pair_gstudies=pair_gstudies, ddf=ddf)
     payload = result.to_dict()
 
     def show(c):

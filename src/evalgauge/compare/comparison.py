@@ -103,6 +103,11 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     frame = frame.assign(__y=pd.to_numeric(frame[score], errors="coerce")).dropna(subset=["__y"])
     rng = np.random.default_rng(seed)
     notes: list[str] = []
+    if vc.estimand == "finite":
+        n_items = frame[vc.item_facet].nunique() if vc.item_facet in frame else "these"
+        notes.append(f"estimand: finite (TEE C.2): each {obj}'s score is on these {n_items} {vc.item_facet}s, so "
+                     f"its {obj} x {vc.item_facet} effects are part of the score and no error; the intervals count "
+                     "the judges, prompt variants and calls.")
     est = _estimates(frame, vc, obj, design, ddf, notes)
     order = np.argsort(-est.means, kind="stable")
     rank_of = np.empty(len(est.systems), dtype=int)
@@ -135,7 +140,8 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
                      "numbers of runs): each pair's interval counts its own cells.")
     return Comparison(obj, level, sys_frame, pair_frame, critical.value, n_boot, est.method, tuple(notes),
                       tuple(why + sentences),
-                      {"unmeasured": unmeasured(vc, list(frame.columns)), "confounded": confounding,
+                      {"estimand": vc.estimand, "unmeasured": unmeasured(vc, list(frame.columns)),
+                       "confounded": confounding,
                        "critical": {"value": critical.value, "error": critical.error, "method": critical.method,
                                     "points": critical.points, "df": df_joint}})
 
@@ -176,6 +182,13 @@ def _estimates(frame: pd.DataFrame, vc: VarianceComponents, obj: str, design, dd
     est = _Estimates(systems, mats, means, n_s, cov, means.copy(), cov, None,
                      "raw means with their exact covariance under the fitted random-effects model")
     if design is None or (ddf != "kenward-roger" and balanced(frame, obj, [f for f in design.names if f != obj])):
+        return est
+    if vc.estimand == "finite":  # the GLS refit treats the items as random; the raw means condition on them
+        if ddf == "kenward-roger":
+            raise DesignError("Kenward-Roger's df are for the GLS refit, whose items are random; the finite "
+                              "estimand conditions on them: use --ddf satterthwaite.")
+        notes.append("finite estimand on an incomplete design: each system's raw mean over its own cells, with "
+                     "its covariance given these items (the GLS adjustment treats the items as random).")
         return est
     try:
         est.gls = adjusted_estimates(frame, design, obj, systems, ddf=ddf)

@@ -21,12 +21,25 @@ def term_levels(frame: pd.DataFrame, facets: tuple[str, ...]) -> np.ndarray:
     return frame.groupby(list(facets), sort=False, observed=True).ngroup().to_numpy()
 
 
+def conditioned_on_items(comp, vc: VarianceComponents, obj: str) -> bool:
+    """Under the finite estimand, whether a term is fixed with the items: every facet of it but the object is
+    the item facet or one it nests in (item, category, system:item), so it is part of each system's score on
+    these items, not error (Brennan 2001 sec. 4.4, the items fixed; TEE C.2)."""
+    if vc.estimand != "finite" or comp.kind == vocabulary.RESIDUAL or vc.item_facet is None:
+        return False
+    from ..dstudy import universe_facets
+
+    others = set(comp.facets) - {obj}
+    return bool(others) and others <= universe_facets(vc, vc.item_facet)
+
+
 def mean_covariance(frame: pd.DataFrame, vc: VarianceComponents, obj: str) -> tuple[np.ndarray, list[str],
                                                                                    np.ndarray, np.ndarray]:
     """(A, systems, means, counts): ``A[t]`` (terms x S x S) so that Cov(system means) = sum_t sigma2_t A[t].
 
     Terms made only of fixed facets have no sampling variance (zero matrices); the object's own
-    component is the target, not error (zero too).
+    component is the target, not error (zero too); under the finite estimand (TEE C.2: the benchmark's own items)
+    so is every term whose other facets are the items and their parents (:func:`conditioned_on_items`).
     """
     codes, systems = pd.factorize(frame[obj].astype(str), sort=False)
     y = frame["__y"].to_numpy(dtype=float)
@@ -35,7 +48,8 @@ def mean_covariance(frame: pd.DataFrame, vc: VarianceComponents, obj: str) -> tu
     s = len(systems)
     mats = np.zeros((len(vc.components), s, s))
     for k, comp in enumerate(vc.components):
-        if comp.kind == "fixed" or (comp.kind != vocabulary.RESIDUAL and set(comp.facets) == {obj}):
+        if comp.kind == "fixed" or (comp.kind != vocabulary.RESIDUAL and set(comp.facets) == {obj}) \
+                or conditioned_on_items(comp, vc, obj):
             continue
         if comp.kind == vocabulary.RESIDUAL:
             mats[k][np.diag_indices(s)] = 1.0 / n_s
