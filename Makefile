@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-all test-live demo-live docs lint bench clean reproduce
+.PHONY: demo test test-slow test-all test-live demo-live docs lint bench bench-check bench-record clean reproduce
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,15 @@ test-all: test test-slow
 test-slow: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[spark,inspect]'
 	$(BIN)/python -m pytest -q -o addopts="-ra --ignore=tests/live" -m "slow or subprocess"
+
+# the regression guard: every documented command and the real files (../shared/data where present), CPU, peak
+# memory and the numbers they write, against bench/baseline.json; fails on 25% slower, 25% more memory, or
+# numbers that changed without a CHANGELOG.md line (bench/check.py). bench-record stores today's figures.
+bench-check: $(STAMP)
+	$(BIN)/python bench/check.py
+
+bench-record: $(STAMP)
+	$(BIN)/python bench/check.py --record
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[collect,test,bench,spark]'

@@ -312,3 +312,32 @@ def test_chatbot_arenas_question_id_names_the_items(tmp_path, engine):
     table = pd.DataFrame(payload["bradley_terry"])
     width = lambda lo, hi: (table[hi] - table[lo]).to_numpy()  # noqa: E731
     assert (width("tee_low", "tee_high") != width("naive_low", "naive_high")).any()
+
+
+def test_a_win_indicator_g_study_that_did_not_converge_is_not_reported(tmp_path, monkeypatch):
+    """A fit short of its optimum gives no components, MDD or ceiling: the note says why (it once printed them
+    anyway after a 30-minute fit that had not converged)."""
+    from dataclasses import replace
+
+    import evalgauge.estimate as estimate
+
+    real = estimate.estimate_components
+
+    def stopped(*args, **kwargs):
+        vc = real(*args, **kwargs)
+        return replace(vc, reml={**(vc.reml if isinstance(vc.reml, dict) else {}), "converged": False,
+                                 "message": "the iteration limit was reached"})
+
+    monkeypatch.setattr(estimate, "estimate_components", stopped)
+    rng = np.random.default_rng(5)
+    rows = [(s, "base", "model_a" if rng.random() < 0.6 else "model_b", f"i{item}", judge)
+            for item in range(30) for judge in ("j1", "j2") for s in ("x", "y")]
+    path = tmp_path / "pw.csv"
+    pd.DataFrame(rows, columns=["model_a", "model_b", "winner", "item", "judge"]).to_csv(path, index=False)
+    out = CliRunner().invoke(main, ["pairwise", str(path), "--reference", "base", "--bootstrap", "20", "--json",
+                                    "-", "--components"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.stdout)
+    assert "components" not in payload and "mdd95_win_rate_points" not in payload and "ceiling" not in payload
+    assert any("did not converge (the iteration limit was reached)" in n for n in payload["notes"])
+    assert payload["bradley_terry"]

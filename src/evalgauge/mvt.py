@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 _PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 101,
            103, 107, 109, 113, 127, 131, 137, 139, 149, 151, 157, 163, 167, 173, 179, 181, 191, 193, 197, 199)
@@ -96,7 +96,7 @@ class _Rectangle:
         """Per point: the chi scale s of a t law (1 for the normal), the same at every c."""
         if not math.isfinite(self.df):
             return np.ones(points.shape[0])
-        return np.sqrt(stats.chi2.ppf(np.clip(points[:, -1], 1e-15, 1 - 1e-15), self.df) / self.df)
+        return np.sqrt(special.chdtri(self.df, 1 - np.clip(points[:, -1], 1e-15, 1 - 1e-15)) / self.df)
 
     def probability(self, c: float, points: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         """Per point of (lattice points, their chi scales): the product of the intervals' masses (its mean
@@ -135,12 +135,12 @@ def max_t_critical(corr: np.ndarray, df: float, level: float, *, tolerance: floa
     m = corr.shape[0]
     if m == 0:
         return CriticalValue(0.0, 0.0, 0.0, 0)
-    one = stats.t.ppf(0.5 + level / 2, df) if math.isfinite(df) else stats.norm.ppf(0.5 + level / 2)
+    one = special.stdtrit(df, 0.5 + level / 2) if math.isfinite(df) else special.ndtri(0.5 + level / 2)
     rect = _Rectangle(corr, df)
     if rect.r == 1:  # every statistic is the same one up to sign: the two-sided quantile itself
         return CriticalValue(float(one), 0.0, 0.0, 0)
-    bonferroni = stats.t.ppf(1 - (1 - level) / (2 * m), df) if math.isfinite(df) else \
-        stats.norm.ppf(1 - (1 - level) / (2 * m))
+    bonferroni = special.stdtrit(df, 1 - (1 - level) / (2 * m)) if math.isfinite(df) else \
+        special.ndtri(1 - (1 - level) / (2 * m))
     rng = np.random.default_rng(seed)
     low, high = one * (1 - 1e-9), bonferroni * (1 + 1e-6) + 1e-9
     n = 1024
@@ -259,13 +259,15 @@ def simultaneous_critical(cov: np.ndarray, pairs: np.ndarray, df: float, level: 
     if len(pairs) == 0:
         return CriticalValue(0.0, 0.0, 0.0, 0)
     if len(pairs) == 1:  # one pair: the two-sided quantile itself
-        q = stats.t.ppf(0.5 + level / 2, df) if math.isfinite(df) else stats.norm.ppf(0.5 + level / 2)
+        q = special.stdtrit(df, 0.5 + level / 2) if math.isfinite(df) else special.ndtri(0.5 + level / 2)
         return CriticalValue(float(q), 0.0, 0.0, 0, "exact")
     if _all_pairs_of_exchangeable_means(cov, pairs):
         # every pair of means with equal variances and equal covariances: max |T| is the studentized range of
         # k independent normals over sqrt(2) (the shared part cancels in each difference; Tukey's HSD)
         k = cov.shape[0]
-        q = stats.studentized_range.ppf(level, k, df if df > 0 else math.inf)
+        from scipy.stats import studentized_range  # only here: scipy.stats takes a second to import
+
+        q = studentized_range.ppf(level, k, df if df > 0 else math.inf)
         if math.isfinite(q):
             return CriticalValue(float(q / math.sqrt(2.0)), 0.0, 0.0, 0, "studentized range")
     if len(pairs) <= LATTICE_PAIRS and df >= 1:  # below 1 df the t law's tail defeats the lattice's bracket

@@ -341,6 +341,13 @@ def _components_payload(fit, design, notes, payload) -> VarianceComponents | Non
     except EvalGaugeError as exc:
         notes.append(f"the win-indicator components could not be estimated: {exc}")
         return None
+    if not comps.converged:  # a fit short of its optimum has no components to report, as elsewhere
+        summary = comps.reml
+        message = summary.get("message") if isinstance(summary, dict) else getattr(summary, "message", "")
+        notes.append(f"the win indicators' G-study did not converge ({message or 'no optimum reached'}); its "
+                     "components, MDD and ceiling are not reported. The ratings and both bootstraps above do not "
+                     "need it; fewer terms (--terms) or more battles per cell would help it.")
+        return None
     payload["components"] = comps.to_dict()
     proj = dstudy.project(comps)
     payload["mdd95_win_rate_points"] = 100 * proj.mdd95

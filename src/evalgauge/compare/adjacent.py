@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pandas as pd
-from scipy import stats
+from scipy import special  # not scipy.stats: the same functions, without its second of import
 
 from .. import dstudy
 from ..components import VarianceComponents
@@ -21,13 +21,13 @@ def adjacent_pairs(vc: VarianceComponents, pairs: pd.DataFrame, ordered: list[st
               level: float) -> tuple[list[str], pd.DataFrame]:
     """For neighbours in the ranking: P(rank inversion), and the items or judges separating them at 80% power."""
     judge, item = vc.role("judge"), vc.role("item")
-    z = stats.norm.ppf(0.5 + level / 2) + stats.norm.ppf(POWER)
+    z = special.ndtri(0.5 + level / 2) + special.ndtri(POWER)
     rows, sentences = [], []
     key = pairs.set_index(["a", "b"])
     for a, b in itertools.pairwise(ordered):
         r = key.loc[(a, b)]
         diff, se = float(r["diff"]), float(r["se"])
-        p_inv = float(stats.norm.cdf(-abs(diff) / se)) if se > 0 else 0.0
+        p_inv = float(special.ndtr(-abs(diff) / se)) if se > 0 else 0.0
         row = {"a": a, "b": b, "adjacent": True, "p_inversion": p_inv, "items_needed": None,
                "judges_needed": None}
         # the relative error that detects this difference at 80% power: 2 sigma2_delta (z_a + z_b)^2 <= diff^2

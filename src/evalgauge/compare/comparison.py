@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special  # not scipy.stats: the same functions, without its second of import
 
 from .. import vocabulary
 from ..components import VarianceComponents
@@ -213,7 +213,7 @@ def _estimates(frame: pd.DataFrame, vc: VarianceComponents, obj: str, design, dd
 def _t_quantile(df: np.ndarray, level: float) -> np.ndarray:
     """Student's t quantile at each df (the normal's where the df are infinite)."""
     finite = np.isfinite(df)
-    return np.where(finite, stats.t.ppf(0.5 + level / 2, np.where(finite, df, 1.0)), stats.norm.ppf(0.5 + level / 2))
+    return np.where(finite, special.stdtrit(np.where(finite, df, 1.0), 0.5 + level / 2), special.ndtri(0.5 + level / 2))
 
 
 def _pair_tests(est: _Estimates, vc: VarianceComponents, level: float) -> _Pairs:
@@ -235,7 +235,8 @@ def _pair_tests(est: _Estimates, vc: VarianceComponents, level: float) -> _Pairs
     with np.errstate(invalid="ignore", divide="ignore"):
         tstat = np.where(se > 0, diff / se, np.inf)
     finite = np.isfinite(df)
-    pval = np.where(finite, 2 * stats.t.sf(np.abs(tstat), np.where(finite, df, 1.0)), 2 * stats.norm.sf(np.abs(tstat)))
+    pval = np.where(finite, 2 * special.stdtr(np.where(finite, df, 1.0), -np.abs(tstat)),
+                    2 * special.ndtr(-np.abs(tstat)))
     frame = pd.DataFrame({
         "a": [est.systems[k] for k in pa], "b": [est.systems[k] for k in pb], "diff": diff, "se": se, "df": df,
         "low": diff - tq * se, "high": diff + tq * se, "p": pval, "p_holm": holm(pval),

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special  # not scipy.stats: the same functions, without its second of import
 
 from .. import vocabulary
 from ..errors import DesignError
@@ -64,7 +64,7 @@ def pair_gstudy_block(cube: np.ndarray, a: int, b: int, level: float) -> dict:
     denom = sum(m**2 / f for m, f in parts if f > 0)
     df = (sum(m for m, _ in parts) ** 2 / denom) if denom > 0 and var > 0 else math.inf
     se = math.sqrt(var)
-    q = stats.t.ppf(0.5 + level / 2, df) if math.isfinite(df) and df > 0 else stats.norm.ppf(0.5 + level / 2)
+    q = special.stdtrit(df, 0.5 + level / 2) if math.isfinite(df) and df > 0 else special.ndtri(0.5 + level / 2)
     return {"pair_se": se, "pair_df": df, "pair_low": grand - q * se, "pair_high": grand + q * se,
             "pair_n": int(d.size)}
 
