@@ -49,13 +49,9 @@ def _dict(value) -> dict:
 
 def read_aggregate(path: Path) -> dict:
     """One aggregate file (a JSON object with ``evaluation_results``)."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not an Every Eval Ever aggregate file (JSON error at line {exc.lineno}, column "
-                        f"{exc.colno}: {exc.msg}).") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}).") from None
+    from .files import read_json
+
+    record = read_json(path, "an Every Eval Ever aggregate file")
     if not isinstance(record, dict) or not isinstance(record.get("evaluation_results"), list):
         raise DataError(f"{path}: not an Every Eval Ever aggregate file (a JSON object with evaluation_results).")
     return record

@@ -157,6 +157,18 @@ def jsonl_records(path: Path, encoding: str | None = None) -> list[dict]:
     return records
 
 
+def read_json(path: Path, what: str) -> Any:
+    """A whole JSON file (another tool's log or result), with a message that names the file and what it was
+    taken for, the line and column of a syntax error, or the byte that is not UTF-8."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not {what} (JSON error at line {exc.lineno}, column {exc.colno}: "
+                        f"{exc.msg}).") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); is this {what}?") from None
+
+
 def _json_kind(value: Any) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "true/false"}.get(type(value), "null")
 

@@ -18,7 +18,6 @@ perturbation's metric statistics). One row per instance x train trial [x perturb
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -54,13 +53,9 @@ def run_directories(paths) -> list[Path]:
 
 
 def _load(path: Path, what: str):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not HELM's {what} (JSON error at line {exc.lineno}, column {exc.colno}: "
-                        f"{exc.msg}); the file may be truncated.") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); HELM writes UTF-8.") from None
+    from .files import read_json
+
+    return read_json(path, f"HELM's {what}")
 
 
 def _dict(value) -> dict:

@@ -52,13 +52,9 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def _json(path: Path, what: str):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not {what} (JSON error at line {exc.lineno}, column {exc.colno}: "
-                        f"{exc.msg}).") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); is this {what}?") from None
+    from .files import read_json
+
+    return read_json(path, what)
 
 
 #: where an importer is (file, record), for the message when a record has a shape the format does not allow

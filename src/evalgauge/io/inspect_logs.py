@@ -26,7 +26,7 @@ import re
 import zipfile
 import zlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
@@ -82,13 +82,9 @@ def read_log(p: Path, plain) -> tuple[dict, list]:
     """The header (``eval``, ``plan``, ``status``, ``results``) and the samples of one log."""
     if p.suffix == ".eval":
         return _read_eval(p, plain)
-    try:
-        log = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{p}: not an Inspect log (JSON error at line {exc.lineno}, column {exc.colno}: "
-                        f"{exc.msg}).") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{p}: not UTF-8 text (byte {exc.start}); is this an Inspect log?") from None
+    from .files import read_json
+
+    log = read_json(p, "an Inspect log")
     if not isinstance(log, dict):
         raise DataError(f"{p}: not an Inspect log (a JSON object with 'eval' and 'samples').")
     return log, log.get("samples") or []
@@ -275,7 +271,6 @@ class PanelTally:
     left_out: int = 0
     as_verdict: int = 0
     reduced: int = 0
-    unnamed: set = field(default_factory=set)
 
 
 def panel_votes(sample: dict, scorer: str, score, members: list[str] | None,
