@@ -31,16 +31,9 @@ TEE_METHOD = "evalgauge TEE (variance components: items, judges, prompt variants
 
 def eee_files(paths) -> list[Path]:
     """The EEE files named, a folder standing for every ``.json`` and ``.jsonl`` under it."""
-    out = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.suffix in (".json", ".jsonl") and q.is_file())
-            if not found:
-                raise DataError(f"{p}: a folder with no Every Eval Ever files (.json, .jsonl) in it.")
-            out += found
-        else:
-            out.append(p)
-    return out
+    from .files import files_in
+
+    return files_in(paths, (".json", ".jsonl"), "Every Eval Ever files")
 
 
 def _dict(value) -> dict:

@@ -157,6 +157,21 @@ def jsonl_records(path: Path, encoding: str | None = None) -> list[dict]:
     return records
 
 
+def files_in(paths, suffixes: tuple[str, ...], what: str, skip: frozenset[str] = frozenset()) -> list[Path]:
+    """The files named, a folder standing for every file under it with one of ``suffixes`` (names in ``skip``
+    left out), in a stable order; a folder with none of them is refused, naming ``what`` was looked for."""
+    out = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            out.append(p)
+            continue
+        found = sorted(q for q in p.rglob("*") if q.suffix in suffixes and q.name not in skip and q.is_file())
+        if not found:
+            raise DataError(f"{p}: a folder with no {what} ({', '.join(suffixes)}) in it.")
+        out += found
+    return out
+
+
 def read_json(path: Path, what: str) -> Any:
     """A whole JSON file (another tool's log or result), with a message that names the file and what it was
     taken for, the line and column of a syntax error, or the byte that is not UTF-8."""

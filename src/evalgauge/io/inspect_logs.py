@@ -63,17 +63,9 @@ def inspect_value(value) -> float | None:
 def log_files(paths) -> list[Path]:
     """The logs named, a folder standing for every ``.eval`` and ``.json`` log under it (an eval set's log
     directory), in a stable order."""
-    out = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.suffix in (".eval", ".json") and q.name not in _NOT_LOGS
-                           and q.is_file())
-            if not found:
-                raise DataError(f"{p}: a folder with no Inspect logs (.eval or .json) in it.")
-            out += found
-        else:
-            out.append(p)
-    return out
+    from .files import files_in
+
+    return files_in(paths, (".eval", ".json"), "Inspect logs", frozenset(_NOT_LOGS))
 
 
 # -- reading an archive ----------------------------------------------------------------------------------------
