@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import DataError, DesignError
-from .io.eee import TEE_METHOD, _instance_rows, _judge_of, read_aggregate, with_uncertainty
+from .io.eee import TEE_METHOD, instance_rows, judge_of, read_aggregate, records_of, with_uncertainty
 
 SINGLE_RUN_METHOD = ("evalgauge single run (item sampling only: one judge and one run cannot show their "
                      "variance)")
@@ -55,12 +55,10 @@ def interval_of(frame: pd.DataFrame, level: float) -> dict:
 def aggregate_with_intervals(aggregate_path: str | Path, samples: list[str | Path] | None = None,
                              level: float = 0.95) -> tuple[dict, list[str]]:
     """The aggregate with evalgauge's interval in every evaluation result its samples cover, and notes."""
-    from .io.eee import _records
-
     path = Path(aggregate_path)
     aggregate = read_aggregate(path)
     files = [Path(s) for s in samples] if samples else samples_of(path, aggregate)
-    records = [(f, r) for f in files for r in _records(f)]
+    records = [(f, r) for f in files for r in records_of(f)]
     intervals, notes = {}, []
     for result in aggregate["evaluation_results"]:
         key = result.get("evaluation_result_id") or result.get("evaluation_name")
@@ -69,8 +67,8 @@ def aggregate_with_intervals(aggregate_path: str | Path, samples: list[str | Pat
         if not own:
             notes.append(f"{key}: no instance-level records; left as it was.")
             continue
-        judge = _judge_of(result)
-        frame = _instance_rows([(own[0][0], [r for _, r in own])],
+        judge = judge_of(result)
+        frame = instance_rows([(own[0][0], [r for _, r in own])],
                                {(aggregate.get("evaluation_id"), key): judge} if judge else {}, [])
         try:
             interval = interval_of(frame, level)

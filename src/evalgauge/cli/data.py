@@ -236,10 +236,12 @@ def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, mast
 @user_errors
 @writes(("files",), out="--out")
 def import_cmd(fmt, files, out, metric, system, baseline, unweighted, ids, columns, raw_csv) -> None:
-    """Convert judgment files of other tools (Inspect, lm-eval, arena-hard, AlpacaEval, MT-bench, wide tables).
+    """Convert judgment files of other tools (Inspect, lm-eval, arena-hard, AlpacaEval, MT-bench, HELM, Every
+    Eval Ever, wide tables).
 
     \b
-    An Inspect log folder (an eval set's log directory) stands for every log in it.
+    A folder stands for the files in it: an Inspect eval set's log directory, a HELM suite of run directories,
+    a folder of Every Eval Ever files (*_samples.jsonl and aggregate *.json).
 
     \b
     Examples:

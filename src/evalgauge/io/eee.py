@@ -50,7 +50,8 @@ def read_aggregate(path: Path) -> dict:
     return record
 
 
-def _records(path: Path) -> list[dict]:
+def records_of(path: Path) -> list[dict]:
+    """The records of a JSON Lines file (instance-level records, or aggregates one per line)."""
     from .files import jsonl_records
 
     try:
@@ -62,7 +63,7 @@ def _records(path: Path) -> list[dict]:
     return records
 
 
-def _judge_of(result: dict) -> str | None:
+def judge_of(result: dict) -> str | None:
     judges = _dict(_dict(result.get("metric_config")).get("llm_scoring")).get("judges")
     if not isinstance(judges, list) or not judges:
         return None
@@ -82,7 +83,7 @@ def import_eee(paths) -> pd.DataFrame:
     aggregates, instance_files = [], []
     for p in map(Path, paths):
         if p.suffix == ".jsonl":
-            records = _records(p)
+            records = records_of(p)
             if "evaluation_results" in records[0]:  # aggregates written one per line
                 aggregates += [(p, r) for r in records]
             else:
@@ -92,15 +93,15 @@ def import_eee(paths) -> pd.DataFrame:
     judges, notes = {}, []
     for _, agg in aggregates:
         for result in agg.get("evaluation_results") or []:
-            judge = _judge_of(_dict(result))
+            judge = judge_of(_dict(result))
             if judge:
                 judges[(agg.get("evaluation_id"), _dict(result).get("evaluation_result_id"))] = judge
-    frame = _instance_rows(instance_files, judges, notes) if instance_files else _aggregate_rows(aggregates, notes)
+    frame = instance_rows(instance_files, judges, notes) if instance_files else _aggregate_rows(aggregates, notes)
     frame.attrs["notes"] = notes
     return frame
 
 
-def _instance_rows(files, judges: dict, notes: list[str]) -> pd.DataFrame:
+def instance_rows(files, judges: dict, notes: list[str]) -> pd.DataFrame:
     rows = []
     for p, records in files:
         for k, r in enumerate(records):

@@ -134,7 +134,7 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
         ev = header["eval"] if isinstance(header["eval"], dict) else {}
         model = str(ev.get("model", p.stem))
         task = str(ev.get("task", p.stem))
-        temperature = il._temperature(header, ev)
+        temperature = il.temperature_of(header, ev)
         members = il.panel_members(ev)
         tallies: dict[str, il.PanelTally] = {}
         n_before = len(rows)
@@ -143,7 +143,7 @@ def import_inspect(paths: Iterable[str | Path]) -> pd.DataFrame:
             if not isinstance(s, dict):
                 raise DataError(f"{p}: sample {k + 1} is not a JSON object.")
             epoch = _epoch(s.get("epoch", 1), p, k)
-            cell = {"system": model, "task": task, "variant": il._variant(s.get("metadata"), ev.get("metadata")),
+            cell = {"system": model, "task": task, "variant": il.variant_of(s.get("metadata"), ev.get("metadata")),
                     "temperature": temperature, "item": str(s.get("id")), "replicate": epoch}
             for scorer, score in (s.get("scores") or {}).items():
                 raw = score.get("value") if isinstance(score, dict) else score

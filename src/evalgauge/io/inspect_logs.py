@@ -190,7 +190,8 @@ def panel_members(ev: dict) -> dict[str, list[str]]:
     return panels
 
 
-def _temperature(header: dict, ev: dict):
+def temperature_of(header: dict, ev: dict):
+    """The temperature the log records: the model's generate config, else the task's; None when neither sets one."""
     for config in (_dict(ev.get("model_generate_config")), _dict(_dict(header.get("plan")).get("config"))):
         t = config.get("temperature")
         if isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t):
@@ -198,7 +199,8 @@ def _temperature(header: dict, ev: dict):
     return None
 
 
-def _variant(*metadata) -> str | None:
+def variant_of(*metadata) -> str | None:
+    """The prompt variant the first metadata naming one gives (``prompt_variant`` or ``variant``), else None."""
     for meta in metadata:
         for key in VARIANT_KEYS:
             value = _dict(meta).get(key)
