@@ -295,3 +295,12 @@ def test_a_signal_during_a_run_stops_it_cleanly_and_a_resume_finishes(tmp_path, 
     assert con.execute("SELECT COUNT(*), COUNT(DISTINCT key) FROM calls").fetchone() == (96, 96)
     con.close()
     assert server.requests <= 96 + 4  # at most the calls in flight at the signal were sent twice
+
+
+def test_a_database_a_run_has_just_created_says_so_not_that_it_is_foreign(tmp_path):
+    """Between creating the file and writing its tables, a run database is an empty SQLite file: a reader
+    (a progress poll, `analyze` started too early) is told a run may be starting, not that another tool wrote it."""
+    empty = tmp_path / "t.sqlite"
+    sqlite3.connect(empty).close()
+    with pytest.raises(DataError, match="no calls table yet: an `evalgauge run` may be starting"):
+        RunStore(empty)

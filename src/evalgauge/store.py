@@ -171,6 +171,10 @@ class RunStore:
         self._lock = lock  # held while reading, so no run starts writing under an immutable reader
         return sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
 
+    def _any_table(self) -> bool:
+        with self._guard():
+            return self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' LIMIT 1").fetchone() is not None
+
     def _check_schema(self, writer: bool) -> None:
         with self._guard():
             if writer:
@@ -182,6 +186,9 @@ class RunStore:
                         self.db.execute(f"ALTER TABLE calls ADD COLUMN {name} {kind}")
                         have.add(name)
         missing = [f.name for f in fields(CallRecord) if f.name not in have and f.name not in OPTIONAL_COLUMNS]
+        if not have and not self._any_table():  # a run that has just created the file has no tables yet
+            raise DataError(f"{self.path}: a SQLite database with no calls table yet: an `evalgauge run` may be "
+                            "starting on it (read it again in a moment), or the file is not a run database.")
         if missing:
             raise DataError(f"{self.path}: a SQLite database, but not one `evalgauge run` wrote (its calls table has "
                             f"no {', '.join(missing[:4])}). Export the judgments to CSV or Parquet instead.")
