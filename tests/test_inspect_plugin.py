@@ -114,3 +114,22 @@ def test_without_the_variable_the_hook_writes_nothing(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not (tmp_path / "set" / "evalgauge.json").exists()
+
+
+def test_one_scorer_one_epoch_gets_analyzes_single_run_interval_not_nan(tmp_path):
+    """The commonest eval (one scorer, one epoch) has no judge or call variance to fit: the metric gives the
+    single-run interval `analyze` gives for the same rows (a fit of the items alone once left it NaN)."""
+    from inspect_ai.scorer import SampleScore, Score
+
+    from evalgauge.inspect_plugin import score_rows, tee_interval
+
+    scores = [SampleScore(score=Score(value="C" if k % 3 else "I"), sample_id=f"s{k}", scorer="match")
+              for k in range(30)]
+    shown = tee_interval()(scores)
+    frame, _ = score_rows(scores)
+    frame.to_csv(tmp_path / "rows.csv", index=False)
+    out = CliRunner().invoke(main, ["analyze", str(tmp_path / "rows.csv"), "--json", "-"])
+    one = json.loads(out.stdout)["single_run"]
+    assert shown["tee_mean"] == pytest.approx(one["mean"], rel=1e-12)
+    assert (shown["tee_se"], shown["tee_low"], shown["tee_high"], shown["naive_se"]) == pytest.approx(
+        (one["se"], one["low"], one["high"], one["se_items"]), rel=1e-12)

@@ -266,6 +266,26 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
     return Fit(judgments, spec.design, vc, drop_missing, spec, method)
 
 
+def mean_interval(scores: Any, level: float = 0.95) -> dict[str, Any]:
+    """The interval of the mean of ``scores`` (a frame of item, judge, replicate or variant columns and
+    ``score``; empty scores left out) as ``analyze`` gives it: TEE eq. 3 at the observed design
+    (:meth:`Fit.interval`) when judges, replicates or variants vary, else one run's item-sampling interval
+    (:func:`evalgauge.inference.single_run_interval`, ``single_run`` True: one judge and one call cannot show
+    their variance). Keys: estimate, se, low, high, df, naive_se, n (items), single_run, method."""
+    from .inference import single_run_interval
+
+    scored = scores[scores["score"].notna()].reset_index(drop=True)
+    varying = [c for c in ("judge", "replicate", "variant") if c in scored and scored[c].nunique() > 1]
+    if not varying:
+        one = single_run_interval(scored["score"].to_numpy(dtype=float), "item", level=level)
+        return {"estimate": one.mean, "se": one.se, "low": one.low, "high": one.high, "df": one.df,
+                "naive_se": one.se_items, "n": one.n, "single_run": True, "method": "single run"}
+    result = fit(scored).interval(level)
+    return {"estimate": result.estimate, "se": result.se, "low": result.low, "high": result.high, "df": result.df,
+            "naive_se": result.naive_se, "n": int(scored["item"].nunique()), "single_run": False,
+            "method": result.method}
+
+
 def _fit_on_engine(data: Any, engine: str, master: str, drop_missing: bool, *, refused: dict,
                    **design_options) -> Fit:
     """The rows reduced to cells by DuckDB or Spark (:func:`evalgauge.io.engine.reduce_cells`), the cells fitted."""

@@ -36,20 +36,15 @@ def samples_of(aggregate_path: Path, aggregate: dict) -> list[Path]:
 
 
 def interval_of(frame: pd.DataFrame, level: float) -> dict:
-    """The interval of the mean of ``frame``'s scores as ``analyze`` gives it (module docstring)."""
-    from .api import fit
-    from .inference import single_run_interval
+    """The interval of the mean of ``frame``'s scores as ``analyze`` gives it (:func:`evalgauge.api.mean_interval`),
+    with how it was computed in EEE's words."""
+    from .api import mean_interval
 
-    scored = frame[frame["score"].notna()].reset_index(drop=True)
-    varying = [c for c in ("judge", "replicate", "variant") if c in scored and scored[c].nunique() > 1]
-    if not varying:
-        one = single_run_interval(scored["score"].to_numpy(dtype=float), "item", level=level)
-        return {"estimate": one.mean, "se": one.se, "low": one.low, "high": one.high, "level": level, "n": one.n,
-                "method": SINGLE_RUN_METHOD, "ci_method": SINGLE_RUN_METHOD}
-    result = fit(scored).interval(level)
-    return {"estimate": result.estimate, "se": result.se, "low": result.low, "high": result.high, "level": level,
-            "n": int(scored["item"].nunique()), "method": TEE_METHOD,
-            "ci_method": f"{TEE_METHOD}; Satterthwaite df {result.df:.3g}; {result.method}"}
+    out = mean_interval(frame, level)
+    if out["single_run"]:
+        return {**out, "level": level, "method": SINGLE_RUN_METHOD, "ci_method": SINGLE_RUN_METHOD}
+    return {**out, "level": level, "method": TEE_METHOD,
+            "ci_method": f"{TEE_METHOD}; Satterthwaite df {out['df']:.3g}; {out['method']}"}
 
 
 def aggregate_with_intervals(aggregate_path: str | Path, samples: list[str | Path] | None = None,

@@ -63,14 +63,13 @@ def score_rows(scores: list[SampleScore]) -> tuple[pd.DataFrame, int]:
 
 
 def interval_of(frame: pd.DataFrame, level: float = 0.95) -> dict[str, float]:
-    """The TEE interval of the mean of ``frame``'s scores: the fit ``evalgauge analyze`` makes of the same rows
-    (facets with one level left out, the interval kept inside the scores' range) and its theta-hat interval."""
-    from .api import fit
+    """The TEE interval of the mean of ``frame``'s scores as ``analyze`` gives it for the same rows
+    (:func:`evalgauge.api.mean_interval`: one scorer and one epoch give the item-sampling interval)."""
+    from .api import mean_interval
 
-    missing = frame["score"].isna()
-    result = fit(frame[~missing].reset_index(drop=True)).interval(level)
-    return {"tee_mean": result.estimate, "tee_se": result.se, "tee_low": result.low, "tee_high": result.high,
-            "naive_se": result.naive_se}
+    out = mean_interval(frame, level)
+    return {"tee_mean": out["estimate"], "tee_se": out["se"], "tee_low": out["low"], "tee_high": out["high"],
+            "naive_se": out["naive_se"]}
 
 
 @metric(name="tee_interval", scores="unreduced")
