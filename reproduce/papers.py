@@ -2,7 +2,7 @@
 with the command that prints it and a verdict, written to docs/papers.md.
 
 Run: .venv/bin/python reproduce/papers.py docs/papers.md [--reps N]. The Monte Carlo studies use N replicates
-(default 1000 for E.2 and E.5, 400 for E.4); the page says how many and how long each took.
+(default 1000 for E.1, E.2 and E.5, 400 for E.4); the page says how many and how long each took.
 """
 
 from __future__ import annotations
@@ -264,6 +264,181 @@ def e4_coverage(reps: int) -> list[str]:
     return lines
 
 
+def e1_robustness(reps: int) -> list[str]:
+    """TEE E.1: the four robustness studies (the three-way sweep, residuals per temperature, sigma2_phi by V with
+    the knife-edge, profile transfer) on E.1's design."""
+    from evalgauge.robustness import robustness_study
+
+    start = time.time()
+    out = robustness_study(reps=reps, seed=0)
+    paper, done = out["paper"], out["studies"]
+    lines = ["### E.1 (robustness studies)", "",
+             f"`evalgauge simulate robustness --reps {reps}` ({time.time() - start:.0f} s): {out['design']} "
+             "(E.1 gives N = 50, C = 5, V = 4, H = 3, R = 5 and no judge count; with one judge an item x variant x "
+             "temperature effect would be the model's own cell term, so Table 8's three judges), every facet "
+             "random, the balanced ANOVA fit (the REML optimum when the estimates are positive). "
+             f"{reps} studies per condition.", "",
+             "**A 3-way item x variant x temperature outside the two-way model**, its variance a fraction of the "
+             "largest two-way component (item x judge, 0.02). Kendall's tau between each pilot's and the truth's "
+             "single-factor interventions (% change of Var(theta-hat)), averaged:", "",
+             "| 3-way / largest 2-way | tau: paper | evalgauge | max rel. bias of a component | verdict |",
+             "| --- | --- | --- | --- | --- |"]
+    rows = done["three-way"]
+    drop, drop_se = -rows[-1]["tau_change"], rows[-1]["tau_change_mc_se"]
+    paper_drop = paper["tau_no_violation"] - paper["tau_max_violation"]
+    for k, r in enumerate(rows):
+        ends = k in (0, len(rows) - 1)
+        theirs = paper["tau_no_violation"] if k == 0 else paper["tau_max_violation"] if ends else None
+        if theirs is None:
+            verdict = "—"
+        elif abs(r["kendall_tau"] - theirs) <= 2 * r["tau_mc_se"]:
+            verdict = "reproduced (within 2 s.e.)"
+        else:
+            verdict = (f"differs by {r['kendall_tau'] - theirs:+.3f}: tau depends on the intervention list, which "
+                       "E.1 does not give")
+        lines.append(f"| {r['fraction']:g} | {'' if theirs is None else theirs} | {r['kendall_tau']:.3f} (s.e. "
+                     f"{r['tau_mc_se']:.3f}) | {100 * r['max_abs_rel_bias']:.1f}% ({r['worst_component']}) | "
+                     f"{verdict} |")
+    moved = "reproduced" if abs(drop - paper_drop) <= 2 * drop_se else "differs"
+    lines += ["", f"The change of tau from no 3-way to the largest (the same studies at every size): paper "
+              f"{-paper_drop:+.3f}, evalgauge {-drop:+.4f} (s.e. {drop_se:.4f}): {moved}. The components' bias differs "
+              "from E.1's \"under 5%\": the omitted "
+              "3-way pools into the two-way terms that contain it, item x variant most (its expected mean square "
+              "holds the 3-way with coefficient M R against H M R for its own variance, a third, less what the "
+              "cell term takes), as the random-effects expected mean squares say; the residual (the calls' noise) "
+              "stays unbiased. The ranking barely moves because those terms are divided by N' V' and N' H'.", "",
+              "**A residual variance per temperature** (0.005, 0.04, 0.08), one fit per temperature (TEE C.7) and "
+              "one pooled fit:", "", "| residual | paper | evalgauge | verdict |", "| --- | --- | --- | --- |"]
+    s = done["strata"]
+    for r in s["strata"]:
+        ok = abs(r["rel_bias"]) <= paper["stratum_bias"] + 2 * r["mc_se"]
+        lines.append(f"| temperature {r['temperature']} ({r['true']:g}) | within 0.3% | {100 * r['rel_bias']:+.2f}% "
+                     f"(s.e. {100 * r['mc_se']:.2f}) | {'reproduced' if ok else 'differs'} |")
+    pooled_ok = abs(s["pooled_rel_to_average"]) <= 2 * s["pooled_mc_se"]
+    lines += [f"| pooled fit | a weighted average | {s['pooled_residual']:.5f} against the strata's average "
+              f"{s['average_residual']:.5f} ({100 * s['pooled_rel_to_average']:+.2f}%, s.e. "
+              f"{100 * s['pooled_mc_se']:.2f}) | {'reproduced' if pooled_ok else 'differs'} |",
+              "", f"The pooled fit's other components: largest bias {100 * s['pooled']['max_abs_rel_bias']:.1f}% "
+              f"({s['pooled']['worst_component']}, {s['pooled']['max_bias_mc_se']:.1f} Monte Carlo s.e.). The "
+              "glmmTMB dispersion model E.1 also tries is not in evalgauge.", "",
+              "**sigma2_phi by the number of prompt variants** (Fig. 8a). The ANOVA estimate is unbiased at every V; "
+              "truncated at zero, as REML's, it is biased up where estimates fall below zero:", "",
+              "| V | sigma2_phi | paper | evalgauge (s.e.) | truncated at 0 | verdict |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for r in done["prompts"]:
+        if r["sigma2_phi"] == 0:
+            lines.append(f"| {r['variants']} | 0 | — | mean {r['mean']:.5f} | mean {r['mean_truncated']:.5f} | — |")
+            continue
+        low, high = paper["bias_v2"] if r["variants"] == 2 else paper["bias_v3_up"]
+        near = min(max(r["rel_bias_truncated"], low), high)
+        ok = abs(r["rel_bias_truncated"] - near) <= 2 * r["mc_se"]
+        lines.append(f"| {r['variants']} | {r['sigma2_phi']:g} | +{100 * low:.0f} to +{100 * high:.0f}% | "
+                     f"{100 * r['rel_bias']:+.1f}% ({100 * r['mc_se']:.1f}) | {100 * r['rel_bias_truncated']:+.1f}% | "
+                     f"{'within 2 s.e.' if ok else 'differs'} |")
+    lines += ["", "At 1,000 studies one Monte Carlo standard error of the relative bias is about "
+              "sqrt(2 / (V - 1) / 1000): 4.5% at V = 2, 1.5% at V = 10, the size of the paper's figures.", "",
+              "**The knife-edge** (Fig. 8b): the residual set so that the true gain of \"+2 variants\" (V 4 -> 6) is "
+              "a given multiple of \"+5 replicates\"' (R 5 -> 10), both the D-study's own interventions. Both cut "
+              "the calls' noise, so the multiple cannot fall below 2/3. Share of pilots that rank the truth's better "
+              "one first (at 1, a tie, the share that choose prompts):", "",
+              "| true gain ratio | paper | D-study (truncated) | untruncated estimates | verdict |",
+              "| --- | --- | --- | --- | --- |"]
+    for r in done["knife-edge"]:
+        if 0.9 <= r["ratio"] <= 1.1:
+            theirs, ok = "near chance", abs(r["accuracy"] - 0.5) <= 0.1
+        elif r["ratio"] >= 2:
+            theirs, ok = "above 90%", r["accuracy"] >= 0.9 - 2 * r["mc_se"]
+        else:
+            theirs, ok = "—", None
+        verdict = "—" if ok is None else "reproduced" if ok else "differs"
+        lines.append(f"| {r['ratio']:g} | {theirs} | {100 * r['accuracy']:.1f}% | "
+                     f"{100 * r['accuracy_untruncated']:.1f}% | {verdict} |")
+    lines += ["", "Near the edge the D-study favours prompts: its projections use the estimates truncated at zero, "
+              "and the prompt terms' estimates, from 4 variants under a large residual, fall below zero often, so "
+              "truncation lifts them. With the untruncated estimates the choice is near chance at the edge and "
+              "right more often away from it; the calls can never clearly dominate (the 2/3 floor).", "",
+              "**Profile transfer**: a frontier profile (Table 8) and a cheaper one with twice its noise (every "
+              "interaction with an item, and the residual); components estimated on one used for the other:", "",
+              "| direction | mean rel. error: paper | evalgauge | top-1 wrong: paper | evalgauge (own profile) | "
+              "verdict |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in done["transfer"]:
+        low, high = paper["transfer_frontier_to_cheap" if r["direction"].startswith("frontier")
+                          else "transfer_cheap_to_frontier"]
+        lines.append(f"| {r['direction']} | {100 * low:.0f}-{100 * high:.0f}% | {100 * r['mean_rel_error']:.0f}% | "
+                     f"9-13% | {100 * r['top1_wrong']:.1f}% ({100 * r['top1_wrong_own_profile']:.1f}%) | differs: the "
+                     "profiles are not stated |")
+    lines += ["", "With a noise ratio k the transferred components are off by about 1 - 1/k and k - 1 (50% and "
+              "100% at k = 2; the paper's 55-59% and 127-154% fit k near 2.3-2.5). Both profiles' true top "
+              "intervention is the same (temperature x2), so transfer costs nothing here: the pilots miss it as "
+              "often on their own profile, for the reason E.2's top-1 differs (three levels of temperature and "
+              "judge estimate those components poorly).", ""]
+    return lines
+
+
+def e3_scoring(reps: int) -> list[str]:
+    """TEE E.3: Likert, binary and pairwise ranking recovery under the judge pathologies, read two ways."""
+    from evalgauge.scoring import scoring_study
+
+    start = time.time()
+    cmd = f"evalgauge simulate scoring --reps {reps}"
+    ideal = scoring_study({"kappa": [1.0]}, reps=reps, seed=0).iloc[0]
+    comp = scoring_study({"kappa": [1.0, 0.3], "sigma_anchor": [0.0, 0.5, 1.0]}, reps=reps, seed=1)
+    points = scoring_study({"points": [101, 3]}, reps=reps, seed=2).set_index("points")
+    prev = scoring_study({"prevalence": [0.5, 0.0005]}, reps=reps, seed=3).set_index("prevalence")
+    tau = comp.set_index(["kappa", "sigma_anchor"])["tau_likert"]
+    bt = comp["tau_pairwise"]
+
+    def falls(anchor: float) -> str:  # compression lowers Likert's tau by more than 4 Monte Carlo s.e.
+        se = comp.set_index(["kappa", "sigma_anchor"])["mc_se_likert"]
+        gap = tau[(1.0, anchor)] - tau[(0.3, anchor)]
+        return "reproduced in direction" if gap > 4 * math.hypot(se[(1.0, anchor)], se[(0.3, anchor)]) else "differs"
+
+    coarser = points.loc[3, "tau_likert"] < points.loc[101, "tau_likert"] - 4 * points["mc_se_likert"].max()
+    collapses = prev.loc[0.0005, "tau_binary"] < prev.loc[0.5, "tau_binary"] - 4 * prev["mc_se_binary"].max()
+    flat = bt.max() - bt.min() <= 5 * comp["mc_se_pairwise"].max()  # the range of six noisy means
+    stable = abs(prev.loc[0.0005, "tau_pairwise"] - prev.loc[0.5, "tau_pairwise"]) <= 4 * prev["mc_se_pairwise"].max()
+    lines = ["### E.3 (scoring method under judge pathologies, Fig. 10)", "",
+             f"`{cmd} ...` ({{secs}} s; {reps} studies per condition): 50 items of latent quality N(0, 1), 3 judges, "
+             "6 calls per item in every arm, the same per-call noise (s.d. 1) in every arm; Kendall's tau of the "
+             "recovered ranking. The paper gives no noise level, item count or budget, and its compression figure "
+             "is a marginal over a 4 x 4 x 4 sweep (kappa x anchoring noise x scale-use heterogeneity) whose levels "
+             "it does not list.", "",
+             "| figure | paper | evalgauge | command | verdict |", "| --- | --- | --- | --- | --- |",
+             f"| ideal conditions: Likert vs BT | both about 0.835 | Likert {ideal['tau_likert']:.3f}, BT "
+             f"{ideal['tau_pairwise']:.3f} (s.e. {ideal['mc_se_pairwise']:.3f}) | `{cmd}` | differs: the paper's "
+             "noise and budget are not stated (here BT has one comparison per call, 300 for 50 items) |",
+             f"| compression alone, kappa 1 -> 0.3 | Likert 0.46 -> 0.43 (a marginal over its sweep) | "
+             f"{tau[(1.0, 0.0)]:.3f} -> {tau[(0.3, 0.0)]:.3f} | `{cmd} --kappa 1,0.3` | differs: alone it "
+             "compresses the signal and its noise together |",
+             f"| compression with anchoring noise 0.5 | (same marginal) | {tau[(1.0, 0.5)]:.3f} -> "
+             f"{tau[(0.3, 0.5)]:.3f}"
+             f" | `{cmd} --kappa 1,0.3 --anchor 0.5` | {falls(0.5)} |",
+             f"| compression with anchoring noise 1 | (same marginal) | {tau[(1.0, 1.0)]:.3f} -> "
+             f"{tau[(0.3, 1.0)]:.3f}"
+             f" | `{cmd} --kappa 1,0.3 --anchor 1` | {falls(1.0)} |",
+             f"| BT under compression | flat at 0.50 | {bt.min():.3f}-{bt.max():.3f} over the six conditions | "
+             f"`{cmd} --kappa 1,0.3 --anchor 0,0.5,1` | {'reproduced (flat)' if flat else 'differs'} |",
+             f"| continuous -> 3-point Likert | -> 0.38 | {points.loc[101, 'tau_likert']:.3f} -> "
+             f"{points.loc[3, 'tau_likert']:.3f} | `{cmd} --points 101,3` | "
+             f"{'reproduced in direction' if coarser else 'differs'} |",
+             f"| binary at 50% -> 0.05% prevalence | 0.60 -> 0.06 | {prev.loc[0.5, 'tau_binary']:.3f} -> "
+             f"{prev.loc[0.0005, 'tau_binary']:.3f} | `{cmd} --prevalence 0.5,0.0005` | "
+             f"{'reproduced in direction' if collapses else 'differs'} |",
+             f"| BT at 0.05% prevalence | about 0.73, stable | {prev.loc[0.0005, 'tau_pairwise']:.3f} (50%: "
+             f"{prev.loc[0.5, 'tau_pairwise']:.3f}) | `{cmd} --prevalence 0.5,0.0005` | "
+             f"{'reproduced (stable)' if stable else 'differs'} |",
+             "", "Compression is a multiplication of the judge's latent rating: applied alone it shrinks the "
+             "quality signal and the call's noise together, and the discretised average over six calls keeps "
+             "the ranking (its only loss is the coarser use of the scale). It degrades Likert through noise that "
+             "enters after it, the anchoring noise: at kappa 0.3 that noise is three times larger against the "
+             "signal. The paper's 0.46 -> 0.43 averages over anchoring levels, so it includes that interaction; "
+             "its absolute level (0.46 against an ideal 0.835) comes from the other pathologies in its sweep. "
+             "Discretisation likewise: the per-call noise dithers a 3-point scale, and the average of six calls "
+             "keeps most of the ranking; the paper's 0.38 again sits in its sweep of other pathologies.", ""]
+    lines[2] = lines[2].replace("{secs}", f"{time.time() - start:.0f}")
+    return lines
+
+
 def e5_ambiguity(reps: int) -> list[str]:
     """TEE E.5, Table 10: latent item ambiguity, Table 8's components on E.5's design."""
     from evalgauge.montecarlo import ambiguity_study
@@ -314,8 +489,10 @@ def main() -> int:
              "each study.", ""]
     lines += [*sizing_presets(), ""]
     lines += tee_tables()
+    lines += e1_robustness(args.reps)
     lines += e2_bias(args.reps)
     lines += top1(args.reps)
+    lines += e3_scoring(max(50, int(0.2 * args.reps)))
     lines += e4_coverage(max(50, int(0.4 * args.reps)))
     lines += e5_ambiguity(args.reps)
     lines += [f"(The whole page: {time.time() - start:.0f} s on this machine.)", ""]

@@ -1,0 +1,103 @@
+"""TEE E.1's robustness studies (evalgauge.robustness): the draws, the fits and what each study measures,
+checked against closed forms and against Monte Carlo error derived from the estimators' sampling variance."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from evalgauge import robustness as rb
+from evalgauge.cli import main
+from evalgauge.design import code_data
+from evalgauge.estimate.anova import anova_from_coded
+from evalgauge.montecarlo import TABLE8
+from evalgauge.vocabulary import RESIDUAL
+
+
+def _as_frame(y: np.ndarray) -> pd.DataFrame:
+    """The dense factorial as the long table a user would bring (items labelled within their category)."""
+    grid = np.indices(y.shape).reshape(y.ndim, -1)
+    names = list(rb.E1_COUNTS)
+    frame = pd.DataFrame({n: [f"{n[0]}{k}" for k in grid[i]] for i, n in enumerate(names)})
+    frame["item"] = frame["category"] + "-" + frame["item"]
+    frame["replicate"] = grid[-1] + 1
+    frame["score"] = y.ravel()
+    return frame
+
+
+def test_the_dense_fit_is_the_estimator_on_the_long_table():
+    y = rb.draw(TABLE8, np.random.default_rng(4))
+    design = rb.e1_design()
+    dense = rb.fit(y, design)
+    long = anova_from_coded(code_data(_as_frame(y), design))
+    assert {c.name for c in dense.components} == {c.name for c in long.components}
+    for c in long.components:
+        assert dense[c.name].variance == pytest.approx(c.variance, rel=1e-9, abs=1e-12)
+
+
+def test_the_knife_edge_components_give_the_asked_ratio_of_true_gains():
+    for ratio in (0.75, 1.0, 1.5, 4.0):
+        pct = rb._pct_changes(rb.truth(rb.knife_edge_components(ratio)))
+        assert pct[rb.KNIFE_PROMPTS] / pct[rb.KNIFE_CALLS] == pytest.approx(ratio, rel=1e-9)
+    with pytest.raises(ValueError, match="2/3"):
+        rb.knife_edge_components(0.6)
+
+
+def test_one_fit_per_temperature_recovers_each_residual_and_the_pooled_fit_their_average():
+    out = rb.heteroscedastic_strata(reps=100, seed=2)
+    # each residual's estimate has 2,400 df: relative s.d. sqrt(2/2400) per study; 4 Monte Carlo s.e. allowed
+    for stratum in out["strata"]:
+        assert stratum["mc_se"] == pytest.approx(math.sqrt(2 / 2400) / 10, rel=0.25)
+        assert abs(stratum["rel_bias"]) <= 4 * stratum["mc_se"]
+    assert abs(out["pooled_rel_to_average"]) <= 4 * out["pooled_mc_se"]
+
+
+def test_an_omitted_three_way_pools_into_the_two_way_terms_that_hold_it():
+    rows = rb.three_way_sweep(fractions=(0.0, 1.0), reps=60, seed=1).set_index("fraction")
+    assert rows.loc[0.0, "cell_term_mean"] == pytest.approx(0.0, abs=3e-4)
+    assert rows.loc[1.0, "worst_component"] == "category:item:variant"
+    # E[MS item x variant] holds the 3-way at M R against H M R for its own variance (1/3 of 0.02), less what
+    # the pooled cell term takes: the bias lies between half of that and all of it
+    bias = rows.loc[1.0, "max_abs_rel_bias"] * TABLE8["category:item:variant"]
+    assert 0.5 * 0.02 / 3 < bias < 0.02 / 3
+    assert rows.loc[1.0, "cell_term_mean"] > 0.005
+    assert abs(rows.loc[1.0, "residual_rel_bias"]) < 0.01  # the calls' noise: s.d. 1.7% per study (7,200 df)
+    assert (rows["kendall_tau"] > 0.75).all()
+
+
+def test_sigma2_phi_is_unbiased_at_every_v_and_truncation_lifts_it():
+    rows = rb.prompt_count_sweep(variants=(2, 5), sigma2_phi=(0.0, 0.1), reps=150, seed=3)
+    scored = rows[rows["sigma2_phi"] > 0]
+    assert (abs(scored["rel_bias"]) <= 4 * scored["mc_se"]).all()
+    assert (rows["mean_truncated"] >= rows["mean"]).all()
+    zero = rows[rows["sigma2_phi"] == 0]
+    assert zero["rel_bias"].isna().all() and (zero["share_at_zero"] > 0.3).all()
+
+
+def test_profile_transfer_errs_by_the_noise_ratio():
+    rows = rb.profile_transfer(cheap_noise=2.0, reps=60, seed=5).set_index("direction")
+    # moved components are off by 1 - 1/k and k - 1 in expectation; estimation noise only adds (Jensen)
+    assert 0.45 < rows.loc["frontier -> cheaper", "mean_rel_error"] < 0.65
+    assert 0.9 < rows.loc["cheaper -> frontier", "mean_rel_error"] < 1.25
+    assert set(rows["true_top_source"]) == {"temperature x2"}
+
+
+def test_the_command_runs_a_chosen_study_and_says_the_paper_figures():
+    run = CliRunner().invoke(main, ["simulate", "robustness", "--study", "knife-edge", "--study", "strata",
+                                    "--reps", "8", "--json", "-"])
+    assert run.exit_code == 0, run.output
+    out = json.loads(run.stdout)
+    assert set(out["studies"]) == {"knife-edge", "strata"} and out["reps"] == 8
+    assert [r["ratio"] for r in out["studies"]["knife-edge"]] == [0.75, 0.9, 1.0, 1.1, 1.5, 2.0, 4.0]
+    text = CliRunner().invoke(main, ["simulate", "robustness", "--study", "transfer", "--reps", "5"])
+    assert text.exit_code == 0 and "2.3-2.5" in text.output
+    bad = CliRunner().invoke(main, ["simulate", "robustness", "--study", "nope"])
+    assert bad.exit_code == 2 and "nope" in bad.output
+
+
+def test_the_residual_is_left_alone_by_the_knife_edge_prompt_terms():
+    comps = rb.knife_edge_components(1.0)
+    assert {k: v for k, v in comps.items() if k != RESIDUAL} == {k: v for k, v in TABLE8.items() if k != RESIDUAL}
