@@ -92,6 +92,24 @@ def test_deviance_and_gradient_match_dense_reference(small_unbalanced, blocking)
         assert ev.gradient[2] == 0.0  # the criterion is even in theta_k
 
 
+@pytest.mark.parametrize("blocking", [True, False])
+def test_many_fixed_levels_scatter_only_onto_their_own_cells(blocking):
+    """Systems as fixed effects (the comparisons' GLS refit): each system's indicator column of X touches its
+    own cells, so the cross-products keep those entries only, not p^2 per cell (58 systems once took 5 GB)."""
+    frame = simulate(sizing_preset(systems=12, items=8, judges=2, replicates=2), seed=3)
+    frame = frame[np.random.default_rng(2).random(len(frame)) > 0.2].reset_index(drop=True)
+    model = parse_formula("score ~ system + (1|item) + (1|judge) + (1|item:judge) + (1|system:item)")
+    problem, cells, x = _problem(frame, model, blocking)
+    assert x.shape[1] == 12
+    slots = len(problem.glob) + 1  # the global random terms and the intercept touch every cell
+    assert problem.gg_idx.size <= cells.n_cells * (slots**2 + 2 * slots + 1)
+    assert problem.gg_idx.size == problem.gg_cell.size == problem.gg_val.size
+    assert problem.rg_idx.size <= cells.n_cells * (slots + 1)
+    for theta in (np.array([0.8, 0.4, 0.6, 1.1]), np.array([1.3, 0.0, 0.2, 0.5])):
+        ev = problem.evaluate(theta, gradient=True)
+        assert ev.deviance == pytest.approx(_dense_deviance(frame, model, theta), abs=1e-9)
+
+
 def test_average_information_is_close_to_the_hessian_at_the_optimum(small_unbalanced):
     frame, model = small_unbalanced
     result = estimate_components(frame, formula=model.formula())

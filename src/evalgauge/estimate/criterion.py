@@ -260,16 +260,30 @@ class RemlProblem:
         def cat(parts, dtype=np.int64):
             return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
+        def nonzero(index, values):
+            """A pair of slots' scatter entries (index, cell, value) on the cells where the value is not 0:
+            a dummy column of X (a fixed system's indicator) touches its own level's cells only, so with many
+            fixed levels most entries of the full pairs would be zeros (p^2 of them per cell)."""
+            if values is None:
+                return index, cells, None
+            keep = np.flatnonzero(values)
+            if keep.size == values.size:
+                return index, cells, values
+            return index[keep], cells[keep], values[keep]
+
+        def scatter(entries):  # (index, cell, values) of every pair, concatenated
+            entries = list(entries)
+            vals = cat([np.ones(c.size) if v is None else v for _, c, v in entries], np.float64) if x_vals else None
+            return cat([i for i, _, _ in entries]), cat([c for _, c, _ in entries]), vals
+
         n_ll, n_lg, n_gg = max(self.nb * bm * bm, 1), max(self.nb * bm * g, 1), max(g * g, 1)
         self.ll_idx = cat([small(b * bm * bm + pk * bm + pl, n_ll) for _, pk in slots_l for _, pl in slots_l])
         self.ll_cell = cat([cells for _ in slots_l for _ in slots_l])
-        self.lg_idx = cat([small(b * bm * g + pk * g + gi, n_lg) for _, pk in slots_l for _, gi, _ in slots_g])
-        self.lg_cell = cat([cells for _ in slots_l for _ in slots_g])
-        self.lg_val = cat([one(xv) for _ in slots_l for _, _, xv in slots_g], np.float64) if x_vals else None
-        self.gg_idx = cat([small(gi * g + gj, n_gg) for _, gi, _ in slots_g for _, gj, _ in slots_g])
-        self.gg_cell = cat([cells for _ in slots_g for _ in slots_g])
-        self.gg_val = (cat([one(xi) * one(xj) for _, _, xi in slots_g for _, _, xj in slots_g], np.float64)
-                       if x_vals else None)
+        self.lg_idx, self.lg_cell, self.lg_val = scatter(
+            nonzero(small(b * bm * g + pk * g + gi, n_lg), xv) for _, pk in slots_l for _, gi, xv in slots_g)
+        self.gg_idx, self.gg_cell, self.gg_val = scatter(
+            nonzero(small(gi * g + gj, n_gg), None if xi is None and xj is None else one(xi) * one(xj))
+            for _, gi, xi in slots_g for _, gj, xj in slots_g)
         self.lg_row = self.lg_idx // (bm * g) if bm else self.lg_idx
         self.lg_col = self.lg_idx % g if g else self.lg_idx
         #: the sparse path pays off when blocks are scalars and the dense coupling would be large
@@ -280,9 +294,7 @@ class RemlProblem:
             self._diagonal_pattern()
         self.rl_idx = cat([small(b * bm + pk, max(self.nb * bm, 1)) for _, pk in slots_l])
         self.rl_cell = cat([cells for _ in slots_l])
-        self.rg_idx = cat([small(gi, max(g, 1)) for _, gi, _ in slots_g])
-        self.rg_cell = cat([cells for _ in slots_g])
-        self.rg_val = cat([one(xv) for _, _, xv in slots_g], np.float64) if x_vals else None
+        self.rg_idx, self.rg_cell, self.rg_val = scatter(nonzero(small(gi, max(g, 1)), xv) for _, gi, xv in slots_g)
         # which term owns each effect position (for theta scaling and per-term sums)
         self.owner_l = np.full(self.nb * bm, -1, dtype=np.int64)
         for k, pk in slots_l:
