@@ -137,3 +137,28 @@ def test_fitted_values_are_the_shrunken_group_means():
     np.testing.assert_allclose(solved.fitted, expected.loc[cells.labels["item"][cells.codes["item"]]].to_numpy(),
                                atol=1e-9)
     assert solved.beta[0] == pytest.approx(mu)
+
+
+def test_items_tied_in_their_judges_spread_are_listed_in_label_order(tmp_path):
+    """0/1 scores give many items the same spread of judge modes; the list must not follow the solve's last bits
+    (it changed with the row order and with the sparse factor's ordering)."""
+    from click.testing import CliRunner
+
+    from evalgauge.cli import main
+
+    rng = np.random.default_rng(5)
+    patterns = np.array([[1, 1, 0], [0, 1, 1], [1, 0, 1], [1, 1, 1]])
+    rows = [{"system": s, "item": f"i{i:02d}", "judge": f"j{j}",
+             "score": int(patterns[i % 4, j] ^ (rng.random() < 0.1))}
+            for s in ("a", "b", "c") for i in range(40) for j in range(3)]
+    frame = pd.DataFrame(rows)
+    lists = []
+    for k, order in enumerate((np.arange(len(frame)), rng.permutation(len(frame)))):
+        path = tmp_path / f"d{k}.csv"
+        frame.iloc[order].to_csv(path, index=False)
+        out = CliRunner().invoke(main, ["analyze", str(path), "--json", str(tmp_path / f"a{k}.json")])
+        assert out.exit_code == 0, out.output
+        lists.append(json.loads((tmp_path / f"a{k}.json").read_text())["effects"]["disagreed_items"])
+    assert [d["item"] for d in lists[0]] == [d["item"] for d in lists[1]]
+    keys = [(-float(f"{d['spread']:.10g}"), d["item"]) for d in lists[0]]
+    assert keys == sorted(keys) and len({k[0] for k in keys}) < len(keys)  # ties, in label order

@@ -66,8 +66,12 @@ def test_an_unbalanced_log_gets_the_rows_reml_from_the_cells(tmp_path):
     design = eg.infer_design(frame)
     rows = fit_reml(frame, model_from_design(design), object_facet=design.object, facet_order=design.names)
     assert vc.method == "reml" and vc.reml.criterion == pytest.approx(rows.reml.criterion, abs=1e-8)
+    # DuckDB sums the cells in no fixed order, so the two fits see sums that differ in the last bits and may
+    # take different damped steps; both stop where a Newton step would gain less than 1e-12 of the deviance
+    # (1e-9 here), which this design's smallest AI curvature (2.4) allows theta to miss by 3e-5: components
+    # agree to 1e-5 (measured: 1e-8 at most)
     for comp in rows.components:
-        assert vc.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-9, abs=1e-12)
+        assert vc.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-5, abs=1e-12)
     out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb", "--json", "-"])
     assert out.exit_code == 0, out.output
     payload = json.loads(out.stdout)  # the scan's progress line goes to stderr

@@ -90,3 +90,31 @@ def test_exchangeable_means_take_the_studentized_range(k, df):
     general = simultaneous_critical(jitter, pairs, df, 0.95)
     assert general.method != "studentized range"
     assert abs(general.value - exact.value) <= general.error + 2e-3 * exact.value
+
+
+def test_a_difference_without_variance_bounds_nothing():
+    """Systems scored identically: their differences have no variance, so they leave the family (the lattice
+    rule's Cholesky of their correlation had no column: a traceback from `analyze`)."""
+    same = np.full((3, 3), 0.002)
+    out = simultaneous_critical(same, np.array([[0, 1], [0, 2], [1, 2]]), 10.0, 0.95)
+    assert out.value == 0.0 and out.method == "no difference varies"
+    # systems 0 and 1 identical, 2 apart: the two pairs that vary are one difference, so the family's value is
+    # that difference's own two-sided t quantile
+    cov = np.array([[0.002, 0.002, 0.0], [0.002, 0.002, 0.0], [0.0, 0.0, 0.003]])
+    both = simultaneous_critical(cov, np.array([[0, 1], [0, 2], [1, 2]]), 10.0, 0.95)
+    assert both.value == pytest.approx(stats.t.ppf(0.975, 10), rel=1e-3)
+
+
+def test_analyze_on_systems_scored_identically_says_their_pairs_are_not_separated(tmp_path):
+    from click.testing import CliRunner
+
+    from evalgauge.cli import main
+
+    path = tmp_path / "same.csv"
+    rows = ["system,item,judge,score"] + [f"{s},i{i},j{j},{(i * j + i) % 2}" for s in "abc" for i in range(20)
+                                          for j in range(3)]
+    path.write_text("\n".join(rows) + "\n")
+    out = CliRunner().invoke(main, ["analyze", str(path), "--json", str(tmp_path / "a.json")])
+    assert out.exit_code == 0, out.output
+    pairs = json.loads((tmp_path / "a.json").read_text())["comparison"]["pairs"]
+    assert pairs and all(p["diff"] == 0 and p["p_holm"] == 1 for p in pairs)

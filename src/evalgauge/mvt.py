@@ -255,9 +255,15 @@ def simultaneous_critical(cov: np.ndarray, pairs: np.ndarray, df: float, level: 
     ``tolerance``: by the lattice rule (:func:`max_t_critical`, as mvtnorm's qmvt) for up to
     :data:`LATTICE_PAIRS` pairs, else by Monte Carlo (:func:`max_t_monte_carlo`), which reaches the same
     accuracy at a cost linear in the pairs. The error (3.5 standard errors, mvtnorm's convention) is
-    reported either way; a Monte Carlo run that hits ``budget`` reports the error it reached."""
+    reported either way; a Monte Carlo run that hits ``budget`` reports the error it reached. A pair whose
+    difference has no variance (the design fixes it exactly, e.g. systems scored identically) bounds nothing
+    and is left out."""
+    if len(pairs):
+        a, b = pairs[:, 0], pairs[:, 1]
+        spread = cov[a, a] + cov[b, b] - 2 * cov[a, b]
+        pairs = pairs[spread > 1e-12 * max(float(np.max(np.abs(np.diag(cov)))), 1e-300)]
     if len(pairs) == 0:
-        return CriticalValue(0.0, 0.0, 0.0, 0)
+        return CriticalValue(0.0, 0.0, 0.0, 0, "no difference varies")
     if len(pairs) == 1:  # one pair: the two-sided quantile itself
         q = special.stdtrit(df, 0.5 + level / 2) if math.isfinite(df) else special.ndtri(0.5 + level / 2)
         return CriticalValue(float(q), 0.0, 0.0, 0, "exact")

@@ -159,12 +159,13 @@ def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponent
     facets with its 95% interval (mode +- 1.96 conditional SD: who is harsh, and how surely), the items whose
     interaction modes with the judges (else the variants) spread the most (where the judges disagree), and each
     term's modes for a Q-Q plot. None where the model has no such term or no residual to weigh by."""
-    from ..estimate.effects import fit_of
+    from ..estimate.effects import fit_of, has_residual
     from ..estimate.spec import fitted_model
 
     model = fitted_model(spec, vc)
     main = [t.name for t in model.random if len(t.columns) == 1 and t.columns[0] != item]
-    if not main or not vc["residual"].variance > 0:
+    if not main or not has_residual(vc["residual"].variance, [c.variance_truncated for c in vc.components
+                                                              if c.kind == "random"]):
         return None
     solved, cells = fit_of(judgments, model, vc, sd_of=main)
     effects = solved.effects
@@ -177,9 +178,12 @@ def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponent
             continue
         modes = effects[effects["term"] == term.name]
         owner = modes["level"].str.split(":").str[term.columns.index(item)]
-        spread = modes.groupby(owner)["mode"].std(ddof=0).sort_values(ascending=False)
+        spread = modes.groupby(owner)["mode"].std(ddof=0)
+        # ties (items whose judges' modes spread alike, common with 0/1 scores) in the items' order: without
+        # the rounding their order would follow the last bits of the solve
+        ranked = sorted(spread.items(), key=lambda kv: (-float(f"{kv[1]:.10g}"), str(kv[0])))
         out["disagreed_items"] = [{"item": k, "spread": float(v), "across": other}
-                                  for k, v in spread.head(DISAGREED_ITEMS).items()]
+                                  for k, v in ranked[:DISAGREED_ITEMS]]
         break
     for name, modes in effects.groupby("term", sort=False)["mode"]:
         if modes.size >= 3 and vc[name].variance > 0:  # standardised by the term's SD: N(0, 1) if the model holds

@@ -233,7 +233,8 @@ def _pair_tests(est: _Estimates, vc: VarianceComponents, level: float) -> _Pairs
     diff = est.means[pa] - est.means[pb]
     tq = _t_quantile(df, level)
     with np.errstate(invalid="ignore", divide="ignore"):
-        tstat = np.where(se > 0, diff / se, np.inf)
+        # no variance: a difference known exactly is certain unless it is 0, where there is nothing to test
+        tstat = np.where(se > 0, diff / se, np.where(diff == 0, 0.0, np.inf))
     finite = np.isfinite(df)
     pval = np.where(finite, 2 * special.stdtr(np.where(finite, df, 1.0), -np.abs(tstat)),
                     2 * special.ndtr(-np.abs(tstat)))

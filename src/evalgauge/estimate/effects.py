@@ -43,6 +43,15 @@ class ConditionalFit:
     fitted: np.ndarray
 
 
+#: a variance below this share of the fit's total is rounding (a fit of identical scores leaves 1e-32): as 0
+NEGLIGIBLE = 1e-12
+
+
+def has_residual(residual: float, variances) -> bool:
+    """Whether the residual variance is more than rounding of the fit's total (its inverse weighs the cells)."""
+    return residual > NEGLIGIBLE * (residual + sum(max(float(v), 0.0) for v in variances))
+
+
 def conditional_modes(cells: CellData, model: MixedModel, variances: Mapping[str, float],
                       residual: float, sd_of: Iterable[str] | None = None) -> pd.DataFrame:
     """One row per level of every random term of ``model``: its conditional mode and conditional SD
@@ -59,9 +68,10 @@ def conditional_fit(cells: CellData, model: MixedModel, variances: Mapping[str, 
     ``sd_of`` names the terms whose conditional SDs are wanted (default: all; the others' are NaN): a few levels'
     SDs take a few solves, every level's a solve per level.
     """
-    if not residual > 0:
+    if not has_residual(residual, variances.values()):
         raise DesignError("conditional modes need a positive residual variance (a fit with one observation per "
                           "cell and no within-cell spread has none).")
+    tiny = NEGLIGIBLE * (residual + sum(max(float(v), 0.0) for v in variances.values()))
     x, _, _ = fixed_matrix(cells, model)
     blocks, names, labels, sigma2 = [], [], [], []
     for term in model.random:
@@ -78,7 +88,7 @@ def conditional_fit(cells: CellData, model: MixedModel, variances: Mapping[str, 
     z = sp.hstack(blocks, format="csr")
     sizes = [b.shape[1] for b in blocks]
     g = np.repeat(sigma2, sizes)
-    active = g > 0  # a zero variance: its effects are zero, exactly, and leave the equations
+    active = g > tiny  # a zero variance (or one at rounding level): its effects are zero and leave the equations
     w = cells.count / residual
     za = z[:, active]
     zw = za.T.multiply(w)
