@@ -47,9 +47,14 @@ class ConditionalFit:
 NEGLIGIBLE = 1e-12
 
 
+def _rounding(residual: float, variances) -> float:
+    """The size below which a variance of this fit is rounding: :data:`NEGLIGIBLE` of its total."""
+    return NEGLIGIBLE * (residual + sum(max(float(v), 0.0) for v in variances))
+
+
 def has_residual(residual: float, variances) -> bool:
     """Whether the residual variance is more than rounding of the fit's total (its inverse weighs the cells)."""
-    return residual > NEGLIGIBLE * (residual + sum(max(float(v), 0.0) for v in variances))
+    return residual > _rounding(residual, variances)
 
 
 def conditional_modes(cells: CellData, model: MixedModel, variances: Mapping[str, float],
@@ -71,7 +76,7 @@ def conditional_fit(cells: CellData, model: MixedModel, variances: Mapping[str, 
     if not has_residual(residual, variances.values()):
         raise DesignError("conditional modes need a positive residual variance (a fit with one observation per "
                           "cell and no within-cell spread has none).")
-    tiny = NEGLIGIBLE * (residual + sum(max(float(v), 0.0) for v in variances.values()))
+    tiny = _rounding(residual, variances.values())
     x, _, _ = fixed_matrix(cells, model)
     blocks, names, labels, sigma2 = [], [], [], []
     for term in model.random:

@@ -269,8 +269,8 @@ FIRST_SHRINK = 4.0
 #: damping lambda of (H + lambda diag(H)) step = -g). Two halvings of the AI step, then damped steps, which
 #: turn towards the scaled gradient. Halving alone keeps the AI matrix's direction, and where that matrix is
 #: poor (SummEval: 5 judges x 5 prompt types, partly crossed) ten halvings all failed and L-BFGS-B took 100
-#: more evaluations (123 in all; 48 so); on the lme4 reference designs and 12 random unbalanced ones the
-#: count is the same or lower (137 -> 129) and every criterion the same.
+#: more evaluations (123 in all; 48 so, the same criterion); on the lme4 reference designs and 12 random
+#: unbalanced ones the counts and criteria are unchanged.
 STEPS = ((1.0, 0.0), (0.5, 0.0), (0.25, 0.0), (1.0, 1.0), (1.0, 100.0), (1.0, 1e4))
 #: near the optimum (a full step predicted to gain less than this share of the deviance) only halvings, down
 #: to 2^-9: there a damped step would wander along a flat ridge by the deviance's rounding, and two fits of
