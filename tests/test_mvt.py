@@ -118,3 +118,4 @@ def test_analyze_on_systems_scored_identically_says_their_pairs_are_not_separate
     assert out.exit_code == 0, out.output
     pairs = json.loads((tmp_path / "a.json").read_text())["comparison"]["pairs"]
     assert pairs and all(p["diff"] == 0 and p["p_holm"] == 1 for p in pairs)
+    assert "their scores do not differ in these data" in out.output and "nan" not in out.output

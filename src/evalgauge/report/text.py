@@ -6,6 +6,8 @@ the terminal prints it, the report escapes it. The wording is the same wherever 
 
 from __future__ import annotations
 
+import math
+
 
 def _df(value) -> str:
     return "inf" if value is None else f"{value:.1f}"
@@ -45,6 +47,9 @@ def ceiling_sentence(obj: str, erho2: float, mdd95: float, ceiling: dict, requir
     """E rho^2 and the MDD at this design, the single-facet ceiling and its MDD floor (sizing eqs. 3-4), and
     what a target E rho^2 needs."""
     facet = ceiling["facet"]
+    if math.isnan(erho2) or mdd95 < 1e-12:  # 0 / 0 or rounding: the objects do not differ, nor their errors
+        return (f"Comparing {obj}s: their scores do not differ in these data (no variance between {obj}s and none in "
+                f"their relative error), so E rho^2 is undefined and the MDD 0: there is nothing to separate.")
     return (f"Comparing {obj}s: E rho^2 {erho2:.3f} and MDD95 {mdd95:.4g} at this design; with one {facet} no "
             f"item count gets past E rho^2 {ceiling['erho2']:.3f} (the single-{facet} ceiling; MDD floor "
             f"{ceiling['mdd95']:.4g}); for E rho^2 {target:g}: {requirement}.")
