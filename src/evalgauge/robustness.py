@@ -33,7 +33,7 @@ import pandas as pd
 from .components import VarianceComponents
 from .design import Design, Facet
 from .estimate.anova import anova_from_cell_means
-from .montecarlo import CATEGORIES, MU, TABLE8, _map
+from .montecarlo import CATEGORIES, MU, TABLE8, _map, component_bias
 from .vocabulary import RESIDUAL
 
 #: E.1's design: N = 50 items in C = 5 categories, V = 4, H = 3; M = 3 judges (Table 8's), R = 5
@@ -117,13 +117,10 @@ def _estimates(vc: VarianceComponents) -> dict[str, float]:
 
 
 def _worst_bias(runs: pd.DataFrame) -> dict:
-    """The non-residual Table 8 component with the largest relative bias over the studies, that bias, and the
-    largest bias of any of them in Monte Carlo standard errors (with 3-5 levels one is several percent)."""
-    terms = [k for k in TABLE8 if k != RESIDUAL and k in runs]
-    bias = {k: float(runs[k].mean() / TABLE8[k] - 1) for k in terms}
-    worst = max(bias, key=lambda k: abs(bias[k]))
-    z = max(abs(runs[k].mean() - TABLE8[k]) / (runs[k].std(ddof=1) / math.sqrt(len(runs))) for k in terms)
-    return {"max_abs_rel_bias": abs(bias[worst]), "worst_component": worst, "max_bias_mc_se": float(z)}
+    """:func:`evalgauge.montecarlo.component_bias` against Table 8, without the per-component dict."""
+    out = component_bias(runs, TABLE8)
+    del out["rel_bias"]
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -348,7 +345,7 @@ def profile_transfer(cheap_noise: float = 2.0, reps: int = 200, seed: int = 0, s
         for run in runs:
             est = run[source]
             errors.append(np.mean([abs(est[k] - truths[target][k]) / truths[target][k] for k in moved]))
-            top = _pct_changes(_with_estimates(est)).idxmin()
+            top = _pct_changes(truth(est)).idxmin()  # the fit's estimates, the cell term kept, as given
             wrong.append(top != tops[target])
             own_wrong.append(top != tops[source])
         rows.append({"direction": name, "noise_ratio": cheap_noise, "reps": reps,
@@ -356,11 +353,6 @@ def profile_transfer(cheap_noise: float = 2.0, reps: int = 200, seed: int = 0, s
                      "top1_wrong_own_profile": float(np.mean(own_wrong)),
                      "true_top_source": tops[source], "true_top_target": tops[target]})
     return pd.DataFrame(rows)
-
-
-def _with_estimates(estimates: dict[str, float]) -> VarianceComponents:
-    """A fit's estimates as given components (the cell term kept), for the D-study."""
-    return truth(estimates)
 
 
 STUDIES = ("three-way", "strata", "prompts", "knife-edge", "transfer")
