@@ -92,6 +92,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_compare.py
 	$(BIN)/python bench/bench_mvt.py
 	$(BIN)/python bench/bench_pairwise.py
+	$(BIN)/python bench/bench_pairwise_process.py
 	$(BIN)/python bench/bench_startup.py
 	$(BIN)/python bench/study_compare.py --reps 400
 	$(BIN)/python bench/study_adaptive.py --runs 200 --yardstick-systems 16,32

@@ -229,7 +229,7 @@ def test_the_model_is_resolved_once(frame, monkeypatch):
 
 #: the package's floors, lowest first: a module may import its own floor and those below, never one above
 LAYERS = (
-    ("ground", ("version", "errors", "vocabulary", "results", "display", "store")),
+    ("ground", ("version", "errors", "vocabulary", "results", "display", "store", "machine")),
     ("core", CORE),
     ("edges", ("io", "inputs", "outputs")),
     ("collect", ("collect",)),

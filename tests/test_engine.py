@@ -551,7 +551,7 @@ def test_auto_chooses_by_what_the_reading_would_take(tmp_path, monkeypatch):
     boot = runner.invoke(main, ["components", str(path), "--bootstrap", "20", "--seed", "1"])
     assert boot.exit_code == 0 and "engine:" not in boot.output  # the bootstrap needs the rows: in memory
     # a machine with less memory available than the reading would take
-    monkeypatch.setattr("evalgauge.estimate.criterion.available_memory", lambda: needed)
+    monkeypatch.setattr("evalgauge.machine.available_memory", lambda: needed)
     assert eng.engine_for("auto", path, rows="prefer") == "duckdb"  # eg.fit keeps the cells instead
     assert eg.fit(str(path)).judgments is None
     refused = runner.invoke(main, ["analyze", str(path)])

@@ -157,32 +157,36 @@ def battle_counts(frame: pd.DataFrame, *, presentation_order: bool = False, keep
     labels' sorted order), so any reduction of the same judgments gives the same entries. ``keep`` keeps the
     table as ``judgments_counted``."""
     weighted = "weight" in frame
-    items = "item" in frame
     a_codes, a_names = pd.factorize(frame["model_a"].astype(str), sort=True)
     b_codes, b_names = pd.factorize(frame["model_b"].astype(str), sort=True)
     systems = tuple(sorted(set(a_names) | set(b_names)))
     a = np.searchsorted(systems, np.asarray(a_names, dtype=object))[a_codes].astype(np.int64)
     b = np.searchsorted(systems, np.asarray(b_names, dtype=object))[b_codes].astype(np.int64)
-    outcome = frame["outcome"].to_numpy(float)
-    weight = frame["weight"].to_numpy(float) if weighted else np.ones(len(frame))
-    rows = frame["rows"].to_numpy(np.int64)
-    if items:  # a missing item is one label, "", however the rows or the engine spelt it
-        item_codes, item_labels = pd.factorize(frame["item"].where(frame["item"].notna(), "").astype(str), sort=True)
-    else:
-        item_codes, item_labels = np.zeros(len(frame), dtype=np.int64), np.array([""], dtype=object)
-    # integer keys only: the sort and the grouping never compare strings row by row
-    keys = [np.minimum(a, b), np.maximum(a, b), item_codes, a, outcome, weight]
-    order = np.lexsort(keys[::-1])
-    keys = [k[order] for k in keys]
-    rows = rows[order]
-    # the same (pair, item, slot, outcome, weight) given twice (pieces of a reduction): summed into one entry
-    new = np.ones(len(rows), dtype=bool)
-    new[1:] = np.any([k[1:] != k[:-1] for k in keys], axis=0) if len(rows) > 1 else new[1:]
-    starts = np.flatnonzero(new)
-    rows = np.add.reduceat(rows, starts) if len(rows) else rows
-    lo, hi, item_codes, a, outcome, weight = (k[starts] for k in keys)
+    items = _item_codes(frame["item"]) if "item" in frame else None
+    return _counts(systems, a, b, frame["outcome"].to_numpy(float),
+                   frame["weight"].to_numpy(float) if weighted else None, frame["rows"].to_numpy(np.int64), items,
+                   presentation_order=presentation_order, judgments_counted=frame if keep else None)
+
+
+def _item_codes(item: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's code into the sorted item labels; a missing item is one label, "", however the rows or the
+    engine spelt it."""
+    codes, labels = pd.factorize(item.where(item.notna(), "").astype(str), sort=True)
+    return codes, np.asarray(labels, dtype=object)
+
+
+def _counts(systems: tuple[str, ...], a: np.ndarray, b: np.ndarray, outcome: np.ndarray, weight: np.ndarray | None,
+            rows: np.ndarray, items: tuple[np.ndarray, np.ndarray] | None, *, presentation_order: bool,
+            judgments_counted: pd.DataFrame | None = None) -> BattleCounts:
+    """:class:`BattleCounts` from integer codes (``systems`` sorted; ``items``: codes into sorted labels)."""
+    weighted = weight is not None
+    weight = weight if weighted else np.ones(len(a))
+    item_codes, item_labels = items if items is not None else (np.zeros(len(a), dtype=np.int64),
+                                                               np.array([""], dtype=object))
+    lo, hi, item_codes, a, outcome, weight, rows = _distinct_entries(
+        np.minimum(a, b), np.maximum(a, b), item_codes, len(item_labels), a, outcome, weight, rows, len(systems))
     b = lo + hi - a
-    if items:
+    if items is not None:
         battle_start = np.ones(len(a), dtype=bool)
         battle_start[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1]) | (item_codes[1:] != item_codes[:-1])
         battle = np.cumsum(battle_start) - 1
@@ -190,25 +194,76 @@ def battle_counts(frame: pd.DataFrame, *, presentation_order: bool = False, keep
         battle = np.arange(len(a))
     names = np.asarray(systems, dtype=object)
     out = pd.DataFrame({"model_a": names[a], "model_b": names[b], "battle": battle})
-    if items:
-        out["item"] = np.asarray(item_labels, dtype=object)[item_codes]
+    if items is not None:
+        out["item"] = item_labels[item_codes]
     entries = Battles(systems, a, b, outcome, out)
-    return BattleCounts(entries, rows.astype(np.int64), weight, battles_are_rows=not items,
+    return BattleCounts(entries, rows.astype(np.int64), weight, battles_are_rows=items is None,
                         presentation_order=presentation_order, weighted=weighted,
-                        judgments_counted=frame if keep else None)
+                        judgments_counted=judgments_counted)
+
+
+#: the largest composite key of an entry (:func:`_distinct_entries`); beyond it the keys are sorted as columns
+_KEY_LIMIT = 2**62
+
+
+def _distinct_entries(lo, hi, item, n_items, a, outcome, weight, rows, m):
+    """The distinct (pair, item, slot, outcome, weight) entries in sorted order, with their ``rows`` summed (the
+    same entry given twice: pieces of a reduction). Integer keys only, so no string is compared row by row: one
+    int64 per row whose order is the tuple's, counted by a bincount when its range is small (a log without
+    items: pairs x slot x outcome x weight), sorted otherwise; as columns (lexsort) if it would overflow."""
+    o_values, o_codes = _value_codes(outcome)
+    w_values, w_codes = _value_codes(weight)
+    radix = (m, m, max(n_items, 1), 2, len(o_values), len(w_values))
+    if math.prod(radix) >= _KEY_LIMIT:
+        keys = [lo, hi, item, a, outcome, weight]
+        order = np.lexsort(keys[::-1])
+        keys = [k[order] for k in keys]
+        new = np.ones(len(rows), dtype=bool)
+        new[1:] = np.any([k[1:] != k[:-1] for k in keys], axis=0) if len(rows) > 1 else new[1:]
+        starts = np.flatnonzero(new)
+        summed = np.add.reduceat(rows[order], starts) if len(rows) else rows
+        return (*(k[starts] for k in keys), summed)
+    key = lo.astype(np.int64)
+    for digit, size in zip((hi, item, (a == hi).astype(np.int64), o_codes, w_codes), radix[1:], strict=True):
+        key = key * size + digit
+    if math.prod(radix) <= 8 * len(key) + 65536:
+        totals = np.bincount(key, weights=rows, minlength=math.prod(radix))
+        present = np.bincount(key, minlength=math.prod(radix)) > 0
+        key = np.flatnonzero(present)
+        summed = np.rint(totals[key]).astype(np.int64)
+    else:
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=np.int64)
+        summed = np.add.reduceat(rows[order], starts) if len(key) else rows[order]
+        key = key[starts]
+    digits = []
+    for size in radix[:0:-1]:
+        key, digit = np.divmod(key, size)
+        digits.append(digit)
+    w_code, o_code, slot_hi, item, hi = digits
+    lo = key
+    return lo, hi, item, np.where(slot_hi == 1, hi, lo), o_values[o_code], w_values[w_code], summed
+
+
+def _value_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values and each row's code into them (the outcomes 0, 0.5, 1 without a sort)."""
+    doubled = values * 2.0
+    if len(values) and doubled.min() >= 0 and doubled.max() <= 2 and np.array_equal(doubled, np.rint(doubled)):
+        codes = doubled.astype(np.int64)
+        return np.array([0.0, 0.5, 1.0]), codes
+    distinct, codes = np.unique(values, return_inverse=True)
+    return distinct, codes.reshape(-1).astype(np.int64)
 
 
 def count_battles(battles: Battles, weights: np.ndarray | None = None) -> BattleCounts:
-    """The rows' :class:`BattleCounts` (``weights``: each judgment's weight, as arena-hard's)."""
+    """The rows' :class:`BattleCounts` (``weights``: each judgment's weight, as arena-hard's); from the rows'
+    codes, the same entries as :func:`battle_counts` on their labels."""
     f = battles.frame
-    frame = pd.DataFrame({"model_a": np.asarray(battles.systems)[battles.a],
-                          "model_b": np.asarray(battles.systems)[battles.b], "outcome": battles.outcome,
-                          "rows": np.ones(battles.n, dtype=np.int64)})
-    if "item" in f:
-        frame["item"] = f["item"].to_numpy()
-    if weights is not None:
-        frame["weight"] = np.asarray(weights, float)
-    return battle_counts(frame, presentation_order=any(c in f for c in ("order", "position")))
+    return _counts(battles.systems, battles.a, battles.b, battles.outcome,
+                   None if weights is None else np.asarray(weights, float), np.ones(battles.n, dtype=np.int64),
+                   _item_codes(f["item"]) if "item" in f else None,
+                   presentation_order=any(c in f for c in ("order", "position")))
 
 
 @dataclass(frozen=True)

@@ -224,16 +224,21 @@ def _bootstraps(counts, fit, table, payload, n_boot, seed, ridge):
     return None
 
 
+_NO_WIN_DESIGN = ("the win indicators need an 'item' column and two or more systems for their components; the "
+                  "Bradley-Terry analysis needs neither: `evalgauge pairwise FILE`, or in Python "
+                  "evalgauge.analysis.pairwise.analyze_pairwise(eg.read(log)).")
+
+
 def win_indicator_rows(battles: Battles, baseline: str | None = None) -> tuple[pd.DataFrame, Design]:
     """Each system's win indicator per judgment (ties 0.5; :func:`evalgauge.pairwise.system_win_rows`) and
     their design: the system the object, the slot (position) a fixed facet, item, judge and variant random
     where they vary. A log without items (or with one system) has no G-study: :class:`DesignError`."""
+    if "item" not in battles.frame:  # said before building two rows per judgment
+        raise DesignError(_NO_WIN_DESIGN)
     rows = system_win_rows(battles, baseline)
     facets = [c for c in ("system", "item", "judge", "variant", "position") if c in rows and rows[c].nunique() > 1]
     if not ("item" in facets and "system" in facets):
-        raise DesignError("the win indicators need an 'item' column and two or more systems for their "
-                          "components; the Bradley-Terry analysis needs neither: `evalgauge pairwise FILE`, or in "
-                          "Python evalgauge.analysis.pairwise.analyze_pairwise(eg.read(log)).")
+        raise DesignError(_NO_WIN_DESIGN)
     rows = rows.assign(replicate=rows.groupby(facets).cumcount() + 1)
     design = Design(tuple(Facet(f, "object" if f == "system" else ("fixed" if f == "position" else "random"))
                           for f in facets), replicate="replicate")
@@ -286,12 +291,12 @@ def _win_components(battles, baseline, method, notes, payload, progress=None,
                     budget: float | None = None) -> VarianceComponents | None:
     """The variance components of the win indicators (position a fixed facet), their MDD and ceiling; with a
     ``budget`` (seconds), left out with a note when the fit is expected to cost more, before it starts."""
-    from ..estimate import estimate_components
-
     try:
         rows, design = win_indicator_rows(battles, baseline)
     except DesignError:
         return None
+    from ..estimate import estimate_components  # only a log with items loads the fit
+
     return _within_budget(lambda sized: estimate_components(rows, design, method=method, progress=sized), design,
                           notes, payload, progress, budget)
 

@@ -32,11 +32,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from .. import machine
 from ..data import as_judgments
 from ..errors import DesignError
 from ..vocabulary import RESIDUAL
 from .cells import CellData, cell_data, fixed_matrix, grouping_candidates, random_structure, term_levels, total_levels
-from .criterion import Evaluation, ModelSize, ModelTooLarge, RemlProblem, available_memory
+from .criterion import Evaluation, ModelSize, ModelTooLarge, RemlProblem
 from .model import MixedModel
 from .optimise import RemlFit, optimise
 
@@ -81,7 +82,7 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
     problem = RemlProblem(cells.n_obs, cells.count, cells.mean, cells.ss_within, x, levels, sizes, cell_term,
                           grouping_candidates(cells, terms))
     size = problem.size()
-    limit = available_memory() if max_memory is None else max_memory
+    limit = machine.available_memory() if max_memory is None else max_memory
     if limit and size.memory > 0.7 * limit:
         raise ModelTooLarge(size, limit)
     if max_seconds is not None and size.seconds > max_seconds:

@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import vocabulary
+from .. import machine, vocabulary
 from ..errors import DataError, EvalGaugeError
 from ..vocabulary import MAX_ABS_SCORE
 from .datasets import PART_KINDS, dataset_parts, is_dataset, partition_keys
@@ -1183,9 +1183,7 @@ def engine_for(engine: str, data: Any, *, rows: str = "prefer") -> str | None:
         return None  # the in-memory reader says what is wrong
     if rows == "no" and needed > ENGINE_ABOVE:
         return "duckdb"
-    from ..estimate.criterion import available_memory
-
-    free = available_memory()
+    free = machine.available_memory()
     return "duckdb" if free is not None and needed > MEMORY_SHARE * free else None
 
 
@@ -1218,9 +1216,7 @@ def _parquet_values(path: Path, nbytes: int) -> int:
 def check_fits_in_memory(data: str | Path, why: str = "") -> None:
     """Refuse, before reading, a file or dataset whose reading into memory would take more than the machine has
     available: a :class:`DataError` naming it and the way to fit it over the files instead."""
-    from ..estimate.criterion import available_memory
-
-    free = available_memory()
+    free = machine.available_memory()
     if free is None:
         return
     try:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..errors import DataError
@@ -31,11 +32,37 @@ def escape_controls(frame: pd.DataFrame) -> pd.DataFrame:
     frame.columns = [esc(str(c)) for c in frame.columns]
     for col in frame.columns:
         values = frame[col]
-        if values.dtype == object or pd.api.types.is_string_dtype(values):
+        if (values.dtype == object or pd.api.types.is_string_dtype(values)) and _may_hold_controls(values):
             has = values.astype("string").str.contains(_CONTROL, regex=True, na=False)
             if has.any():
                 frame[col] = values.where(~has, values[has].astype(str).map(esc))
     return frame
+
+
+def _may_hold_controls(values: pd.Series) -> bool:
+    """False when no value of an Arrow-backed text column can hold a control character of :data:`_CONTROL`
+    (none of its bytes writes one: below 0x20 but tab and newline, 0x7f, or 0xc2, which leads U+0080-U+009F in
+    UTF-8): a few passes over the column's bytes instead of a regular expression per value. True otherwise, and
+    for a column of Python objects."""
+    if not isinstance(values.array, pd.arrays.ArrowStringArray):
+        return True
+    import pyarrow as pa
+
+    arrow = pa.array(values.array)
+    for chunk in arrow.chunks if isinstance(arrow, pa.ChunkedArray) else [arrow]:
+        if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
+            return True
+        if len(chunk) == 0 or chunk.buffers()[2] is None:
+            continue
+        # a chunk may be a slice of a larger buffer: only its own bytes
+        width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=width)
+        data = np.frombuffer(chunk.buffers()[2], dtype=np.uint8)[
+            offsets[chunk.offset]:offsets[chunk.offset + len(chunk)]]
+        low = data[data < 0x20]
+        if ((low != 0x09) & (low != 0x0a)).any() or (data == 0x7f).any() or (data == 0xc2).any():
+            return True
+    return False
 
 
 def read_table(path: Path, kind: str, encoding: str | None = None, sep: str | None = None) -> pd.DataFrame:
@@ -45,9 +72,7 @@ def read_table(path: Path, kind: str, encoding: str | None = None, sep: str | No
     _check_width(path, kind, encoding, sep)
     try:
         if kind in ("csv", "tsv"):
-            # Facet labels stay text: '01' and '1' are different items.
-            frame = pd.read_csv(path, sep=sep or _sniff_sep(path, kind, encoding), dtype=str,
-                                keep_default_na=True, skipinitialspace=True, encoding=encoding or "utf-8")
+            frame = _read_delimited(path, sep or _sniff_sep(path, kind, encoding), encoding or "utf-8")
         elif kind == "parquet":
             frame = _read_parquet(path)
         else:
@@ -63,6 +88,39 @@ def read_table(path: Path, kind: str, encoding: str | None = None, sep: str | No
         raise DataError(f"{path}: has no data rows. A judgments file has a header and one row per score.")
     frame.columns = [str(c).strip() for c in frame.columns]
     return frame
+
+
+def _read_delimited(path: Path, sep: str, encoding: str) -> pd.DataFrame:
+    """Every column as text: facet labels stay text ('01' and '1' are different items). pandas reads a column
+    as text (``dtype=str``) at about four times the cost of its own inference, so where that inference makes
+    Arrow strings (pandas 3) the file is read once with it and only the columns that did not come out as text
+    (numbers, booleans, empty columns) are read again as text, when most columns are text in the first rows: the
+    same frame as one reading with ``dtype=str``."""
+    options = {"sep": sep, "keep_default_na": True, "skipinitialspace": True, "encoding": encoding}
+    if not _mostly_text(pd.read_csv(path, nrows=1000, **options)):
+        return pd.read_csv(path, dtype=str, **options)  # reading most columns twice would cost more
+    frame = pd.read_csv(path, **options)
+    again = [k for k, dtype in enumerate(frame.dtypes) if not _arrow_text(dtype)]
+    if not again:
+        return frame
+    if not isinstance(frame.index, pd.RangeIndex):  # rows longer than the header: pandas' implicit index
+        return pd.read_csv(path, dtype=str, **options)
+    text = pd.read_csv(path, dtype=str, usecols=again, **options)
+    if len(text) != len(frame):  # pragma: no cover - one tokenizer, the same rows
+        return pd.read_csv(path, dtype=str, **options)
+    for k, column in zip(again, range(text.shape[1]), strict=True):
+        frame.isetitem(k, text.iloc[:, column])
+    return frame
+
+
+def _mostly_text(sample: pd.DataFrame) -> bool:
+    """Whether more than half of a file's columns are Arrow text in its first rows (then the second reading is
+    short; pandas before 3 infers no Arrow text, and reads once)."""
+    return 2 * sum(map(_arrow_text, sample.dtypes)) > sample.shape[1]
+
+
+def _arrow_text(dtype) -> bool:
+    return isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow"
 
 
 #: a judgments table has a column per facet, a score and a few more; past this it is not one (a wide
