@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from evalgauge.analysis.diagnostics import diagnose
 from evalgauge.cli import main
 from evalgauge.collect.config import load_config
-from evalgauge.collect.diagnostics import diagnose
 from evalgauge.collect.parsers import parse_score
 from evalgauge.collect.runner import run
 from evalgauge.collect.tasks import count_tasks

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from evalgauge.cli import main
 from evalgauge.collect.config import load_config
+from evalgauge.collect.limits import worst_case_input_tokens
 from evalgauge.collect.providers import Completion
-from evalgauge.collect.runner import run, run_async, worst_case_input_tokens
+from evalgauge.collect.runner import run, run_async
 from evalgauge.collect.tasks import count_tasks
 from evalgauge.errors import DataError
 from evalgauge.store import RunStore

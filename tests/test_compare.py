@@ -208,7 +208,7 @@ def test_incomplete_designs_adjust_for_who_scored():
 
 
 def test_the_report_says_first_what_one_judge_cannot_measure(tmp_path):
-    from evalgauge.report import analyze
+    from evalgauge.api import analyze
     from evalgauge.report.html import render
 
     frame = simulate(PRESETS["sizing"](systems=4, items=20, judges=1, replicates=2), seed=6)

@@ -51,7 +51,7 @@ def test_verbs_refuse_a_fit_that_did_not_converge():
 def test_the_analysis_derives_from_the_fit_without_reading_or_fitting_again(monkeypatch, tmp_path):
     import evalgauge.estimate as estimate
     import evalgauge.io as io
-    from evalgauge.report import analyze
+    from evalgauge.api import analyze
 
     frame = pd.read_csv(DATA)
     fit = eg.fit(frame, object="system")

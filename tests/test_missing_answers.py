@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from evalgauge.analysis.diagnostics import missing_answers
 from evalgauge.cli import main
-from evalgauge.collect.diagnostics import missing_answers
 from test_collector import KEY, collect, free_port, write_config
 
 

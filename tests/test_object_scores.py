@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from evalgauge.api import analyze
 from evalgauge.cli import main
 from evalgauge.components import VarianceComponents
 from evalgauge.errors import DesignError
 from evalgauge.estimate import estimate_components
 from evalgauge.inference import object_interval
-from evalgauge.report import analyze
 from evalgauge.simulate import simulate, sizing_preset
 
 

@@ -8,6 +8,7 @@ The stored copies are in tests/fixtures/golden/, written by the version before t
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -50,9 +51,10 @@ def battles(path: Path) -> str:
     names = np.array(["alpha", "beta", "gamma", "delta"])
     a = rng.integers(0, 4, n)
     b = (a + rng.integers(1, 4, n)) % 4
-    pd.DataFrame({"model_a": names[a], "model_b": names[b], "item": rng.integers(0, 40, n).astype(str),
-                  "judge": rng.choice(["j1", "j2"], n),
-                  "winner": rng.choice(["model_a", "model_b", "tie"], n, p=[0.45, 0.4, 0.15])}).to_csv(path, index=False)
+    item, judge = rng.integers(0, 40, n).astype(str), rng.choice(["j1", "j2"], n)
+    winner = rng.choice(["model_a", "model_b", "tie"], n, p=[0.45, 0.4, 0.15])
+    pd.DataFrame({"model_a": names[a], "model_b": names[b], "item": item, "judge": judge,
+                  "winner": winner}).to_csv(path, index=False)
     return str(path)
 
 
@@ -98,3 +100,87 @@ def test_the_report_has_the_sections_it_had(tmp_path):
     if os.environ.get("EVALGAUGE_WRITE_GOLDEN"):
         path.write_text(json.dumps(sections, indent=1) + "\n")
     assert sections == json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("args", [
+    ["components", SIZING],
+    ["components", PENICILLIN, "--score", "diameter", "--facets", "plate,sample", "--engine", "duckdb"],
+    ["components", PASTES, "--score", "strength", "--facets", "batch,cask", "--nest", "batch/cask", "--replicate",
+     "auto", "--bootstrap", "20", "--seed", "1"],
+    ["analyze", PENICILLIN, "--score", "diameter", "--facets", "plate,sample", "--object", "sample"],
+    ["compare", ALPACA, "--drop-missing", "--bootstrap", "200"],
+], ids=["components", "components-engine", "components-bootstrap", "analyze", "compare"])
+def test_every_command_that_fits_goes_through_the_one_door_once(monkeypatch, args):
+    """A command is read -> eg.fit -> verb -> render: it calls evalgauge.api.fit exactly once, and never an
+    estimator itself."""
+    import evalgauge.estimate as estimate
+
+    calls = []
+    door = api.fit
+
+    def counted(*a, **k):
+        calls.append(1)
+        return door(*a, **k)
+
+    monkeypatch.setattr(api, "fit", counted)
+    outside = []
+    for name in ("estimate_components", "estimate_from_sums"):
+        real = getattr(estimate, name)
+        monkeypatch.setattr(estimate, name, lambda *a, _real=real, _name=name, **k: (
+            outside.append(_name) if not calls else None, _real(*a, **k))[1])
+    out = CliRunner().invoke(main, [*args, "--json", "-"])
+    assert out.exit_code == 0, out.output
+    assert len(calls) == 1 and outside == []
+
+
+def test_the_adaptive_loop_fits_through_the_door(tmp_path, monkeypatch):
+    """The collector reads and fits nothing itself: the command line hands it api.fit_run, which fits a run
+    database (written as the collector writes it) through api.fit."""
+    from evalgauge.store import CallRecord, RunStore
+
+    db = tmp_path / "run.sqlite"
+    store = RunStore(db, writer=True)
+    rng = np.random.default_rng(0)
+    try:
+        for system in ("s1", "s2", "s3"):
+            for item in range(8):
+                for judge in ("j1", "j2"):
+                    for rep in (1, 2):
+                        store.record(CallRecord(
+                            key=f"{system}|{item}|{judge}|{rep}", item=f"i{item}", category=None, system=system,
+                            variant="v", temperature=0.0, judge=judge, replicate=rep, position=None, prompt_hash="h",
+                            request="{}", completion="Score: 3", score=float(rng.integers(1, 6)), parse_error=None,
+                            model="m", response_id=f"{system}{item}{judge}{rep}", started_at=0.0, finished_at=1.0,
+                            latency_s=1.0, input_tokens=10, output_tokens=3, cost_usd=1e-5))
+    finally:
+        store.close()
+    calls = []
+    door = api.fit
+    monkeypatch.setattr(api, "fit", lambda *a, **k: calls.append(1) or door(*a, **k))
+    components, run_calls = api.fit_run(db)
+    assert len(calls) == 1 and len(run_calls) == 96 and components.object == "system"
+    assert {frozenset(c.facets) for c in components.components} >= {
+        frozenset({"system"}), frozenset({"item"}), frozenset({"judge"}), frozenset({"system", "item"})}
+
+
+SRC = ROOT / "src" / "evalgauge"
+EDGES = ("cli", "report", "collect", "io")
+
+
+def test_no_edge_imports_a_private_name_of_another_package():
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC).parts
+        home = parts[0] if len(parts) > 1 else path.stem
+        if home not in EDGES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            package = list(parts[:-1])
+            base = package[: len(package) - node.level + 1] if node.level > 1 else package
+            target = ([*base, node.module] if node.module else base)[0] if (base or node.module) else ""
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if private and target != home:
+                offenders.append(f"{'/'.join(parts)}:{node.lineno} {private}")
+    assert offenders == []

@@ -50,12 +50,13 @@ def test_export_never_replaces_the_run_database(tmp_path):
 
 
 def test_a_missing_output_folder_is_named_before_the_fit(judgments, tmp_path, monkeypatch):
-    import evalgauge.report as report
+    import evalgauge.api as api
 
     def boom(*a, **k):  # the fit must not start
         raise AssertionError("fitted before checking the output")
 
-    monkeypatch.setattr(report, "analyze", boom)
+    monkeypatch.setattr(api, "analyze", boom)
+    monkeypatch.setattr(api, "fit", boom)
     out = CliRunner().invoke(main, ["analyze", str(judgments), "--report", str(tmp_path / "nope" / "r.html")])
     assert out.exit_code == 2 and "does not exist" in out.output and "mkdir -p" in out.output
 

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import chromium
+from evalgauge.api import analyze
 from evalgauge.cli import main
-from evalgauge.report import analyze
 from evalgauge.report.html import render, write_report
 from evalgauge.simulate import simulate, sizing_preset, tee_table8
 

@@ -47,7 +47,7 @@ def test_the_plan_and_the_analysis_find_judges_and_items_by_their_roles():
     fit = eg.fit(_frame(), object="system")
     plan = eg.plan(fit.components, target_erho2=0.8)
     assert plan.exchange is not None  # judges for items, on columns named annotator and doc_id
-    from evalgauge.report import analyze
+    from evalgauge.api import analyze
 
     result = analyze(_frame())
     assert result.judge_facet == "annotator" and result.item_facet == "doc_id"

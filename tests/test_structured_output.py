@@ -192,7 +192,7 @@ def test_logprobs_on_anthropic_are_refused_before_any_call(tmp_path, env_key):
 
 
 def test_a_reasks_worst_case_counts_every_earlier_message():
-    from evalgauge.collect.runner import MESSAGE_OVERHEAD_TOKENS, worst_case_input_tokens
+    from evalgauge.collect.limits import MESSAGE_OVERHEAD_TOKENS, worst_case_input_tokens
 
     base = worst_case_input_tokens("Rate: q / a", "Be strict.")
     turn = ("I am unable to assess this.", "Your verdict could not be read.")

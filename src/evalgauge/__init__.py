@@ -28,7 +28,7 @@ _PUBLIC = {
     "ceiling": "dstudy",
     "ThetaInterval": "inference", "theta_interval": "inference",
     "Comparison": "compare",
-    "Analysis": "analysis", "analyze": "report",
+    "Analysis": "analysis", "analyze": "api",
     "parse": "protocols", "Verdict": "protocols",
 }
 
@@ -55,7 +55,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs
     from .analysis import Analysis
-    from .api import Fit, fit, read
+    from .api import Fit, analyze, fit, read
     from .compare import Comparison
     from .components import Component, FitSummary, VarianceComponents
     from .data import Judgments
@@ -66,4 +66,3 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from .inference import ThetaInterval, theta_interval
     from .io import import_files, read_judgments
     from .protocols import Verdict, parse
-    from .report import analyze

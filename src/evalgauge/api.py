@@ -61,6 +61,8 @@ class Fit:
     method: str = "auto"
     battles: Judgments | None = None  # a pairwise log (model_a, model_b, winner) whose win indicators were fitted
     cells: Any = None  # the cell statistics an engine reduced the rows to (n, sum, sum_squares per cell)
+    #: the engine that reduced the rows and its scan (name, rows, files, cells, empty_dropped), or None
+    engine: dict | None = None
 
     @property
     def formula(self) -> str:
@@ -161,14 +163,20 @@ class Fit:
                                 n_boot=n_boot, seed=seed, human=human, method=self.method)
 
     def analysis(self, *, target_erho2: float = 0.8, n_boot_compare: int = 2000, ddf: str = "satterthwaite",
-                 assume: dict[str, float] | None = None):
+                 assume: dict[str, float] | None = None, sampling: str | None = None, estimand: str | None = None,
+                 run=None):
         """Everything the report says, derived from this fit without reading or fitting again: an
         :class:`evalgauge.analysis.Analysis` (theta-hat's intervals, the D-study, the ceiling, which system is
-        better, TEE's checklist)."""
+        better, TEE's checklist). ``sampling`` and ``estimand`` as in :meth:`plan`; ``run`` the
+        :class:`evalgauge.io.runs.RunRecord` of the run database the judgments came from (its integrity checks and
+        design reach the checklist and the report)."""
         from .analysis.gstudy import derive
 
-        return derive(self._rows("analysis"), self._spec, self.components, target_erho2=target_erho2,
-                      n_boot_compare=n_boot_compare, ddf=ddf, assumed=assume)
+        diagnostics, run_meta = run.info() if run is not None else (None, None)
+        vc = self.components.with_sampling(sampling).with_estimand(estimand)
+        return derive(self._rows("analysis"), self._spec, vc, target_erho2=target_erho2,
+                      n_boot_compare=n_boot_compare, ddf=ddf, assumed=assume, diagnostics=diagnostics,
+                      run_meta=run_meta)
 
     def report(self, path: str | Path, *, target_erho2: float = 0.8) -> Path:
         """The self-contained HTML report of :meth:`analysis` (written atomically)."""
@@ -229,31 +237,40 @@ class Fit:
 
 
 def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theory word
-        facets: str | list[str] | None = None, design: Design | None = None, formula: str | None = None,
-        method: str = "auto", drop_missing: bool = False, n_boot: int = 0, seed: int | None = None,
-        engine: str = "auto", spark_master: str = "local[*]", **design_options) -> Fit:
+        facets: str | list[str] | None = None, design: Design | ModelSpec | None = None, formula: str | None = None,
+        method: str = "auto", drop_missing: bool = False, n_boot: int = 0, level: float = 0.95,
+        seed: int | None = None, progress=None, engine: str = "auto", spark_master: str = "local[*]",
+        rows: str | None = None, encoding: str | None = None, sep: str | None = None, **design_options) -> Fit:
     """Fit the variance components of ``judgments`` (anything :func:`read` accepts, or its result).
 
-    The design comes from ``design``, or from the columns with ``object``, ``facets`` and the other
+    The design comes from ``design`` (a :class:`~evalgauge.design.Design`, or a resolved
+    :class:`~evalgauge.estimate.spec.ModelSpec`), or from the columns with ``object``, ``facets`` and the other
     :func:`evalgauge.design.infer_design` options; or the model from an lme4-style ``formula`` (REML).
+    ``n_boot`` parametric-bootstrap resamples give every component a percentile interval at ``level``;
+    ``progress(size, evaluations, seconds)`` hears a REML fit's size and expected cost before it starts and each
+    evaluation after (:func:`evalgauge.estimate.reml.fit_reml`). ``encoding`` and ``sep`` read a text file.
 
     ``engine`` says where the rows are reduced: ``pandas`` reads them into memory; ``duckdb`` (a file or dataset)
     and ``spark`` (at ``spark_master``; any pyspark DataFrame) reduce them to cell statistics where they live and
     fit those (:func:`evalgauge.estimate.estimate_from_sums`: the closed form for a complete balanced block, REML
     otherwise); ``auto`` reads the rows into memory unless that would take more than half the memory available
-    (then duckdb, when nothing asked for needs the rows). A fit of cells has the components and what derives
-    from them (``plan``, ``ceiling``, ``interval``); ``compare`` and ``report`` need the rows.
+    (then duckdb, when nothing asked for needs the rows). ``rows`` says what the caller does with the rows when the
+    engine is ``auto``: ``"prefer"`` (the default: keep them for the verbs) reads them unless they would not fit in
+    memory, ``"no"`` (only the components are wanted) also reduces a file on DuckDB when reading it would take
+    long, ``"need"`` always reads them. A fit of cells has the components and what derives from them (``plan``,
+    ``ceiling``, ``interval``; ``Fit.engine`` says what the engine did); ``compare`` and ``report`` need the rows.
     """
     from .estimate import estimate_components, resolve_model
     from .io.engine import engine_for
 
-    chosen = engine_for(engine, judgments, rows="need" if design is not None or formula or n_boot or method != "auto"
-                        else "prefer")
+    needs_rows = design is not None or formula or n_boot or method != "auto"
+    chosen = engine_for(engine, judgments, rows="need" if needs_rows else (rows or "prefer"))
     if chosen:
         return _fit_on_engine(judgments, chosen, spark_master, drop_missing, object=object, facets=facets,
                               refused={"design": design, "formula": formula, "n_boot": n_boot,
-                                       "method": method != "auto"}, **design_options)
-    judgments = read(judgments)
+                                       "method": method != "auto"}, progress=progress,
+                              text={"encoding": encoding, "sep": sep}, **design_options)
+    judgments = read(judgments, encoding=encoding, sep=sep)
     if design is None and formula is None and _is_battle_log(judgments):
         given = [name for name, value in (("object", object), ("facets", facets), *design_options.items()) if value]
         if given:
@@ -262,8 +279,84 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
                               "leave them out, or pass design= or formula= for another model.")
         return _fit_battles(judgments, method=method, n_boot=n_boot, seed=seed)
     spec = resolve_model(judgments, design, formula, object=object, facets=facets, **design_options)
-    vc = estimate_components(judgments, spec, method=method, drop_missing=drop_missing, n_boot=n_boot, seed=seed)
+    vc = estimate_components(judgments, spec, method=method, drop_missing=drop_missing, n_boot=n_boot, level=level,
+                             seed=seed, progress=progress)
     return Fit(judgments, spec.design, vc, drop_missing, spec, method)
+
+
+def analyze(data: Any, design: Design | ModelSpec | None = None, *, run=None, method: str = "auto",
+            formula: str | None = None, drop_missing: bool | None = None, target_erho2: float = 0.8, n_boot: int = 0,
+            level: float = 0.95, seed: int | None = None, n_boot_compare: int = 2000, progress=None,
+            assumed: dict | None = None, ddf: str = "satterthwaite", sampling: str | None = None,
+            estimand: str | None = None, **design_options):
+    """Read, fit and derive everything the analysis reports: :func:`fit` then :meth:`Fit.analysis`.
+
+    ``data`` is a path (a run database brings its record: the collector's diagnostics and the run's design), a
+    judgments table or a frame; ``run`` is the :class:`evalgauge.io.runs.RunRecord` of a run database already
+    read. Pairwise rows (model_a, model_b, winner) without a ``formula`` get the pairwise analysis. A run's
+    empty scores are dropped by default (its diagnostics count them). ``sampling`` and ``estimand`` are the
+    projections' conventions (:meth:`VarianceComponents.with_sampling`, ``with_estimand``).
+    """
+    from .analysis.gstudy import derive_pairwise
+    from .io import read_input
+
+    judgments, record = read_input(data)
+    record = run if run is not None else record
+    if {"model_a", "model_b", "winner"} <= set(judgments.frame.columns) and formula is None:
+        return derive_pairwise(judgments, method=method, target_erho2=target_erho2)
+    if record is not None:
+        drop_missing = True if drop_missing is None else drop_missing  # failed parses are in the diagnostics
+        _refuse_unscored(judgments.source, record)
+    fitted = fit(judgments, design=design, formula=formula, method=method, drop_missing=bool(drop_missing),
+                 n_boot=n_boot, level=level, seed=seed, progress=progress, **design_options)
+    return fitted.analysis(target_erho2=target_erho2, n_boot_compare=n_boot_compare, ddf=ddf, assume=assumed,
+                           sampling=sampling, estimand=estimand, run=record)
+
+
+def fit_run(database: str | Path) -> tuple[VarianceComponents, Any]:
+    """The components of everything a run database holds so far (empty scores dropped; main effects and two-facet
+    interactions: what a pilot can estimate, and a fit that stays quick with many facets; ``evalgauge analyze``
+    fits the full model on the final data) and the run's calls: the adaptive loop's refit
+    (:func:`evalgauge.collect.adaptive.adaptive_run`)."""
+    from .io import read_input
+
+    judgments, record = read_input(str(database))  # the one reader of run databases: judgments and calls at once
+    fitted = fit(judgments, object="system" if "system" in judgments.frame else None, drop_missing=True, max_order=2)
+    return fitted.components, record.calls
+
+
+def single_run(data: Any, design: Design | ModelSpec | None = None, *, level: float = 0.95,
+               assumed: dict | None = None, formula: str | None = None, **design_options):
+    """One model's run read from ``data`` (:func:`evalgauge.analysis.gstudy.single_run`: its item-sampling interval
+    and what it cannot measure), or None when the data hold more than items scored once each."""
+    from .analysis.gstudy import single_run as derive_single_run
+    from .estimate import resolve_model
+    from .io import read_input
+
+    judgments, _ = read_input(data)
+    if formula is not None:
+        return None
+    return derive_single_run(judgments, resolve_model(judgments, design, None, **design_options), level=level,
+                             assumed=assumed)
+
+
+def _refuse_unscored(source: str, record) -> None:
+    """A run whose every stored call lacks a score: say why (the commonest parse errors), not what a fit of
+    nothing would say about its facets."""
+    from .analysis.checklist import missing_sentence
+    from .analysis.diagnostics import missing_answers
+
+    calls = record.calls
+    missing = missing_answers(calls).to_dict()
+    if missing["calls"] == 0 or missing["unscored"] < missing["calls"]:
+        return
+    reasons = calls["parse_error"].dropna().astype(str).str.replace(r"^cut at max_tokens \(\d+ tokens\) before a "
+                                                                    r"verdict: ", "", regex=True)
+    common = "; ".join(f"'{r}' ({n})" for r, n in reasons.value_counts().head(3).items())
+    raise DesignError(f"{source}: {missing_sentence(missing)}: no call has a readable verdict, so there is nothing "
+                      f"to analyse. The commonest reasons: {common}. Read the completions (`evalgauge export`), "
+                      "then set a protocol that matches how the judge writes its verdict, output = \"json\", "
+                      "reask = N or a larger max_tokens, and `evalgauge rescore` or run again.")
 
 
 def mean_interval(scores: Any, level: float = 0.95) -> dict[str, Any]:
@@ -286,9 +379,10 @@ def mean_interval(scores: Any, level: float = 0.95) -> dict[str, Any]:
             "method": result.method}
 
 
-def _fit_on_engine(data: Any, engine: str, master: str, drop_missing: bool, *, refused: dict,
-                   **design_options) -> Fit:
-    """The rows reduced to cells by DuckDB or Spark (:func:`evalgauge.io.engine.reduce_cells`), the cells fitted."""
+def _fit_on_engine(data: Any, engine: str, master: str, drop_missing: bool, *, refused: dict, progress=None,
+                   text: dict | None = None, **design_options) -> Fit:
+    """The rows reduced to cells by DuckDB or Spark (:func:`evalgauge.io.engine.reduce_cells`), the cells fitted;
+    the engine's scan kept on the fit (``Fit.engine``)."""
     from .estimate import cells_design, estimate_from_sums
     from .io.engine import reduce_cells
 
@@ -296,15 +390,19 @@ def _fit_on_engine(data: Any, engine: str, master: str, drop_missing: bool, *, r
     if unsupported:
         raise DesignError(f"fit on an engine fits the design's cells; {', '.join(unsupported)} need(s) the rows: "
                           "engine='pandas'.")
-    score = design_options.pop("score", "score")
+    score = design_options.pop("score", None) or "score"
     chosen = design_options.get("facets")
-    cells, _ = reduce_cells(data, score=score, drop_missing=drop_missing, engine=engine, master=master,
-                            replicate=design_options.pop("replicate", None),
-                            facets=chosen.split(",") if isinstance(chosen, str) else chosen)
+    if isinstance(chosen, str):
+        chosen = [f.strip() for f in chosen.split(",") if f.strip()] or None
+    # while the engine scans, the fit's modules load on the other core
+    cells, info = reduce_cells(data, score=score, drop_missing=drop_missing, engine=engine, master=master,
+                               replicate=design_options.pop("replicate", None), facets=chosen, **(text or {}),
+                               preload=("pandas", "evalgauge.estimate", "evalgauge.analysis.gstudy"))
     source = "the Spark frame" if not isinstance(data, (str, Path)) else str(data)
     design = cells_design(cells, score=score, **design_options)
-    vc = estimate_from_sums(cells, score=score, source=source, design=design)
-    return Fit(None, design, vc, drop_missing, ModelSpec(design=design), "auto", cells=cells)
+    vc = estimate_from_sums(cells, score=score, source=source, design=design, progress=progress)
+    return Fit(None, design, vc, drop_missing, ModelSpec(design=design), "auto", cells=cells,
+               engine={"name": engine, **info})
 
 
 def _is_battle_log(judgments: Judgments) -> bool:

@@ -83,7 +83,7 @@ def code_battles(data, *, winner: str = "winner") -> Battles:
     a = np.array([index[v] for v in coded["model_a"][1]], dtype=np.int64)[coded["model_a"][0]]
     b = np.array([index[v] for v in coded["model_b"][1]], dtype=np.int64)[coded["model_b"][0]]
     w_codes, w_labels = coded[winner]
-    value, named = _winner_codes(w_labels, index)
+    value, named = winner_codes(w_labels, index)
     outcome = value[w_codes]
     win_sys = named[w_codes]
     outcome[(win_sys >= 0) & (win_sys == a)] = 1.0
@@ -102,7 +102,7 @@ def code_battles(data, *, winner: str = "winner") -> Battles:
     return Battles(systems, a, b, outcome, frame)
 
 
-def _winner_codes(labels: np.ndarray, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+def winner_codes(labels: np.ndarray, index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """Each distinct verdict's outcome for slot A (1, 0, 0.5; NaN when it is none of them) and, for a verdict
     naming a system, that system's index (-1 otherwise): the one rule for rows and for an engine's counts."""
     ties = {t.lower() for t in TIES}

@@ -315,7 +315,7 @@ def _plan_at(vc, pools: Pools, target: Target, prices: dict[str, float], done: l
                     best = (design, cost, value)
                 if best_value is None or _better(target, value, best_value[0]):
                     best_value = (value, design, cost)
-    at = _level_words(level)
+    at = level_words(level)
     if best is not None:
         design, cost, value = best
         fits = cost <= budget_left
@@ -336,7 +336,7 @@ def _plan_at(vc, pools: Pools, target: Target, prices: dict[str, float], done: l
     return StagePlan(None, value, cost, False, message, options, level)
 
 
-def _level_words(level: float) -> str:
+def level_words(level: float) -> str:
     return "at the estimates" if level == 0.5 else f"upper {level:.0%} bound"
 
 

@@ -50,7 +50,7 @@ _NUM = r"(\d+\.?\d*)"
 _SINGLE = re.compile(r"\[\[" + _NUM + r"\]\]")
 _SINGLE_BACKUP = re.compile(r"\[" + _NUM + r"\]")
 _ARENA = re.compile(r"\[\[([AB<>=]+)\]\]")
-_ARENA_VALUES = {"A>>B": 1.0, "A>B": 0.75, "A=B": 0.5, "B>A": 0.25, "B>>A": 0.0,
+ARENA_VALUES = {"A>>B": 1.0, "A>B": 0.75, "A=B": 0.5, "B>A": 0.25, "B>>A": 0.0,
                  "B<<A": 1.0, "B<A": 0.75, "B=A": 0.5, "A<B": 0.25, "A<<B": 0.0}
 # Inspect's DEFAULT_GRADE_PATTERN, searched as Inspect searches it (no MULTILINE, no DOTALL): "(.*)$" cannot
 # cross a newline, so the grade is read only from the reply's last line
@@ -127,9 +127,9 @@ def parse(text: str | None, protocol: str = "score-line", *, scale_min: float | 
         if len(labels) > 1:
             return Verdict(None, f"ambiguous: {len(labels)} different verdicts ({', '.join(sorted(labels))})")
         label = labels.pop()
-        if label not in _ARENA_VALUES:
+        if label not in ARENA_VALUES:
             return Verdict(None, f"unknown verdict [[{label}]]")
-        return Verdict(_ARENA_VALUES[label], f"verdict [[{label}]]", f"[[{label}]]")
+        return Verdict(ARENA_VALUES[label], f"verdict [[{label}]]", f"[[{label}]]")
     if protocol == "inspect-grade":
         m = _GRADE.search(text)
         if m is None:

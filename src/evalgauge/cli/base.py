@@ -66,6 +66,10 @@ infer_design = _lazy(".design", "infer_design")
 estimate_components = _lazy(".estimate", "estimate_components")
 
 
+#: the one door to a fit (:func:`evalgauge.api.fit`): every command that fits components goes through it
+fit = _lazy(".api", "fit")
+
+
 glmm_check = _lazy(".estimate.glmm", "glmm_check")
 
 

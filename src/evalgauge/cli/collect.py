@@ -44,7 +44,9 @@ def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json
         _emit(payload, json_out, show)
         return
     console = _console(stderr=True)
-    result = adaptive_run(cfg, goal, pilot_items=pilot_items, max_stages=max_stages, proceed=yes,
+    from ..api import fit_run
+
+    result = adaptive_run(cfg, goal, fit_run=fit_run, pilot_items=pilot_items, max_stages=max_stages, proceed=yes,
                           run_stage=lambda stage: run(stage),
                           say=lambda text: console.print(Text(text, style="dim")) if progress else None)
     payload = {"database": str(cfg.database), **result.to_dict()}
@@ -100,8 +102,8 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
     _need_collector()
     from dataclasses import replace
 
+    from ..analysis.diagnostics import diagnose
     from ..collect.config import load_config
-    from ..collect.diagnostics import diagnose
     from ..collect.runner import run
     from ..collect.tasks import count_tasks
     from ..store import RunStore

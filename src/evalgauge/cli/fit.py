@@ -45,7 +45,7 @@ from .base import (
     design_options,
     engine_options,
     estimate_by_stratum,
-    estimate_components,
+    fit,
     glmm_check,
     json_option,
     main,
@@ -109,8 +109,8 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
         strata = estimate_by_stratum(data, by, model, method=method, drop_missing=drop_missing, **boot)
         _emit(strata.to_dict(), json_out, lambda c: print_strata(strata, c))
         return
-    result = estimate_components(data, model, method=method, drop_missing=drop_missing, progress=_fit_progress(),
-                                 **boot)
+    result = fit(data, design=model, method=method, drop_missing=drop_missing, progress=_fit_progress(),
+                 **boot).components
     from ..analysis.gstudy import components_summary, judgments_bounds
 
     bounds = judgments_bounds(data, model.score, None) if hasattr(data, "frame") else None
@@ -125,7 +125,7 @@ def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_ou
 
     first = None
     if record is not None:
-        from ..collect.diagnostics import missing_answers
+        from ..analysis.diagnostics import missing_answers
 
         missing = missing_answers(record.calls).to_dict()
 
@@ -142,8 +142,6 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
                           drop_missing, n_boot, by, glmm, keep, json_out, read, *, engine: str,
                           master: str, replicate: str | None = None) -> None:
     """`components --engine duckdb|spark`: the rows reduced to cells over the files, REML on the cells."""
-    from ..io.engine import reduce_cells
-
     unsupported = [name for name, value in (("--formula", formula), ("--bootstrap", n_boot), ("--by", by),
                                             ("--glmm", glmm), ("--keep", keep), ("--method anova", method == "anova"))
                    if value]
@@ -152,20 +150,16 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
         raise EvalGaugeError(f"--engine {engine} fits REML on the cells alone; {', '.join(unsupported)} need(s) the "
                              "rows: use --engine pandas.")
     _scan_line(data)
-    chosen = [f.strip() for f in facets.split(",") if f.strip()] if facets else None
-    cells, info = reduce_cells(data, score=score or "score", drop_missing=drop_missing, engine=engine, master=master,
-                               facets=chosen,
-                               replicate=replicate, sep=read.get("sep"), encoding=read.get("encoding"),
-                               preload=("pandas", "evalgauge.estimate", "evalgauge.analysis.gstudy"))
+    fitted = fit(data, engine=engine, spark_master=master, drop_missing=drop_missing, score=score, facets=facets,
+                 nest=nest, fixed=fixed, object=object_, terms=terms, max_order=max_order, replicate=replicate,
+                 sep=read.get("sep"), encoding=read.get("encoding"), progress=_fit_progress())
     from ..analysis.gstudy import components_summary
-    from ..estimate import estimate_from_sums
     from ..inference import cells_bounds
 
-    result = estimate_from_sums(cells, score=score or "score", source=data, facets=facets, nest=nest, fixed=fixed,
-                                object=object_, terms=terms, max_order=max_order, progress=_fit_progress())
-    bounds = cells_bounds(cells)
+    result, info = fitted.components, fitted.engine
+    bounds = cells_bounds(fitted.cells)
     payload = components_summary(result, bounds)
-    payload["engine"] = {"name": engine, **info}
+    payload["engine"] = info
     _emit(payload, json_out, lambda c: (print_components(result, c, bounds), c.print(
         f"engine: {engine} reduced {info['rows']:,} judgments in {info['files']} file(s) to {info['cells']:,} cells"
         + (f"; {info['empty_dropped']} empty score(s) dropped" if info["empty_dropped"] else "") + ".")))
@@ -455,10 +449,11 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
       evalgauge analyze run.sqlite --json analysis.json
       evalgauge analyze wide_made_long.csv --system exam_model --item question_id --drop-missing
     """
-    from ..report import analyze as run_analysis
+    from ..api import analyze as run_analysis
 
     _check_supported(data)
     data, record = _load(data, keep=keep, **read)
+    record = _with_recorded_design(record)
     if "label" in data.frame and (score or "score") not in data.frame:  # classes: shares, never a mean
         _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out)
         return
@@ -578,20 +573,16 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
       evalgauge compare judgments.csv --estimand finite     # these items are the benchmark
     """
     judgments, _ = _load(data, keep=keep, **read)
-    from ..compare import compare_fitted, with_assumed  # after the read: a bad file is refused before the fit loads
-    from ..estimate.spec import ModelSpec
     design = _design(judgments, score, facets, nest, replicate, fixed, object_, terms, max_order)
     stated = _name_values(assumed, "--assume", "VARIANCE") if assumed else None
     if _show_single_run(judgments, design, None, level, stated, json_out):
         return
     if not design.object:
         raise EvalGaugeError(f"{data}: no object of measurement to compare; name it with --object (e.g. system).")
-    vc = estimate_components(judgments, design, method=method, drop_missing=drop_missing, progress=_fit_progress())
-    _refuse_unusable(vc)
-    if stated:
-        vc = with_assumed(vc, stated)
-    result = compare_fitted(judgments, ModelSpec(design=design), vc.with_estimand(estimand), level=level,
-                            n_boot=n_boot, seed=seed, pair_gstudies=pair_gstudies, ddf=ddf)
+    fitted = fit(judgments, design=design, method=method, drop_missing=drop_missing, progress=_fit_progress())
+    _refuse_unusable(fitted.components)
+    result = fitted.compare(level=level, n_boot=n_boot, seed=seed, assume=stated, ddf=ddf, pair_gstudies=pair_gstudies,
+                            estimand=estimand)
     payload = result.to_dict()
 
     def show(c):
@@ -600,10 +591,38 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     _emit(payload, json_out, show)
 
 
+def _with_recorded_design(record):
+    """A run database written before runs recorded their design (variants, system prompt, judges, scale) gets it
+    from its configuration file, where that file still is; a note says why when it cannot be read. The command
+    line does this, not the reader: reading judgments never opens a TOML file or needs the collector."""
+    if record is None or record.meta.get("design") or not record.meta.get("config"):
+        return record
+    config = record.meta["config"]
+    if not Path(config).exists():
+        return record
+    try:
+        from ..collect.config import load_config
+        from ..collect.runner import run_design, run_scale
+
+        cfg = load_config(config)
+    except ImportError:
+        return record.with_design(note=f"the run's configuration ({config}) needs the collector to be read (pip "
+                                       "install 'evalgauge[collect]'); the report leaves out its variants' templates "
+                                       "and judges.")
+    except (OSError, EvalGaugeError) as exc:
+        return record.with_design(note=f"the run's configuration ({config}) could not be read ({exc}); the report "
+                                       "leaves out its variants' templates and judges.")
+    design = run_design(cfg)
+    scale = run_scale(cfg) if record.meta.get("scale") is None else None  # written before the run recorded it
+    if scale is not None:
+        design["scale"] = f"{scale[0]:g},{scale[1]:g}"
+    return record.with_design(design)
+
+
 def _show_single_run(data, design, formula, level: float, assumed: dict | None, json_out) -> bool:
     """One model's run (only the items vary, one call each): its honest interval and what it cannot measure;
     False when the data hold more than one run."""
-    from ..report.analysis import single_run
+    from ..api import single_run
 
     result = single_run(data, design, level=level, assumed=assumed, formula=formula)
     if result is None:

@@ -42,8 +42,8 @@ from ..planning import (
     StageDesign,
     StagePlan,
     Target,
-    _level_words,
     achieved,
+    level_words,
     plan_stage,
 )
 from .config import RunConfig
@@ -159,20 +159,6 @@ class AdaptiveResult:
                                                         "predicted": self.plan.predicted}}
 
 
-def fit_run(database) -> tuple[object, object]:
-    """The components of everything collected so far (empty scores dropped; main effects and two-facet
-    interactions), and the run's calls."""
-    from ..estimate import estimate_components
-    from ..io import read_input
-
-    judgments, rec = read_input(str(database))  # the one reader of run databases: judgments and calls at once
-    object_ = "system" if "system" in judgments.frame else None
-    # main effects and two-facet interactions (and the cell): what a pilot can estimate, and a fit that
-    # stays quick with many facets; `evalgauge analyze` fits the full model on the final data
-    vc = estimate_components(judgments, object=object_, drop_missing=True, max_order=2)
-    return vc, rec.calls
-
-
 @dataclass(frozen=True)
 class Collected:
     """What collecting one design did: calls sent now, the run's total spend after it, and whether it
@@ -218,11 +204,11 @@ def follow(cfg, target: Target, pilot: StageDesign, *, collect, fit, max_stages:
         vc, prices = fit()
         now = achieved(vc, target, done, level)
         stages[-1].achieved = now
-        say(f"after the {stages[-1].name}: {QUANTITIES[target.quantity]} {now:.4g} ({_level_words(level)}) at "
+        say(f"after the {stages[-1].name}: {QUANTITIES[target.quantity]} {now:.4g} ({level_words(level)}) at "
             f"the design collected (target {target}); spent ${got.spent_usd:.4f}")
         if target.met(now):
             return AdaptiveResult(target, stages, "met", f"{target} met: {QUANTITIES[target.quantity]} {now:.4g} "
-                                  f"({_level_words(level)}).", plan, now)
+                                  f"({level_words(level)}).", plan, now)
         plan = plan_stage(vc, pools(cfg), target, prices, [st.design for st in stages], budget_usd - got.spent_usd)
         stages[-1].plan = {"message": plan.message, "cost_usd": plan.cost_usd, "predicted": plan.predicted,
                            "confidence": plan.confidence}
@@ -232,8 +218,8 @@ def follow(cfg, target: Target, pilot: StageDesign, *, collect, fit, max_stages:
             return AdaptiveResult(target, stages, outcome, plan.message, plan, now)
         if plan.cost_usd == 0:  # the plan is collected already and did not pass the check
             return AdaptiveResult(target, stages, "not confirmed", f"the design reaching {target} at the "
-                                  f"{_level_words(plan.confidence)} is collected, but at the "
-                                  f"{_level_words(PLAN_CONFIDENCE)} it gives {QUANTITIES[target.quantity]} "
+                                  f"{level_words(plan.confidence)} is collected, but at the "
+                                  f"{level_words(PLAN_CONFIDENCE)} it gives {QUANTITIES[target.quantity]} "
                                   f"{now:.4g}: not confirmed. More judges or variants, or a larger pilot, would "
                                   "narrow the bound.", plan, now)
         if not proceed:
@@ -252,17 +238,19 @@ def follow(cfg, target: Target, pilot: StageDesign, *, collect, fit, max_stages:
     stages[-1].achieved = now
     outcome = "met" if target.met(now) else "stages exhausted"
     return AdaptiveResult(target, stages, outcome, f"{QUANTITIES[target.quantity]} {now:.4g} "
-                          f"({_level_words(level)}) after {max_stages} stage(s) "
+                          f"({level_words(level)}) after {max_stages} stage(s) "
                           f"({'met' if target.met(now) else 'not met'}: {target}).", plan, now)
 
 
-def adaptive_run(cfg: RunConfig, target: Target, *, pilot_items: int | None = None, max_stages: int = 3,
+def adaptive_run(cfg: RunConfig, target: Target, *, fit_run, pilot_items: int | None = None, max_stages: int = 3,
                  proceed: bool = False, run_stage=None, say=print) -> AdaptiveResult:
     """Pilot, fit, plan, collect what is missing, refit (:func:`follow`) into the run database.
 
-    ``run_stage(stage_cfg)`` runs one stage's configuration (the collector's ``run``; returns its
-    summary). Without ``proceed`` the loop stops after planning the first stage beyond the pilot and
-    says what it would collect and spend. Spending never passes ``cfg.budget_usd``.
+    ``fit_run(database)`` fits everything collected so far and returns (the components, the run's calls): the
+    caller's fitter (the command line's is :func:`evalgauge.api.fit_run`), so the collector reads and fits
+    nothing itself. ``run_stage(stage_cfg)`` runs one stage's configuration (the collector's ``run``; returns its
+    summary). Without ``proceed`` the loop stops after planning the first stage beyond the pilot and says what it
+    would collect and spend. Spending never passes ``cfg.budget_usd``.
     """
     from .runner import run as run_config
 

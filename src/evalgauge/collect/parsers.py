@@ -116,10 +116,10 @@ def read_preference(text: str, cut: bool = False) -> tuple[float | None, str | N
     ``cut`` (the reply was cut at max_tokens): a verdict in words that ends the text is not read ("Final
     verdict: A" may have gone on as "A>B").
     """
-    from ..protocols import _ARENA_VALUES
+    from ..protocols import ARENA_VALUES
 
     values = {_PAIR_VALUES[m.lower()] for m in _PAIR_LABEL.findall(text)}
-    values |= {_ARENA_VALUES[f"{a}{op}{b}"] for a, op, b in _GRADED_LABEL.findall(text) if a != b}
+    values |= {ARENA_VALUES[f"{a}{op}{b}"] for a, op, b in _GRADED_LABEL.findall(text) if a != b}
     if any(a == b for a, _, b in _GRADED_LABEL.findall(text)):
         return None, "a label comparing an output with itself"
     if len(values) > 1:

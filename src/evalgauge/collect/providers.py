@@ -201,7 +201,7 @@ class _HTTPProvider:
         """The parsed answer to one request (JSON, or its text when it is not JSON); ProviderError on failure."""
         import aiohttp
 
-        from .reply import body_limit
+        from .limits import body_limit
 
         session = self._session or self._open()
         limit = body_limit(self.judge.max_tokens)

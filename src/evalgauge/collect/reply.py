@@ -15,14 +15,9 @@ import re
 from dataclasses import dataclass, fields, replace
 
 from .config import Judge
+from .limits import MAX_BYTES_PER_TOKEN, text_limit, worst_case_input_tokens
 from .providers import Completion, ProviderError
 
-#: UTF-8 bytes one generated token decodes to, on average over a completion, at most. Real tokenizers
-#: average 3-5 bytes a token on text; only runs of whitespace or repeated symbols reach tens of bytes.
-#: A completion longer than ``max_tokens`` times this is not a completion of ``max_tokens`` tokens.
-MAX_BYTES_PER_TOKEN = 32
-#: Room for a short answer with a tiny ``max_tokens`` (a closing quote, a stop sequence).
-TEXT_SLACK_BYTES = 256
 #: The fewest UTF-8 bytes a prompt token takes, at most (for the floor of a plausible input count).
 PROMPT_BYTES_PER_TOKEN_MAX = 32
 #: Identifiers (model, response id) are short; anything longer is cut.
@@ -41,16 +36,6 @@ class Vetted:
     input_tokens: int
     output_tokens: int
     flags: tuple[str, ...]
-
-
-def text_limit(max_tokens: int) -> int:
-    """The most UTF-8 bytes a completion of ``max_tokens`` tokens is accepted with."""
-    return max_tokens * MAX_BYTES_PER_TOKEN + TEXT_SLACK_BYTES
-
-
-def body_limit(max_tokens: int) -> int:
-    """The most bytes read of a reply: the text at its limit, JSON-escaped (6 bytes a character), and room."""
-    return 6 * text_limit(max_tokens) + 64 * 1024
 
 
 def redact(text: str, secrets: list[str]) -> str:
@@ -77,8 +62,6 @@ def _identifier(value: str | None, secrets: list[str]) -> str | None:
 def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | None,
         secrets: list[str], history: tuple = ()) -> Vetted:
     """The completion made safe (see the module's docstring); ProviderError when its text is too long."""
-    from .runner import worst_case_input_tokens
-
     flags: list[str] = []
     text = completion.text
     if text is not None:

@@ -15,9 +15,10 @@ from ..errors import DataError
 from ..protocols import TRUNCATED, Verdict
 from ..store import CallRecord, RunStore, cell_key
 from .config import Judge, RunConfig
+from .limits import text_limit, worst_case_input_tokens
 from .parsers import parse_score
 from .providers import Output, ProviderError, make_provider
-from .reply import Vetted, redact, text_limit, vet
+from .reply import Vetted, redact, vet
 from .tasks import Task, build_tasks, check_templates, count_tasks, generation_prompt, prompt_hash
 
 #: the window a per-minute limit is kept over, with a second's margin: the requests reach the server a little
@@ -121,25 +122,6 @@ class RunSummary:
         return {**self.__dict__, "ok": self.ok}
 
 
-#: Chat templates add a few tokens per message (OpenAI: 3-4; Llama 3: 5); this bounds them with room to spare.
-MESSAGE_OVERHEAD_TOKENS = 32
-
-
-def worst_case_input_tokens(prompt: str, system_prompt: str | None = None, history: tuple = ()) -> int:
-    """An input-token count no tokenizer the providers use can exceed, without a tokenizer.
-
-    Byte-level BPE (OpenAI, Anthropic, Llama 3, Qwen) and SentencePiece with byte fallback emit at
-    most one token per UTF-8 byte of text, so the UTF-8 length of every message (the system prompt
-    included) plus each message's template tokens is an upper bound for any script: Latin text takes
-    about 4 bytes a token, CJK 1.5-3, emoji 1-4, so this never undercounts and overcounts by at most
-    about 4x.
-    """
-    n = len(prompt.encode("utf-8")) + 2 * MESSAGE_OVERHEAD_TOKENS
-    for answer, follow_up in history:  # a re-ask's earlier turns: two more messages each
-        n += len(answer.encode("utf-8")) + len(follow_up.encode("utf-8")) + 2 * MESSAGE_OVERHEAD_TOKENS
-    if system_prompt:
-        n += len(system_prompt.encode("utf-8")) + MESSAGE_OVERHEAD_TOKENS
-    return n
 
 
 def worst_case_cost(judge: Judge, prompt: str, system_prompt: str | None = None, history: tuple = ()) -> float:

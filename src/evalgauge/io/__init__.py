@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-#: what the package offers, all from :mod:`evalgauge.io.readers`
+#: what the package offers: the readers (:mod:`evalgauge.io.readers`) and the importers' door
+#: (:func:`evalgauge.io.importers.import_files`)
 __all__ = ["READERS", "Reader", "import_files", "read_input", "read_judgments", "reader_for", "register_reader"]
 
 
@@ -19,9 +20,9 @@ def __getattr__(name: str) -> Any:
     """The readers load pandas, so they are imported on first use: a command that reduces files on an engine
     (:mod:`evalgauge.io.engine`) starts its scan before pandas is loaded, and loads it meanwhile."""
     if name in __all__:
-        from . import readers
+        from . import importers, readers
 
-        value = getattr(readers, name)
+        value = getattr(importers if name == "import_files" else readers, name)
         globals()[name] = value  # once: later lookups (and monkeypatching) see a plain attribute
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1002,7 +1002,7 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
     import numpy as np
     import pandas as pd
 
-    from ..pairwise import _winner_codes, battle_counts
+    from ..pairwise import battle_counts, winner_codes
 
     def locate(kind, role, value) -> str:
         found = first_file(kind, role, value)
@@ -1022,7 +1022,7 @@ def _finish_pairs(raw: pd.DataFrame, roles: list[str], source, order: bool, file
     systems = sorted(set(raw["model_a"].unique()) | set(raw["model_b"].unique()))
     index = {s: k for k, s in enumerate(systems)}
     codes, labels = pd.factorize(raw["winner"])
-    value, named = _winner_codes(np.asarray(labels, dtype=object), index)
+    value, named = winner_codes(np.asarray(labels, dtype=object), index)
     # codes against the sorted systems: no row-by-row lookups for a million distinct battles
     a = pd.Categorical(raw["model_a"], categories=systems).codes.astype(np.int64)
     b = pd.Categorical(raw["model_b"], categories=systems).codes.astype(np.int64)

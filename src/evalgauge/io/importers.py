@@ -458,7 +458,7 @@ def import_wide(paths: Iterable[str | Path], ids: dict[str, str], columns: tuple
     """
     from fnmatch import fnmatch
 
-    from . import read_judgments
+    from .readers import read_judgments
 
     facet, patterns = columns
     parts = []

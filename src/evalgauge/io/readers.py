@@ -110,11 +110,4 @@ def read_input(data: Any, *, encoding: str | None = None, sep: str | None = None
     return read_judgments(data, encoding=encoding, sep=sep, columns=columns), None
 
 
-def import_files(fmt: str, paths: list[str], **options) -> pd.DataFrame:
-    """Another tool's files (``fmt`` in :data:`evalgauge.io.importers.FORMATS`) as a judgments frame."""
-    from .importers import import_files as _import_files
-
-    return _import_files(fmt, paths, **options)
-
-
-__all__ = ["READERS", "Reader", "import_files", "read_input", "read_judgments", "reader_for", "register_reader"]
+__all__ = ["READERS", "Reader", "read_input", "read_judgments", "reader_for", "register_reader"]

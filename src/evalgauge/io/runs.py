@@ -36,6 +36,53 @@ class RunRecord:
         return frame
 
 
+    def with_design(self, design: dict | None = None, note: str | None = None) -> RunRecord:
+        """This record with the run's design (variants, system prompt, judges, scale) as a run records it now, for
+        a database written before runs recorded it (its configuration read by the caller), or with a ``note``
+        saying why the design is missing."""
+        import json
+
+        meta = dict(self.meta)
+        if design is not None:
+            meta["design"] = json.dumps(design)
+        if note:
+            meta["design_note"] = note
+        return RunRecord(self.path, self.calls, meta)
+
+    def info(self) -> tuple[dict, dict]:
+        """(diagnostics, metadata) for the analysis: the run's integrity checks and missing answers
+        (:mod:`evalgauge.analysis.diagnostics`), each judge's within-call spread (``output = "logprobs"``), and the
+        record with what the calls say (models, first call, temperatures, replicates) and the run's recorded
+        design merged in."""
+        import json
+
+        from ..analysis.diagnostics import diagnose, missing_answers
+
+        calls, meta = self.calls, dict(self.meta)
+        diag = diagnose(calls).to_dict()
+        diag["missing_answers"] = missing_answers(calls).to_dict()
+        if "spread" in calls and calls["spread"].notna().any():  # output = "logprobs": each call's own uncertainty
+            spread = calls.groupby(calls["judge"].astype(str))["spread"].agg(["mean", "count"]).reset_index()
+            diag["within_call_spread"] = [{"judge": r["judge"], "mean_spread": float(r["mean"]),
+                                           "calls": int(r["count"])} for _, r in spread.iterrows()]
+        meta["models"] = sorted(calls["model"].dropna().astype(str).unique())
+        meta["first_call"] = float(calls["started_at"].min()) if len(calls) else None
+        meta["temperatures"] = sorted(calls["temperature"].dropna().unique().tolist(), key=str)
+        reps = pd.to_numeric(calls["replicate"], errors="coerce")
+        meta["replicates"] = int(reps.max()) if reps.notna().any() else 0
+        note = meta.pop("design_note", None)
+        if note:
+            diag.setdefault("design_notes", []).append(note)
+        design = meta.pop("design", None)
+        if design:  # the run recorded its variants, system prompt and judges with its calls
+            recorded = json.loads(design)
+            scale = recorded.pop("scale", None)
+            meta.update(recorded)
+            if scale is not None and meta.get("scale") is None:
+                meta["scale"] = scale
+        return diag, meta
+
+
 def read_run_record(path: str | Path) -> RunRecord:
     """The calls and metadata of a run database, read in one opening of it."""
     path = Path(path)
