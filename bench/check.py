@@ -261,9 +261,12 @@ def main() -> int:
             return 1
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True).stdout.strip()
-        record = {"recorded": time.strftime("%Y-%m-%d"), "commit": commit,
-                  "cases": {**stored["cases"], **{now["id"]: {k: now[k] for k in ("cpu_s", "peak_mib", "digest")}
-                                                  for now, _ in results}}}
+        fresh = {now["id"]: {k: now[k] for k in ("cpu_s", "peak_mib", "digest")} for now, _ in results}
+        if args.only:  # cases added since the release: recorded with their own commit, the release's stamp kept
+            fresh = {cid: {**figures, "commit": commit} for cid, figures in fresh.items()}
+            record = {**stored, "cases": {**stored["cases"], **fresh}}
+        else:
+            record = {"recorded": time.strftime("%Y-%m-%d"), "commit": commit, "cases": {**stored["cases"], **fresh}}
         BASELINE.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
         print(f"recorded {len(results)} cases in {BASELINE.relative_to(ROOT)} (commit {commit})")
         return 0

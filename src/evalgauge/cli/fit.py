@@ -20,6 +20,7 @@ from ..report.terminal import (
     print_components,
     print_effects,
     print_glmm,
+    print_gold,
     print_missing_answers,
     print_object_scores,
     print_plan,
@@ -433,14 +434,24 @@ def _fill_levels(vc, counts: dict):
                    "pbkrtest; its adjusted covariance too; up to 4,000 judgments).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=str),
               help="Write one self-contained HTML report here.")
+@click.option("--gold", "gold_path", type=click.Path(dir_okay=False, path_type=str),
+              help="Gold scores of a slice of the units: a CSV, TSV, JSONL or Parquet file with the units' key "
+                   "columns (item, and the system when there are several) and a 'gold' column, optionally "
+                   "'probability' (each unit's chance of having been chosen). Adds every configuration's agreement "
+                   "with the gold, the error the judges share, and the means corrected by the gold (PPI++, DSL) "
+                   "beside the judges-only and gold-only ones.")
+@click.option("--gold-column", default="gold", show_default=True, help="The gold file's column of gold scores.")
+@click.option("--gold-probability", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="Each unit's chance of having been chosen for gold (a uniform sample; default: the gold share "
+                   "of the units).")
 @projection_options
 @json_option("everything")
 @read_options
 @user_errors
-@writes(("data",), report_path="--report", json_out="--json")
+@writes(("data", "gold_path"), report_path="--report", json_out="--json")
 def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
-            target_erho2, n_boot, level, seed, keep, by, glmm, assumed, ddf, report_path, sampling, estimand,
-            json_out, **read) -> None:
+            target_erho2, n_boot, level, seed, keep, by, glmm, assumed, ddf, report_path, gold_path, gold_column,
+            gold_probability, sampling, estimand, json_out, **read) -> None:
     """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change.
 
     \b
@@ -479,6 +490,11 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         check = glmm_check(data, model, method=method)
         payload["glmm"] = check.to_dict()
         extra.append(lambda c: print_glmm(check, c))
+    if gold_path:
+        gold = _gold(data, gold_path, score or "score", result.components.object if not pairwise_rows else None,
+                     level=level, column=gold_column, probability=gold_probability, pairwise=pairwise_rows)
+        payload["gold"] = gold.to_dict()
+        extra.append(lambda c: print_gold(gold, c))
 
     def show(c):
         missing = (result.diagnostics or {}).get("missing_answers")
@@ -589,6 +605,17 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         print_comparison(result, c)
 
     _emit(payload, json_out, show)
+
+
+def _gold(data, path: str, score: str, object_facet, *, level: float, column: str, probability, pairwise: bool):
+    """`analyze --gold`: the gold slice read and analysed (:func:`evalgauge.gold.gold_analysis`)."""
+    if pairwise:
+        raise EvalGaugeError("--gold: a pairwise log's verdicts are preferences between two responses; gold scores "
+                             "apply to scored units (item, or system and item).")
+    from ..gold import gold_analysis
+
+    return gold_analysis(data.frame, _read_small_table(Path(path)), score=score, object_facet=object_facet,
+                         level=level, source=path, probability=probability, gold_column=column)
 
 
 def _with_recorded_design(record):

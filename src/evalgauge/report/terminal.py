@@ -295,6 +295,34 @@ def print_strata(strata, console: Console) -> None:
         console.print(Text("note: ", style="yellow") + Text(note))
 
 
+def print_gold(gold, console: Console) -> None:
+    """The gold slice (:class:`evalgauge.gold.GoldAnalysis`): corrected means beside the judges-only and gold-only
+    ones, every configuration's agreement with the gold, and the error the judges share."""
+    table = Table(title="Means corrected by the gold labels")
+    for col in ("group", "method", "estimate", "interval", "SE", "gold / units", "lambda"):
+        table.add_column(col, justify="left" if col in ("group", "method") else "right")
+    for e in gold.estimates:
+        table.add_row(e.group or "all units", e.method, f"{e.estimate:.4g}", f"[{e.low:.4g}, {e.high:.4g}]",
+                      f"{e.se:.3g}", f"{e.n_gold} / {e.n_units}", "" if e.lam is None else f"{e.lam:.3g}")
+    console.print(table)
+    frame = gold.agreement
+    agree = Table(title="Agreement with the gold, per configuration (bias: prediction - gold)")
+    columns = [c for c in ("facet", "level", "units", "bias", "bias_low", "bias_high", "mae", "correlation",
+                           "accuracy", "kappa") if c in frame]
+    for col in columns:
+        agree.add_column(col, justify="left" if col in ("facet", "level") else "right")
+    for r in frame.to_dict(orient="records"):
+        agree.add_row(*[str(r[c]) if c in ("facet", "level", "units") else number(r.get(c), ".3g") for c in columns])
+    console.print(agree)
+    if gold.error_components is not None:
+        shares = ", ".join(f"{c.name} {c.variance:.3g}" for c in gold.error_components.components)
+        console.print(f"The judges' error (score - gold) on the gold units: {shares}; the gold scores' variance "
+                      f"{gold.gold_variance:.3g}. What the units' term holds every judge, variant and replicate "
+                      "shares: more of them cannot remove it, the gold correction does.")
+    for note in gold.notes:
+        console.print(Text("note: ", style="yellow") + Text(note))
+
+
 def number(value: float | None, fmt: str) -> str:
     return "—" if value is None or value != value else format(value, fmt)
 

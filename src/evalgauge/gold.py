@@ -1,0 +1,375 @@
+"""Gold labels: what the judges get wrong together, and means corrected by a gold-labelled slice.
+
+A G-study measures how much judges, prompts and replicates disagree; it cannot see an error they share. A slice
+of the items scored by experts (the gold labels, chosen at random with known probabilities) can:
+
+* **agreement** of every configuration (each judge, prompt variant, temperature, and the design's aggregate:
+  the mean over all of a unit's cells) with the gold: bias (mean difference) with its interval, mean absolute
+  error, correlation; accuracy and Cohen's kappa for 0/1 scores; and the components of the error on the gold
+  slice (:func:`error_components`): the unit term is the error every judge makes on that unit, what more judges
+  cannot fix;
+* **corrected means** of the units (items, or a system's responses): prediction-powered inference with power
+  tuning (PPI++, Angelopoulos, Duchi and Zrnic 2023, eq. 3 and Example 6.1: ``theta = mean(lam Yhat_unlabelled)
+  + mean(Y - lam Yhat_gold)``, ``lam`` estimated to minimise the variance, clipped to [0, 1]), the
+  design-based doubly robust pseudo-outcome of DSL (Egami, Hinck, Stewart and Wei 2023, eq. 3:
+  ``Ytilde = Yhat + R (Y - Yhat) / pi`` with known sampling probabilities ``pi``, any design of the gold slice,
+  stratified included), and the gold-only mean beside them.
+
+The prediction of a unit is the design's aggregate over its judges x variants x replicates: more judges and
+variants shrink its variance (the TEE components say by how much), the gold corrects its bias. Pure: arrays and
+frames in, results out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import DataError
+from .results import Result, json_safe
+
+#: the facets whose levels are compared with the gold one by one (as configurations)
+CONFIGURATION_FACETS = ("judge", "variant", "temperature", "prompt", "prompt_variant")
+
+
+def _z(level: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+@dataclass(frozen=True)
+class GoldEstimate(Result):
+    """A mean with its interval: ``method`` is ``PPI++``, ``DSL``, ``gold only`` or ``judges only``."""
+
+    method: str
+    estimate: float
+    se: float
+    low: float
+    high: float
+    level: float
+    n_gold: int
+    n_units: int
+    lam: float | None = None  # PPI++'s power-tuning weight of the predictions (0: gold only, 1: plain PPI)
+    group: str | None = None  # the object's level this mean is of (None: all units)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe({"group": self.group, "method": self.method, "estimate": self.estimate, "se": self.se,
+                          "low": self.low, "high": self.high, "level": self.level, "n_gold": self.n_gold,
+                          "n_units": self.n_units, "lam": self.lam})
+
+
+def _interval(method: str, estimate: float, se: float, level: float, n_gold: int, n_units: int,
+              **extra) -> GoldEstimate:
+    q = _z(level)
+    return GoldEstimate(method, float(estimate), float(se), float(estimate - q * se), float(estimate + q * se),
+                        level, n_gold, n_units, **extra)
+
+
+def ppi_mean(y, yhat, yhat_unlabelled, *, level: float = 0.95, lam: float | None = None) -> GoldEstimate:
+    """The PPI++ mean (Angelopoulos, Duchi and Zrnic 2023, "PPI++", eq. 3 with the mean's loss; Example 6.1):
+    ``theta = mean(lam yhat_unlabelled) + mean(y - lam yhat)`` over gold units (``y``, ``yhat``) and the units
+    without gold (``yhat_unlabelled``), its normal interval from ``var(lam yhat_unlabelled) / N + var(y - lam yhat)
+    / n`` (variances with divisor n). ``lam`` None is power-tuned: ``cov(y, yhat) / ((1 + n / N) var(yhat))``
+    (covariance with divisor n; the variance over all predictions, divisor n + N - 1), clipped to [0, 1];
+    ``lam = 0`` is the gold-only mean, ``lam = 1`` plain PPI. Gold units are a uniform random sample."""
+    y, yhat, rest = (np.asarray(v, dtype=float).ravel() for v in (y, yhat, yhat_unlabelled))
+    n, big_n = y.size, rest.size
+    if n < 2 or big_n < 1:
+        raise DataError(f"PPI needs at least two gold units and one without gold (got {n} and {big_n}).")
+    if lam is None:
+        cov = float(np.mean((y - y.mean()) * (yhat - yhat.mean())))
+        var = float(np.var(np.concatenate([yhat, rest]), ddof=1))
+        lam = float(np.clip(cov / ((1 + n / big_n) * var), 0.0, 1.0)) if var > 0 else 0.0
+    estimate = float(np.mean(lam * rest) + np.mean(y - lam * yhat))
+    se = math.sqrt(float(np.var(lam * rest)) / big_n + float(np.var(y - lam * yhat)) / n)
+    return _interval("PPI++", estimate, se, level, n, n + big_n, lam=lam)
+
+
+def dsl_mean(prediction, gold, probability, *, level: float = 0.95) -> GoldEstimate:
+    """The design-based doubly robust mean of DSL (Egami, Hinck, Stewart and Wei 2023, eq. 3, the mean as the
+    outcome model ``Y ~ 1``): every unit's pseudo-outcome ``Ytilde = prediction + R (gold - prediction) / pi`` (R:
+    the unit has a gold label, ``pi`` its known probability of being chosen for gold), their mean, and the
+    sandwich standard error ``sqrt(sum (Ytilde - mean)^2) / N``. Unbiased whatever the predictions' error,
+    for any gold design whose probabilities are known (uniform, stratified)."""
+    prediction, gold, probability = (np.asarray(v, dtype=float).ravel() for v in (prediction, gold, probability))
+    labelled = ~np.isnan(gold)
+    if labelled.sum() < 2:
+        raise DataError("DSL needs at least two gold units.")
+    pseudo = prediction.copy()
+    pseudo[labelled] += (gold[labelled] - prediction[labelled]) / probability[labelled]
+    estimate = float(pseudo.mean())
+    se = math.sqrt(float(np.sum((pseudo - estimate) ** 2))) / pseudo.size
+    return _interval("DSL", estimate, se, level, int(labelled.sum()), int(pseudo.size))
+
+
+def gold_only_mean(y, *, level: float = 0.95, n_units: int | None = None) -> GoldEstimate:
+    """The classical mean of the gold labels alone, normal interval with the divisor-n SD (as PPI's baseline)."""
+    y = np.asarray(y, dtype=float).ravel()
+    return _interval("gold only", float(y.mean()), float(np.std(y)) / math.sqrt(y.size), level, y.size,
+                     n_units or y.size)
+
+
+def judges_only_mean(prediction, *, level: float = 0.95, n_gold: int = 0) -> GoldEstimate:
+    """The units' mean of the design's aggregate with its item-sampling interval: what the judges alone say,
+    however biased they are together."""
+    p = np.asarray(prediction, dtype=float).ravel()
+    return _interval("judges only", float(p.mean()), float(np.std(p, ddof=1)) / math.sqrt(p.size), level, n_gold,
+                     p.size)
+
+
+@dataclass(frozen=True)
+class GoldSlice:
+    """Gold labels joined to the judgments' units: ``units`` has one row per unit (the ``keys``: the object and
+    the item, or the item), its ``prediction`` (the design's aggregate), ``gold`` (NaN without one) and
+    ``probability`` (of being chosen for gold; NaN without gold)."""
+
+    units: pd.DataFrame
+    keys: tuple[str, ...]
+    group: str | None  # the object facet (one estimate per level), or None
+    notes: tuple[str, ...] = ()
+
+
+def join_gold(frame: pd.DataFrame, gold: pd.DataFrame, *, score: str = "score", object_facet: str | None = None,
+              gold_column: str = "gold", probability_column: str = "probability", source: str = "the gold file",
+              probability: float | None = None) -> GoldSlice:
+    """The units of ``frame`` (judgments: item, the object's column when it has several levels, the scores) with
+    the design's aggregate as their prediction, joined to ``gold`` (rows of the same key columns, a ``gold``
+    score, optionally a ``probability`` of having been chosen). Without probabilities the gold units are a uniform
+    sample: ``probability`` if given, else the gold share of the units. Refuses, naming the rows: a gold score that
+    is not a number, a gold row whose unit is not in the judgments, a probability outside (0, 1], a missing key
+    column."""
+    group = (object_facet if object_facet and object_facet != "item" and object_facet in frame
+             and frame[object_facet].nunique() > 1 else None)  # items measured themselves: one group
+    keys = tuple(k for k in (group, "item") if k)
+    missing = [k for k in (*keys, gold_column) if k not in gold]
+    if missing:
+        raise DataError(f"{source}: no column {', '.join(repr(m) for m in missing)}; a gold file has the units' "
+                        f"key columns ({', '.join(keys)}) and a '{gold_column}' column (name another with "
+                        "--gold-column).")
+    rows = gold.reset_index(drop=True)
+    values = pd.to_numeric(rows[gold_column], errors="coerce")
+    bad = np.flatnonzero(values.isna() & rows[gold_column].notna())
+    if bad.size:
+        raise DataError(f"{source}: column '{gold_column}' is not a number on row(s) "
+                        f"{', '.join(str(r + 1) for r in bad[:5])} ({rows[gold_column].iloc[bad[0]]!r}); gold scores "
+                        "are on the judgments' scale (0/1 for a binary verdict).")
+    scored = frame.dropna(subset=[score])
+    units = (scored.assign(**{k: scored[k].astype(str) for k in keys})
+             .groupby(list(keys), observed=True, sort=True)[score].mean().rename("prediction").reset_index())
+    labelled = rows.assign(**{k: rows[k].astype(str) for k in keys}, gold=values)
+    labelled = labelled[labelled["gold"].notna()]
+    repeated = labelled.duplicated(list(keys), keep=False)
+    if repeated.any():
+        raise DataError(f"{source}: row(s) {', '.join(str(r + 1) for r in np.flatnonzero(repeated)[:5])} give the "
+                        "same unit more than one gold score; keep one (or their mean) per unit.")
+    known = labelled.merge(units[list(keys)], on=list(keys), how="left", indicator=True)["_merge"] == "both"
+    if not known.all():
+        where = np.flatnonzero(~known.to_numpy())
+        first = labelled.iloc[where[0]]
+        raise DataError(f"{source}: row(s) {', '.join(str(labelled.index[r] + 1) for r in where[:5])} are units the "
+                        f"judgments do not have (e.g. {', '.join(f'{k}={first[k]}' for k in keys)}); every gold unit "
+                        "must have been judged.")
+    columns = [*keys, "gold"]
+    if probability_column in labelled:
+        p = pd.to_numeric(labelled[probability_column], errors="coerce")
+        wrong = np.flatnonzero(~((p > 0) & (p <= 1)).to_numpy())
+        if wrong.size:
+            raise DataError(f"{source}: column '{probability_column}' must be a probability in (0, 1] on every gold "
+                            f"row; row(s) {', '.join(str(labelled.index[r] + 1) for r in wrong[:5])} are not "
+                            "(a unit chosen with probability 0 could not have been chosen).")
+        labelled = labelled.assign(probability=p.to_numpy())
+        columns.append("probability")
+    units = units.merge(labelled[columns], on=list(keys), how="left")
+    notes = []
+    if "probability" not in units:
+        share = units["gold"].notna().mean()
+        if probability is not None and not 0 < probability <= 1:
+            raise DataError(f"the gold sampling probability must be in (0, 1]; got {probability}.")
+        units["probability"] = np.where(units["gold"].notna(), probability or share, np.nan)
+        notes.append(f"the gold units are taken as a uniform random sample of the units (probability "
+                     f"{probability or share:.4g}); give a '{probability_column}' column for another design.")
+    return GoldSlice(units, keys, group, tuple(notes))
+
+
+@dataclass(frozen=True)
+class GoldAnalysis(Result):
+    """Agreement of every configuration with the gold, the error's components on the gold slice, and each
+    group's corrected means (:func:`gold_analysis`)."""
+
+    estimates: list[GoldEstimate]
+    agreement: pd.DataFrame
+    error_components: Any  # VarianceComponents of (score - gold) on the gold units, or None
+    gold_variance: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        comps = self.error_components
+        return json_safe({
+            "estimates": [e.to_dict() for e in self.estimates],
+            "agreement": self.agreement.to_dict(orient="records"),
+            "error_components": None if comps is None else [
+                {"component": c.name, "variance": c.variance} for c in comps.components],
+            "gold_variance": self.gold_variance, "notes": list(self.notes)})
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([e.to_dict() for e in self.estimates])
+
+
+def agreement(frame: pd.DataFrame, units: pd.DataFrame, keys: tuple[str, ...], *, score: str = "score",
+              level: float = 0.95) -> pd.DataFrame:
+    """One row per configuration (each level of each configuration facet that varies, and the aggregate over all
+    of a unit's cells) against the gold units: units compared, bias (mean of prediction - gold) with its t interval
+    over units, mean absolute error, correlation; for 0/1 gold, accuracy and Cohen's kappa of the prediction
+    rounded at 0.5."""
+    from scipy import stats
+
+    gold = units.dropna(subset=["gold"])[[*keys, "gold"]]
+    scored = frame.dropna(subset=[score]).assign(**{k: lambda f, k=k: f[k].astype(str) for k in keys})
+    configs = [("aggregate", "all cells", scored)]
+    for facet in CONFIGURATION_FACETS:
+        if facet in scored and scored[facet].nunique() > 1:
+            configs += [(facet, str(level_), part) for level_, part in scored.groupby(facet, observed=True)]
+    binary = bool(gold["gold"].isin([0.0, 1.0]).all())
+    rows = []
+    for facet, name, part in configs:
+        pred = part.groupby(list(keys), observed=True)[score].mean().rename("prediction").reset_index()
+        both = gold.merge(pred, on=list(keys))
+        diff = both["prediction"] - both["gold"]
+        n = len(both)
+        row = {"facet": facet, "level": name, "units": n, "bias": float(diff.mean()) if n else math.nan}
+        if n >= 2:
+            half = stats.t.ppf(0.5 + level / 2, n - 1) * float(diff.std(ddof=1)) / math.sqrt(n)
+            row.update(bias_low=row["bias"] - half, bias_high=row["bias"] + half)
+            row["correlation"] = (float(np.corrcoef(both["prediction"], both["gold"])[0, 1])
+                                  if both["prediction"].std() > 0 and both["gold"].std() > 0 else math.nan)
+        row["mae"] = float(diff.abs().mean()) if n else math.nan
+        if binary and n:
+            said = (both["prediction"] >= 0.5).astype(float)
+            row["accuracy"] = float((said == both["gold"]).mean())
+            row["kappa"] = cohen_kappa(said.to_numpy(), both["gold"].to_numpy())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def cohen_kappa(a: np.ndarray, b: np.ndarray) -> float:
+    """Cohen's kappa of two raters' labels: (observed agreement - chance agreement) / (1 - chance agreement)."""
+    a, b = np.asarray(a), np.asarray(b)
+    labels = np.union1d(a, b)
+    observed = float(np.mean(a == b))
+    chance = float(sum(np.mean(a == k) * np.mean(b == k) for k in labels))
+    return (observed - chance) / (1 - chance) if chance < 1 else math.nan
+
+
+def error_components(frame: pd.DataFrame, units: pd.DataFrame, keys: tuple[str, ...], *, score: str = "score"):
+    """The variance components of the judges' error (score - gold) on the gold units: the unit term is the error
+    all of a unit's judges, variants and replicates share (what more of them cannot fix), the judge and variant
+    terms their biases, the interactions and residual what averaging removes. None when the gold slice is too
+    small to fit."""
+    from .errors import EvalGaugeError
+    from .estimate import estimate_components
+
+    gold = units.dropna(subset=["gold"])[[*keys, "gold"]]
+    rows = frame.dropna(subset=[score]).assign(**{k: lambda f, k=k: f[k].astype(str) for k in keys})
+    rows = rows.merge(gold, on=list(keys))
+    if rows.empty:
+        return None
+    rows[score] = rows[score].astype(float) - rows["gold"]
+    rows = rows.drop(columns="gold")
+    try:
+        return estimate_components(rows, score=score, object=None)
+    except EvalGaugeError:
+        return None
+
+
+def gold_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, score: str = "score", object_facet: str | None = None,
+                  level: float = 0.95, source: str = "the gold file", probability: float | None = None,
+                  gold_column: str = "gold", probability_column: str = "probability") -> GoldAnalysis:
+    """Everything the gold slice says (module docstring): per group (each level of the object, or all units), the
+    judges-only mean, PPI++ (when the gold units are a uniform sample), DSL and the gold-only mean; the agreement
+    of every configuration; the error's components on the gold slice."""
+    frame = frame.assign(**{score: pd.to_numeric(frame[score], errors="coerce")})  # text scores from a CSV
+    sliced = join_gold(frame, gold, score=score, object_facet=object_facet, gold_column=gold_column,
+                       probability_column=probability_column, source=source, probability=probability)
+    units, notes = sliced.units, list(sliced.notes)
+    uniform = units["probability"].dropna().nunique() <= 1
+    if not uniform:
+        notes.append("the gold units were chosen with unequal probabilities: PPI++ (which takes them as a uniform "
+                     "sample) is left out; DSL weights each by its probability.")
+    estimates = []
+    groups = units.groupby(sliced.group, observed=True, sort=True) if sliced.group else [(None, units)]
+    for name, part in groups:
+        labelled = part["gold"].notna().to_numpy()
+        label = None if name is None else str(name)
+        estimates.append(replace_group(judges_only_mean(part["prediction"], level=level,
+                                                        n_gold=int(labelled.sum())), label))
+        if labelled.all():
+            notes.append(f"{'every unit' if label is None else f'every unit of {label}'} has a gold score: the gold "
+                         "mean is the estimate, the judges add nothing to it.")
+            estimates.append(replace_group(gold_only_mean(part["gold"], level=level), label))
+            continue
+        if labelled.sum() < 2:
+            notes.append(f"{label or 'the units'}: fewer than two gold units, no corrected mean.")
+            continue
+        if uniform:
+            estimates.append(replace_group(ppi_mean(part.loc[labelled, "gold"], part.loc[labelled, "prediction"],
+                                                    part.loc[~labelled, "prediction"], level=level), label))
+        estimates.append(replace_group(dsl_mean(part["prediction"], part["gold"], part["probability"], level=level),
+                                       label))
+        estimates.append(replace_group(gold_only_mean(part.loc[labelled, "gold"], level=level,
+                                                      n_units=len(part)), label))
+    table = agreement(frame, units, sliced.keys, score=score, level=level)
+    comps = error_components(frame, units, sliced.keys, score=score)
+    gold_var = float(units["gold"].dropna().var(ddof=1)) if units["gold"].notna().sum() > 1 else math.nan
+    return GoldAnalysis(estimates, table, comps, gold_var, notes)
+
+
+def replace_group(estimate: GoldEstimate, group: str | None) -> GoldEstimate:
+    from dataclasses import replace
+
+    return replace(estimate, group=group)
+
+
+def gold_study(reps: int = 400, seed: int = 0, *, units: int = 1000, judges: int = 3, gold: int = 100,
+               shared_bias: float = 0.3, judge_sd: float = 0.2, unit_error_sd: float = 0.5, noise_sd: float = 0.7,
+               design: str = "uniform", level: float = 0.95) -> pd.DataFrame:
+    """The Monte Carlo study of the corrected means: per replication ``units`` true scores (the harder half ~ N(2.5,
+    0.75), the easier ~ N(3.5, 0.75): variance 1 about the estimand, the population mean 3), ``judges`` judges
+    scoring each with a bias every judge shares (``shared_bias``), a bias of their own (SD ``judge_sd``), an error
+    per unit that every judge makes (SD ``unit_error_sd``; twice as large on the harder half) and call noise
+    (``noise_sd``); the prediction is the judges' mean. Gold scores (the truth) on ``gold`` units drawn at random
+    (``design="uniform"``) or ``"stratified"`` (the harder half at four times the easier half's rate, the same
+    expected count; the gold-only mean, unweighted, then leans to the harder half). One row per method: coverage of
+    3, mean half-width, and the half-width relative to the gold-only interval's."""
+    rng = np.random.default_rng(seed)
+    hard = np.arange(units) < units // 2
+    rows = []
+    for _ in range(reps):
+        truth = rng.normal(np.where(hard, 2.5, 3.5), math.sqrt(0.75))  # the harder half scores lower
+        unit_error = rng.normal(0.0, unit_error_sd, units) * np.where(hard, 2.0, 1.0)
+        scores = (truth[:, None] + shared_bias + rng.normal(0.0, judge_sd, judges)[None, :] + unit_error[:, None]
+                  + rng.normal(0.0, noise_sd, (units, judges)))
+        prediction = scores.mean(axis=1)
+        if design == "uniform":
+            probability = np.full(units, gold / units)
+        else:  # the harder half at four times the easier half's rate, `gold` units expected in all
+            rate = gold / (units / 2 * (4 + 1))
+            probability = np.where(hard, 4 * rate, rate)
+        chosen = rng.random(units) < probability
+        y = np.where(chosen, truth, np.nan)
+        estimates = [judges_only_mean(prediction, level=level), dsl_mean(prediction, y, probability, level=level),
+                     gold_only_mean(truth[chosen], level=level, n_units=units)]
+        if design == "uniform":
+            estimates.append(ppi_mean(truth[chosen], prediction[chosen], prediction[~chosen], level=level))
+        for e in estimates:
+            rows.append({"method": e.method, "covered": e.low <= 3.0 <= e.high, "half_width": (e.high - e.low) / 2})
+    table = pd.DataFrame(rows).groupby("method", sort=False).agg(coverage=("covered", "mean"),
+                                                                 half_width=("half_width", "mean")).reset_index()
+    base = table.loc[table["method"] == "gold only", "half_width"].iloc[0]
+    table["width_vs_gold_only"] = table["half_width"] / base
+    table["reps"] = reps
+    return table

@@ -1,0 +1,186 @@
+"""Gold labels: PPI++ equal to ppi_py, DSL's pseudo-outcome mean, the Monte Carlo coverage of the corrected
+intervals where the judges-only one fails, agreement per configuration, and bad gold files named."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from evalgauge.cli import main
+from evalgauge.errors import DataError
+from evalgauge.gold import (
+    cohen_kappa,
+    dsl_mean,
+    gold_analysis,
+    gold_only_mean,
+    gold_study,
+    join_gold,
+    ppi_mean,
+)
+
+REFERENCE = Path(__file__).parent / "fixtures" / "gold" / "ppi_py_reference.json"
+
+
+def test_ppi_plus_plus_equals_ppi_py():
+    """The power-tuned PPI++ mean and its 95% interval, and the classical interval, as ppi_py 0.2.3 gives them
+    (stored; tests/fixtures/gold/README.md), on four data sets from a poor to an excellent predictor."""
+    cases = json.loads(REFERENCE.read_text())
+    for case in cases:
+        got = ppi_mean(case["y"], case["yhat"], case["yhat_unlabelled"], level=0.95)
+        assert got.estimate == pytest.approx(case["estimate"], abs=1e-8)
+        assert (got.low, got.high) == pytest.approx((case["low"], case["high"]), abs=1e-8)
+        classical = gold_only_mean(case["y"], level=0.95)
+        assert (classical.low, classical.high) == pytest.approx((case["classical_low"], case["classical_high"]),
+                                                                abs=1e-8)
+    assert {round(c["corr"], 2) for c in cases} == {0.1, 0.5, 0.8, 0.95}
+
+
+def test_ppi_plus_plus_equals_ppi_py_live():
+    ppi_py = pytest.importorskip("ppi_py", reason="ppi-python is not installed (the stored reference covers it)")
+    rng = np.random.default_rng(11)
+    truth = rng.normal(0.4, 0.2, 500)
+    yhat = 0.1 + 0.7 * truth + rng.normal(0, 0.1, 500)
+    got = ppi_mean(truth[:80], yhat[:80], yhat[80:])
+    low, high = ppi_py.ppi_mean_ci(truth[:80], yhat[:80], yhat[80:], alpha=0.05)
+    assert (got.low, got.high) == pytest.approx((float(np.squeeze(low)), float(np.squeeze(high))), abs=1e-8)
+
+
+def test_lambda_ends():
+    """lam = 0 is the gold-only mean; lam = 1 plain PPI (mean of predictions corrected by the mean residual)."""
+    rng = np.random.default_rng(1)
+    y, yhat, rest = rng.normal(size=30), rng.normal(size=30), rng.normal(size=200)
+    assert ppi_mean(y, yhat, rest, lam=0.0).estimate == pytest.approx(y.mean(), abs=1e-12)
+    assert ppi_mean(y, yhat, rest, lam=1.0).estimate == pytest.approx(rest.mean() + (y - yhat).mean(), abs=1e-12)
+    # a useless predictor gets (nearly) no weight
+    assert ppi_mean(y, rng.normal(size=30), rest).lam < 0.3
+
+
+def test_dsl_pseudo_outcome_mean():
+    """Ytilde = prediction + R (gold - prediction) / pi: by hand on five units; all units gold with pi = 1 is the
+    gold mean; a perfect prediction leaves the predictions' mean."""
+    prediction = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    gold = np.array([2.0, np.nan, 2.0, np.nan, 7.0])
+    pi = np.array([0.5, np.nan, 0.25, np.nan, 0.5])
+    got = dsl_mean(prediction, gold, pi)
+    pseudo = np.array([1 + 1 / 0.5, 2.0, 3 - 1 / 0.25, 4.0, 5 + 2 / 0.5])
+    assert got.estimate == pytest.approx(pseudo.mean(), abs=1e-12)
+    assert got.se == pytest.approx(math.sqrt(((pseudo - pseudo.mean()) ** 2).sum()) / 5, abs=1e-12)
+    full = np.array([2.0, 1.0, 2.0, 3.0, 7.0])
+    assert dsl_mean(prediction, full, np.ones(5)).estimate == pytest.approx(full.mean(), abs=1e-12)
+    assert dsl_mean(full, np.where(np.isnan(gold), np.nan, full), pi).estimate == pytest.approx(full.mean())
+
+
+def test_cohen_kappa_by_hand():
+    # observed 0.8; chance 0.6 x 0.4 + 0.4 x 0.6 = 0.48; kappa = 0.32 / 0.52
+    assert cohen_kappa(np.array([1, 1, 0, 0, 1]), np.array([1, 0, 0, 0, 1])) == pytest.approx(0.32 / 0.52)
+
+
+# 400 replications: the coverage's Monte Carlo s.e. at 95% is sqrt(0.95 x 0.05 / 400) = 0.011; three of them
+BAND = 3 * math.sqrt(0.95 * 0.05 / 400)
+
+
+def test_corrected_intervals_cover_where_the_judges_do_not():
+    """Judges sharing a bias of 0.3 and an error per unit: the judges-only interval almost never covers the true
+    mean; PPI++ and DSL cover 95% within Monte Carlo error, PPI++ narrower than the gold-only interval."""
+    table = gold_study(400, seed=0).set_index("method")
+    assert abs(table.loc["PPI++", "coverage"] - 0.95) < BAND and abs(table.loc["DSL", "coverage"] - 0.95) < BAND
+    assert abs(table.loc["gold only", "coverage"] - 0.95) < BAND
+    assert table.loc["judges only", "coverage"] < 0.2
+    assert table.loc["PPI++", "width_vs_gold_only"] < 0.8  # the judges' gain over the gold alone
+
+
+def test_a_stratified_gold_slice_needs_its_probabilities():
+    """The harder half (lower true scores) labelled at four times the rate: DSL, weighting by the known
+    probabilities, covers; the gold-only mean, unweighted, leans to the harder half and does not."""
+    table = gold_study(400, seed=1, design="stratified").set_index("method")
+    assert abs(table.loc["DSL", "coverage"] - 0.95) < BAND
+    assert table.loc["gold only", "coverage"] < 0.5 and "PPI++" not in table.index
+
+
+def panel(n_items=120, systems=("A", "B"), seed=0):
+    rng = np.random.default_rng(seed)
+    rows, truth = [], {}
+    for s_, offset in zip(systems, (0.0, 0.5), strict=False):
+        t = rng.normal(3 + offset, 1, n_items)
+        for i in range(n_items):
+            truth[(s_, f"q{i}")] = t[i]
+        for judge, bias in (("j1", 0.2), ("j2", 0.6)):
+            scores = t + bias + rng.normal(0, 0.5, n_items)
+            rows += [{"system": s_, "item": f"q{i}", "judge": judge, "score": scores[i]} for i in range(n_items)]
+    return pd.DataFrame(rows), truth
+
+
+def test_agreement_per_configuration_and_per_system_means():
+    frame, truth = panel()
+    keys = [k for k in truth if int(k[1][1:]) % 4 == 0]
+    gold = pd.DataFrame({"system": [k[0] for k in keys], "item": [k[1] for k in keys],
+                         "gold": [truth[k] for k in keys]})
+    result = gold_analysis(frame, gold, object_facet="system")
+    table = result.agreement.set_index(["facet", "level"])
+    assert table.loc[("judge", "j2"), "bias"] > table.loc[("judge", "j1"), "bias"] > 0
+    assert table.loc[("aggregate", "all cells"), "bias"] == pytest.approx(
+        (table.loc[("judge", "j1"), "bias"] + table.loc[("judge", "j2"), "bias"]) / 2, abs=1e-9)
+    groups = {(e.group, e.method) for e in result.estimates}
+    assert {("A", "PPI++"), ("B", "DSL"), ("A", "gold only"), ("B", "judges only")} <= groups
+    judges = {e.group: e for e in result.estimates if e.method == "judges only"}
+    ppi = {e.group: e for e in result.estimates if e.method == "PPI++"}
+    for g, true_mean in (("A", np.mean([v for k, v in truth.items() if k[0] == "A"])),
+                         ("B", np.mean([v for k, v in truth.items() if k[0] == "B"]))):
+        assert abs(ppi[g].estimate - true_mean) < abs(judges[g].estimate - true_mean)
+    assert result.error_components is not None
+    payload = result.to_dict()
+    assert payload["estimates"] and payload["agreement"] and json.dumps(payload)
+
+
+def test_every_unit_gold_says_so():
+    frame, truth = panel(n_items=10, systems=("A",))
+    gold = pd.DataFrame({"item": [k[1] for k in truth], "gold": list(truth.values())})
+    result = gold_analysis(frame, gold, object_facet=None)
+    assert any("gold mean is the estimate" in n for n in result.notes)
+    assert [e.method for e in result.estimates] == ["judges only", "gold only"]
+
+
+def test_bad_gold_files_are_named():
+    frame, _ = panel(n_items=20, systems=("A",))
+    base = pd.DataFrame({"item": ["q0", "q1", "q2"], "gold": ["3.1", "2.5", "4.0"]})
+    with pytest.raises(DataError, match=r"row\(s\) 2 .*'high'"):
+        join_gold(frame, base.assign(gold=["3.1", "high", "4.0"]), source="g.csv")
+    with pytest.raises(DataError, match=r"g.csv: row\(s\) 3 are units the judgments do not have .*item=q999"):
+        join_gold(frame, base.assign(item=["q0", "q1", "q999"]), source="g.csv")
+    with pytest.raises(DataError, match=r"'probability' must be a probability in \(0, 1\].*row\(s\) 1"):
+        join_gold(frame, base.assign(probability=["0", "0.5", "0.5"]), source="g.csv")
+    with pytest.raises(DataError, match="no column 'gold'"):
+        join_gold(frame, base.rename(columns={"gold": "human"}), source="g.csv")
+    with pytest.raises(DataError, match=r"row\(s\) 1, 2 give the same unit"):
+        join_gold(frame, base.assign(item=["q0", "q0", "q2"]), source="g.csv")
+    two = pd.concat([frame, frame.assign(system="B")])
+    with pytest.raises(DataError, match="no column 'system'"):
+        join_gold(two, base, object_facet="system", source="g.csv")
+
+
+def test_analyze_with_gold_from_the_command_line(tmp_path):
+    frame, truth = panel(n_items=60, systems=("A",))
+    data = tmp_path / "scores.csv"
+    frame.drop(columns="system").to_csv(data, index=False)
+    keys = [k for k in truth if int(k[1][1:]) % 3 == 0]
+    gold_file = tmp_path / "gold.csv"
+    pd.DataFrame({"item": [k[1] for k in keys], "gold": [truth[k] for k in keys]}).to_csv(gold_file, index=False)
+    out = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--json", "-"])
+    assert out.exit_code == 0, out.output
+    gold = json.loads(out.stdout)["gold"]
+    assert {e["method"] for e in gold["estimates"]} == {"judges only", "PPI++", "DSL", "gold only"}
+    shown = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file)])
+    assert "Means corrected by the gold labels" in shown.output and "Agreement with the gold" in shown.output
+    bad = tmp_path / "bad.csv"
+    bad.write_text("item,gold\nq0,3\nnope,2\n")
+    refused = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(bad)])
+    assert refused.exit_code == 2 and "units the judgments do not have" in refused.output
+    assert "Traceback" not in refused.output
+    same = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--json", str(gold_file)])
+    assert same.exit_code == 2 and "that is the input" in same.output
