@@ -184,3 +184,64 @@ def test_analyze_with_gold_from_the_command_line(tmp_path):
     assert "Traceback" not in refused.output
     same = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--json", str(gold_file)])
     assert same.exit_code == 2 and "that is the input" in same.output
+    priced = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-budget", "50",
+                                       "--gold-cost", "1", "--call-cost", "0.01", "--json", "-"])
+    assert priced.exit_code == 0, priced.output
+    plan = json.loads(priced.stdout)["gold"]["plan"]
+    assert plan["budget"] == 50 and {p["judges"] for p in plan["plans"]} >= {1, 2, 3}
+    unpriced = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-budget", "50"])
+    assert unpriced.exit_code == 2 and "--gold-cost" in unpriced.output
+
+
+POWER = Path(__file__).parent / "fixtures" / "gold" / "ppi_power_reference.json"
+
+
+def test_gold_power_equals_ppi_mean_power():
+    """One fixed prediction: the mix of gold labels and predicted units, its cost and effective sample size as
+    ppi_py's ppi_mean_power gives them, over 20 settings (budgets, target sizes, caps on the units)."""
+    from evalgauge.gold import gold_power, prediction_correlation
+
+    cases = json.loads(POWER.read_text())
+    assert len(cases) == 20
+    for case in cases:
+        rho = prediction_correlation(case["y"], case["yhat"])
+        got = gold_power(rho, case["cost_Y"], case["cost_Yhat"], budget=case["budget"],
+                         effective_n=case["effective_n"], n_max=case["n_max"])
+        want = case["result"]
+        assert (got.n, got.N, got.effective_n) == (want["n"], want["N"], want["effective_n"])
+        assert got.cost == pytest.approx(want["cost"], abs=1e-9) and rho == pytest.approx(want["ppi_corr"], abs=1e-12)
+
+
+def simulated_panel(units=1000, gold=200, seed=4):
+    """Three judges twice each: an error per unit every judge shares (variance 0.1), per unit and judge (0.5) and
+    per call (0.5); true scores of variance 1."""
+    rng = np.random.default_rng(seed)
+    truth = rng.normal(0, 1, units)
+    shared = rng.normal(0, math.sqrt(0.1), units)
+    rows = []
+    for judge in ("j1", "j2", "j3"):
+        unit_judge = rng.normal(0, math.sqrt(0.5), units)
+        for rep in (1, 2):
+            score = truth + 0.2 + shared + unit_judge + rng.normal(0, math.sqrt(0.5), units)
+            rows.append(pd.DataFrame({"item": [f"u{i}" for i in range(units)], "judge": judge, "replicate": rep,
+                                      "score": score}))
+    chosen = rng.choice(units, gold, replace=False)
+    return pd.concat(rows, ignore_index=True), pd.DataFrame({"item": [f"u{i}" for i in chosen],
+                                                            "gold": truth[chosen]})
+
+
+def test_a_panel_beats_every_single_judge_plan_at_equal_cost():
+    """The gold slice's error components predict each panel's correlation with the truth (true: 1/sqrt(2.1) = 0.69
+    with one judge and one call, 1/sqrt(1.35) = 0.86 with three judges twice); at a budget where calls are cheap
+    next to gold labels the best plan is a panel, worth more gold labels than the best single-judge plan."""
+    frame, gold = simulated_panel()
+    result = gold_analysis(frame, gold, object_facet=None)
+    plans = result.plan(cost_gold=1.0, cost_call=0.002, budget=150.0)
+    one = plans[(plans["judges"] == 1) & (plans["replicates"] == 1)].iloc[0]
+    three = plans[(plans["judges"] == 3) & (plans["replicates"] == 2)].iloc[0]
+    # three times a correlation's sampling SD from 200 gold units, (1 - rho^2) / sqrt(200): 0.11 and 0.055
+    assert one["correlation"] == pytest.approx(1 / math.sqrt(2.1), abs=3 * (1 - 1 / 2.1) / math.sqrt(200))
+    assert three["correlation"] == pytest.approx(1 / math.sqrt(1.35), abs=3 * (1 - 1 / 1.35) / math.sqrt(200))
+    best, single = plans.iloc[0], plans[plans["judges"] == 1].iloc[0]
+    assert best["judges"] > 1 and best["effective_n"] > single["effective_n"]
+    assert (plans["cost"] <= 150.0 + 1.0).all() and (plans["gold"] + plans["predicted_only"] <= 1000).all()

@@ -95,7 +95,10 @@ def dsl_mean(prediction, gold, probability, *, level: float = 0.95) -> GoldEstim
     outcome model ``Y ~ 1``): every unit's pseudo-outcome ``Ytilde = prediction + R (gold - prediction) / pi`` (R:
     the unit has a gold label, ``pi`` its known probability of being chosen for gold), their mean, and the
     sandwich standard error ``sqrt(sum (Ytilde - mean)^2) / N``. Unbiased whatever the predictions' error,
-    for any gold design whose probabilities are known (uniform, stratified)."""
+    for any gold design whose probabilities are known (uniform, stratified). The prediction is its own outcome
+    model here (DSL's ``g`` is the design's aggregate, fixed): the R package ``dsl`` instead learns ``g`` from the
+    prediction and other features by cross-fitted random forests, which gives a shorter interval when the
+    prediction's error depends on them, and rescales the probabilities to the gold share."""
     prediction, gold, probability = (np.asarray(v, dtype=float).ravel() for v in (prediction, gold, probability))
     labelled = ~np.isnan(gold)
     if labelled.sum() < 2:
@@ -206,6 +209,16 @@ class GoldAnalysis(Result):
     error_components: Any  # VarianceComponents of (score - gold) on the gold units, or None
     gold_variance: float
     notes: list[str] = field(default_factory=list)
+    #: what :func:`panel_plan` needs from the gold slice (covariance, variances, error terms, observed counts)
+    panel: dict | None = None
+
+    def plan(self, *, cost_gold: float, cost_call: float, budget: float, **options) -> pd.DataFrame:
+        """Gold labels priced against judge calls at ``budget`` (:func:`panel_plan` on this gold slice; at most the
+        units there are, unless ``n_max`` says otherwise)."""
+        if self.panel is None:
+            raise DataError("the gold slice is too small to plan from (fewer than three gold units, or no error "
+                            "components).")
+        return panel_plan(**{**self.panel, **options}, cost_gold=cost_gold, cost_call=cost_call, budget=budget)
 
     def to_dict(self) -> dict[str, Any]:
         comps = self.error_components
@@ -325,7 +338,27 @@ def gold_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, score: str = "scor
     table = agreement(frame, units, sliced.keys, score=score, level=level)
     comps = error_components(frame, units, sliced.keys, score=score)
     gold_var = float(units["gold"].dropna().var(ddof=1)) if units["gold"].notna().sum() > 1 else math.nan
-    return GoldAnalysis(estimates, table, comps, gold_var, notes)
+    return GoldAnalysis(estimates, table, comps, gold_var, notes, panel_inputs(frame, units, sliced.keys, comps,
+                                                                            score=score))
+
+
+def panel_inputs(frame: pd.DataFrame, units: pd.DataFrame, keys: tuple[str, ...], comps, *,
+                 score: str = "score") -> dict | None:
+    """From the gold slice: the prediction's covariance with the gold, both variances (divisor n - 1), the error's
+    components by name, and the observed counts of the facets a unit's prediction averages over (judges,
+    variants, temperatures; replicates per cell) for :func:`panel_plan`."""
+    labelled = units.dropna(subset=["gold"])
+    if comps is None or len(labelled) < 3:
+        return None
+    facets = [f for f in CONFIGURATION_FACETS if f in frame and frame[f].nunique() > 1]
+    observed = {f: int(frame[f].nunique()) for f in facets}
+    per_cell = frame.dropna(subset=[score]).groupby([*keys, *facets], observed=True).size()
+    observed["replicate"] = max(round(float(per_cell.mean())), 1)
+    return {"covariance": float(np.cov(labelled["gold"], labelled["prediction"])[0, 1]),
+            "gold_variance": float(labelled["gold"].var(ddof=1)),
+            "prediction_variance": float(labelled["prediction"].var(ddof=1)),
+            "error_terms": {c.name: float(c.variance) for c in comps.components}, "observed": observed,
+            "n_max": len(units)}  # the units there are: a plan predicts at most all of them
 
 
 def replace_group(estimate: GoldEstimate, group: str | None) -> GoldEstimate:
@@ -373,3 +406,125 @@ def gold_study(reps: int = 400, seed: int = 0, *, units: int = 1000, judges: int
     table["width_vs_gold_only"] = table["half_width"] / base
     table["reps"] = reps
     return table
+
+
+@dataclass(frozen=True)
+class GoldPlan(Result):
+    """How many gold labels (``n``) and units with predictions only (``N``) to buy: PPI's variance at ``n`` gold
+    and ``n + N`` predicted units is that of ``effective_n`` gold labels alone (``correlation``: the prediction's
+    with the gold). ``judges`` and ``replicates`` the panel that makes each unit's prediction (None: one fixed
+    prediction)."""
+
+    n: int
+    N: int  # ppi_py's name: units with a prediction and no gold
+    cost: float
+    effective_n: int
+    correlation: float
+    judges: int | None = None
+    replicates: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe({"gold": self.n, "predicted_only": self.N, "cost": self.cost,
+                          "effective_n": self.effective_n, "correlation": self.correlation, "judges": self.judges,
+                          "replicates": self.replicates})
+
+
+def prediction_correlation(y, yhat) -> float:
+    """The correlation of the predictions with the gold scores (divisor n), capped at 1 - 1/n: what PPI's power
+    rests on (as ``ppi_py``'s power analysis measures it)."""
+    y, yhat = np.asarray(y, dtype=float).ravel(), np.asarray(yhat, dtype=float).ravel()
+    dy, dp = y - y.mean(), yhat - yhat.mean()
+    rho = float(np.mean(dy * dp) / math.sqrt(np.mean(dy * dy) * np.mean(dp * dp)))
+    return min(rho, 1 - 1 / y.size)
+
+
+def gold_power(correlation: float, cost_gold: float, cost_prediction: float, *, budget: float | None = None,
+               effective_n: float | None = None, n_max: int | None = None) -> GoldPlan:
+    """The cheapest (``effective_n``) or most precise (``budget``) mix of gold labels and predicted units for a mean
+    by PPI with power tuning (Angelopoulos, Duchi and Zrnic 2023; the mixed-subjects design of Broska, Howes and
+    van Loon 2024): with correlation rho between prediction and gold, n gold labels among n + N predicted units
+    are worth ``n (n + N) / (n + (1 - rho^2) N)`` gold labels alone. At the optimum one effective label costs
+    ``c_gold (1 - rho^2 + g rho^2 + 2 sqrt(g rho^2 (1 - rho^2)))`` (``g = c_prediction / c_gold``), with ``n = n0
+    (1 - rho^2 + sqrt(g rho^2 (1 - rho^2)))`` and ``N = n (n0 - n) / (n - (1 - rho^2) n0)`` for ``n0`` effective
+    labels; gold alone when that is cheaper. ``n_max`` caps the units (n + N). Equal to ``ppi_py``'s
+    ``ppi_mean_power`` given the same correlation."""
+    if budget is None and effective_n is None:
+        raise DataError("gold planning needs a budget or an effective number of gold labels.")
+    if not -1 < correlation < 1:
+        raise DataError(f"the prediction's correlation with the gold must be between -1 and 1 (got {correlation}).")
+    r2 = correlation**2
+    g = cost_prediction / cost_gold
+    per_effective = cost_gold * (1 - r2 + g * r2 + 2 * math.sqrt(g * r2 * (1 - r2)))
+
+    def plan(n: float, big_n: float) -> GoldPlan:
+        n, big_n = round(n), round(big_n)
+        eff = round(n * (n + big_n) / (n + (1 - r2) * big_n)) if n + big_n else 0
+        return GoldPlan(n, big_n, n * cost_gold + (n + big_n) * cost_prediction, eff, correlation)
+
+    def gold_alone(n: float) -> GoldPlan:
+        n = round(n)
+        return GoldPlan(n, 0, n * cost_gold, n, correlation)
+
+    n0 = budget / per_effective if budget is not None else effective_n
+    n = n0 * (1 - r2 + math.sqrt(g * r2 * (1 - r2)))
+    big_n = n * (n0 - n) / (n - (1 - r2) * n0) if correlation != 0 else 0.0
+    best = plan(n, big_n)
+    if cost_gold < per_effective or best.N < 0:
+        best = gold_alone(budget / cost_gold if budget is not None else n0)
+    if n_max is None or best.n + best.N <= n_max:
+        return best
+    if budget is not None:
+        if n_max * cost_gold <= budget:
+            return gold_alone(n_max)
+        n = round(budget / cost_gold - n_max * g)
+        return plan(n, n_max - n)
+    if effective_n > n_max:
+        return gold_alone(n_max)
+    n = round(n0 * n_max * (1 - r2) / (n_max - r2 * n0))
+    return plan(n, n_max - n)
+
+
+def panel_correlation(covariance: float, gold_variance: float, prediction_variance: float,
+                      error_terms: dict[str, float], observed: dict[str, int], planned: dict[str, int]) -> float:
+    """The correlation with the gold of a unit's prediction averaged over another panel: the error terms of the
+    gold slice (:func:`error_components`: ``item`` shared by every cell of a unit, ``item:judge``, ``item:variant``
+    and ``residual`` averaged over the judges, variants and replicates that hold them) rescaled from the
+    ``observed`` counts (judge, variant, replicate, ...) to the ``planned`` ones; the covariance with the gold is
+    the observed one (averaging removes noise, not signal). Terms without the unit are constant across units and
+    leave the correlation alone."""
+
+    def averaged(counts: dict[str, int]) -> float:
+        total = 0.0
+        for name, variance in error_terms.items():
+            facets = [f for f in name.split(":") if f != "item"]
+            if name != "residual" and "item" not in name.split(":"):
+                continue
+            if name == "residual":
+                facets = list(counts)
+            total += max(variance, 0.0) / math.prod(counts.get(f, 1) for f in facets)
+        return total
+
+    variance = prediction_variance - averaged(observed) + averaged(planned)
+    rho = covariance / math.sqrt(gold_variance * max(variance, 1e-300))
+    return float(np.clip(rho, -0.999999, 0.999999))
+
+
+def panel_plan(covariance: float, gold_variance: float, prediction_variance: float, error_terms: dict[str, float],
+               observed: dict[str, int], *, cost_gold: float, cost_call: float, budget: float,
+               judges: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), replicates: tuple[int, ...] = (1, 2, 3),
+               n_max: int | None = None) -> pd.DataFrame:
+    """Gold labels priced against judge calls: for every panel (``judges`` x ``replicates``, the other facets at
+    their observed counts) the prediction's correlation with the gold (:func:`panel_correlation`), its cost per
+    unit (calls x ``cost_call``) and the best mix of gold labels and predicted units at ``budget``
+    (:func:`gold_power`), with the effective number of gold labels it is worth; sorted best first."""
+    others = math.prod(v for k, v in observed.items() if k not in ("judge", "replicate"))
+    rows = []
+    for m in judges:
+        for r in replicates:
+            planned = {**observed, "judge": m, "replicate": r}
+            rho = panel_correlation(covariance, gold_variance, prediction_variance, error_terms, observed, planned)
+            best = gold_power(rho, cost_gold, m * r * others * cost_call, budget=budget, n_max=n_max)
+            rows.append({"judges": m, "replicates": r, "correlation": rho, "cost_per_unit": m * r * others * cost_call,
+                         "gold": best.n, "predicted_only": best.N, "cost": best.cost,
+                         "effective_n": best.effective_n})
+    return pd.DataFrame(rows).sort_values("effective_n", ascending=False, kind="stable").reset_index(drop=True)

@@ -444,6 +444,13 @@ def _fill_levels(vc, counts: dict):
 @click.option("--gold-probability", type=click.FloatRange(0, 1, min_open=True), default=None,
               help="Each unit's chance of having been chosen for gold (a uniform sample; default: the gold share "
                    "of the units).")
+@click.option("--gold-budget", type=click.FloatRange(0, min_open=True), default=None, metavar="USD",
+              help="With --gold: price gold labels against judge calls at this budget (the best mix of gold labels, "
+                   "judges and replicates per unit, and units; needs --gold-cost and --call-cost).")
+@click.option("--gold-cost", type=click.FloatRange(0, min_open=True), default=None, metavar="USD",
+              help="The price of one gold label (for --gold-budget).")
+@click.option("--call-cost", type=click.FloatRange(0, min_open=True), default=None, metavar="USD",
+              help="The price of one judge call (for --gold-budget).")
 @projection_options
 @json_option("everything")
 @read_options
@@ -451,7 +458,7 @@ def _fill_levels(vc, counts: dict):
 @writes(("data", "gold_path"), report_path="--report", json_out="--json")
 def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
             target_erho2, n_boot, level, seed, keep, by, glmm, assumed, ddf, report_path, gold_path, gold_column,
-            gold_probability, sampling, estimand, json_out, **read) -> None:
+            gold_probability, gold_budget, gold_cost, call_cost, sampling, estimand, json_out, **read) -> None:
     """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change.
 
     \b
@@ -462,6 +469,9 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     """
     from ..api import analyze as run_analysis
 
+    if gold_budget is not None and (gold_path is None or gold_cost is None or call_cost is None):
+        raise click.UsageError("--gold-budget plans from a gold slice: give --gold FILE, --gold-cost USD (one gold "
+                               "label) and --call-cost USD (one judge call) with it.")
     _check_supported(data)
     data, record = _load(data, keep=keep, **read)
     record = _with_recorded_design(record)
@@ -494,7 +504,12 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         gold = _gold(data, gold_path, score or "score", result.components.object if not pairwise_rows else None,
                      level=level, column=gold_column, probability=gold_probability, pairwise=pairwise_rows)
         payload["gold"] = gold.to_dict()
-        extra.append(lambda c: print_gold(gold, c))
+        plans = None
+        if gold_budget is not None:
+            plans = gold.plan(cost_gold=gold_cost, cost_call=call_cost, budget=gold_budget)
+            payload["gold"]["plan"] = {"budget": gold_budget, "gold_cost": gold_cost, "call_cost": call_cost,
+                                       "plans": plans.to_dict(orient="records")}
+        extra.append(lambda c: print_gold(gold, c, plans, gold_budget))
 
     def show(c):
         missing = (result.diagnostics or {}).get("missing_answers")

@@ -295,9 +295,10 @@ def print_strata(strata, console: Console) -> None:
         console.print(Text("note: ", style="yellow") + Text(note))
 
 
-def print_gold(gold, console: Console) -> None:
+def print_gold(gold, console: Console, plans=None, budget: float | None = None) -> None:
     """The gold slice (:class:`evalgauge.gold.GoldAnalysis`): corrected means beside the judges-only and gold-only
-    ones, every configuration's agreement with the gold, and the error the judges share."""
+    ones, every configuration's agreement with the gold, the error the judges share, and with ``plans``
+    (:func:`evalgauge.gold.panel_plan`) gold labels priced against judge calls."""
     table = Table(title="Means corrected by the gold labels")
     for col in ("group", "method", "estimate", "interval", "SE", "gold / units", "lambda"):
         table.add_column(col, justify="left" if col in ("group", "method") else "right")
@@ -321,6 +322,21 @@ def print_gold(gold, console: Console) -> None:
                       "shares: more of them cannot remove it, the gold correction does.")
     for note in gold.notes:
         console.print(Text("note: ", style="yellow") + Text(note))
+    if plans is not None:
+        table = Table(title=f"Gold labels against judge calls at ${budget:g} (PPI with power tuning; best first)")
+        for col in ("judges", "replicates", "correlation", "$ per unit", "gold labels", "predicted only", "cost",
+                    "worth gold labels"):
+            table.add_column(col, justify="right")
+        for r in plans.head(8).to_dict(orient="records"):
+            table.add_row(str(r["judges"]), str(r["replicates"]), f"{r['correlation']:.3f}",
+                          f"{r['cost_per_unit']:.4g}", str(r["gold"]), str(r["predicted_only"]), f"{r['cost']:.2f}",
+                          str(r["effective_n"]))
+        console.print(table)
+        single = plans[plans["judges"] == 1]
+        if len(single) and plans.iloc[0]["judges"] > 1:
+            best, one = int(plans.iloc[0]["effective_n"]), int(single.iloc[0]["effective_n"])
+            console.print(f"The best panel is worth {best} gold labels alone, the best single judge {one}, at the same "
+                          "budget (counts rounded, so a cost can pass the budget by a label's price).")
 
 
 def number(value: float | None, fmt: str) -> str:
