@@ -193,6 +193,32 @@ def test_analyze_with_gold_from_the_command_line(tmp_path):
     assert unpriced.exit_code == 2 and "--gold-cost" in unpriced.output
 
 
+
+def test_the_gold_units_export_for_dsl_and_ppi_py_and_the_report_section(tmp_path):
+    """--gold-export writes one row per unit (prediction, gold, labeled, sample_prob): from it ppi_py's inputs
+    give the PPI++ mean analyze printed; --report gets a "Gold labels" section."""
+    frame, truth = panel(n_items=60, systems=("A",))
+    data = tmp_path / "scores.csv"
+    frame.drop(columns="system").to_csv(data, index=False)
+    keys = [k for k in truth if int(k[1][1:]) % 3 == 0]
+    gold_file = tmp_path / "gold.csv"
+    pd.DataFrame({"item": [k[1] for k in keys], "gold": [truth[k] for k in keys]}).to_csv(gold_file, index=False)
+    export, report = tmp_path / "units.csv", tmp_path / "report.html"
+    out = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-export", str(export),
+                                    "--report", str(report), "--json", "-"])
+    assert out.exit_code == 0, out.output
+    units = pd.read_csv(export)
+    assert list(units.columns) == ["item", "prediction", "gold", "labeled", "sample_prob"] and len(units) == 60
+    assert units["labeled"].sum() == 20 and np.allclose(units["sample_prob"], 20 / 60)
+    labelled, rest = units[units["labeled"] == 1], units[units["labeled"] == 0]
+    again = ppi_mean(labelled["gold"], labelled["prediction"], rest["prediction"])
+    printed = next(e for e in json.loads(out.stdout)["gold"]["estimates"] if e["method"] == "PPI++")
+    assert again.estimate == pytest.approx(printed["estimate"], abs=1e-12)
+    assert "<h2>Gold labels</h2>" in report.read_text()
+    alone = CliRunner().invoke(main, ["analyze", str(data), "--gold-export", str(export)])
+    assert alone.exit_code == 2 and "--gold FILE" in alone.output
+
+
 POWER = Path(__file__).parent / "fixtures" / "gold" / "ppi_power_reference.json"
 
 

@@ -212,6 +212,25 @@ class GoldAnalysis(Result):
     #: what :func:`panel_plan` needs from the gold slice (covariance, variances, error terms, observed counts)
     panel: dict | None = None
 
+    #: one row per unit: its keys, the design's aggregate, the gold score (NaN without one), its probability
+    units: pd.DataFrame | None = None
+
+    def export(self) -> pd.DataFrame:
+        """One row per unit in the layout DSL's R package (``dsl(predicted_var = "gold", prediction =
+        "prediction", sample_prob = "sample_prob", data = ...)``) and ``ppi_py`` (``Y`` = gold where ``labeled``,
+        ``Yhat`` = prediction) take: the keys, ``prediction``, ``gold`` (empty without one), ``labeled`` (0/1) and
+        ``sample_prob`` (each unit's chance of a gold label; empty for a unit without gold when the gold design was
+        not uniform, which DSL then needs from its design)."""
+        if self.units is None:
+            raise DataError("this gold analysis kept no units to export.")
+        out = self.units.copy()
+        out["labeled"] = out["gold"].notna().astype(int)
+        probability = out["probability"]
+        if probability.dropna().nunique() <= 1 and probability.notna().any():  # uniform: every unit's chance
+            probability = probability.fillna(float(probability.dropna().iloc[0]))
+        out["sample_prob"] = probability
+        return out.drop(columns="probability")
+
     def plan(self, *, cost_gold: float, cost_call: float, budget: float, **options) -> pd.DataFrame:
         """Gold labels priced against judge calls at ``budget`` (:func:`panel_plan` on this gold slice; at most the
         units there are, unless ``n_max`` says otherwise)."""
@@ -339,7 +358,7 @@ def gold_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, score: str = "scor
     comps = error_components(frame, units, sliced.keys, score=score)
     gold_var = float(units["gold"].dropna().var(ddof=1)) if units["gold"].notna().sum() > 1 else math.nan
     return GoldAnalysis(estimates, table, comps, gold_var, notes, panel_inputs(frame, units, sliced.keys, comps,
-                                                                            score=score))
+                                                                            score=score), units)
 
 
 def panel_inputs(frame: pd.DataFrame, units: pd.DataFrame, keys: tuple[str, ...], comps, *,

@@ -451,14 +451,19 @@ def _fill_levels(vc, counts: dict):
               help="The price of one gold label (for --gold-budget).")
 @click.option("--call-cost", type=click.FloatRange(0, min_open=True), default=None, metavar="USD",
               help="The price of one judge call (for --gold-budget).")
+@click.option("--gold-export", type=click.Path(dir_okay=False, path_type=str), default=None, metavar="FILE.csv",
+              help="With --gold: write one row per unit (its keys, the design's aggregate 'prediction', 'gold' empty "
+                   "where there is none, 'labeled' 0/1 and 'sample_prob'), the layout DSL's R package and ppi_py "
+                   "take for a regression on the LLM labels.")
 @projection_options
 @json_option("everything")
 @read_options
 @user_errors
-@writes(("data", "gold_path"), report_path="--report", json_out="--json")
+@writes(("data", "gold_path"), report_path="--report", json_out="--json", gold_export="--gold-export")
 def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
             target_erho2, n_boot, level, seed, keep, by, glmm, assumed, ddf, report_path, gold_path, gold_column,
-            gold_probability, gold_budget, gold_cost, call_cost, sampling, estimand, json_out, **read) -> None:
+            gold_probability, gold_budget, gold_cost, call_cost, gold_export, sampling, estimand, json_out,
+            **read) -> None:
     """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change.
 
     \b
@@ -469,6 +474,8 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     """
     from ..api import analyze as run_analysis
 
+    if gold_export and gold_path is None:
+        raise click.UsageError("--gold-export writes the gold slice's units: give --gold FILE with it.")
     if gold_budget is not None and (gold_path is None or gold_cost is None or call_cost is None):
         raise click.UsageError("--gold-budget plans from a gold slice: give --gold FILE, --gold-cost USD (one gold "
                                "label) and --call-cost USD (one judge call) with it.")
@@ -500,6 +507,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         check = glmm_check(data, model, method=method)
         payload["glmm"] = check.to_dict()
         extra.append(lambda c: print_glmm(check, c))
+    gold = None
     if gold_path:
         gold = _gold(data, gold_path, score or "score", result.components.object if not pairwise_rows else None,
                      level=level, column=gold_column, probability=gold_probability, pairwise=pairwise_rows)
@@ -510,6 +518,12 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
             payload["gold"]["plan"] = {"budget": gold_budget, "gold_cost": gold_cost, "call_cost": call_cost,
                                        "plans": plans.to_dict(orient="records")}
         extra.append(lambda c: print_gold(gold, c, plans, gold_budget))
+        if gold_export:
+            from ..outputs import atomic_write_text, csv_safe_frame
+
+            atomic_write_text(gold_export, csv_safe_frame(gold.export()).to_csv(index=False))
+            extra.append(lambda c: c.print(f"Gold units written to {Path(gold_export).resolve()} (DSL's and ppi_py's "
+                                           "layout)."))
 
     def show(c):
         missing = (result.diagnostics or {}).get("missing_answers")
@@ -560,7 +574,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     if report_path:  # the report's module brings matplotlib: imported only when a report is asked for
         from ..report.html import write_report
 
-        write_report(result, report_path)
+        write_report(result, report_path, gold)
     _emit(payload, json_out, show)
 
 

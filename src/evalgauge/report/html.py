@@ -158,7 +158,8 @@ def _missing_html(missing: dict) -> str:
             + _table([*keys, "calls", "scored", "unread", "cut at max_tokens", "unscored"], body))
 
 
-def render(a: Analysis) -> str:
+def render(a: Analysis, gold=None) -> str:
+    """The report's HTML; ``gold`` (:class:`evalgauge.gold.GoldAnalysis`) adds the gold labels' section."""
     vc = a.components
     figs = all_figures(a)
     shares = a.projection.shares()
@@ -215,6 +216,8 @@ def render(a: Analysis) -> str:
     rows = [[c.name, c.kind, _num(c.variance), _num(c.se, ".3g"),
              "—" if c.kind == "fixed" else f"{100 * vc.share(c.name):.1f}%",
              "—" if c.kind == "fixed" else f"{100 * shares.get(c.name, 0.0):.1f}%"] for c in vc.components]
+    if gold is not None:
+        parts.append(_gold_html(gold))
     parts.append("<h2>Variance components</h2>" + _table(
         ["component", "kind", "variance", "SE", "share per observation", "share of Var(theta-hat)"], rows))
     if vc.fixed:
@@ -258,12 +261,36 @@ def render(a: Analysis) -> str:
             f"<style>{CSS}</style></head><body>{body}</body></html>")
 
 
-def write_report(a: Analysis, path: str | Path) -> Path:
+def write_report(a: Analysis, path: str | Path, gold=None) -> Path:
     path = Path(path)
     from ..outputs import atomic_write_text
 
-    atomic_write_text(path, render(a))
+    atomic_write_text(path, render(a, gold))
     return path
+
+
+def _gold_html(gold) -> str:
+    """The gold slice: corrected means beside the judges-only and gold-only ones, each configuration's agreement,
+    and the error the judges share (the terminal's tables, :func:`evalgauge.report.terminal.print_gold`)."""
+    means = _table(["group", "method", "estimate", "interval", "SE", "gold / units"],
+                   [[e.group or "all units", e.method, _num(e.estimate), f"[{_num(e.low)}, {_num(e.high)}]",
+                     _num(e.se), f"{e.n_gold} / {e.n_units}"] for e in gold.estimates])
+    frame = gold.agreement
+    columns = [c for c in ("facet", "level", "units", "bias", "bias_low", "bias_high", "mae", "correlation",
+                           "accuracy", "kappa") if c in frame]
+    agree = _table(columns, [[str(r[c]) if c in ("facet", "level", "units") else _num(r.get(c)) for c in columns]
+                             for r in frame.to_dict(orient="records")])
+    error = ""
+    if gold.error_components is not None:
+        shares = ", ".join(f"{c.name} {_num(c.variance)}" for c in gold.error_components.components)
+        error = (f"<p>The judges' error (score - gold) on the gold units: {escape(shares)}; the gold scores' variance "
+                 f"{_num(gold.gold_variance)}. The units' term is the error every judge, variant and replicate "
+                 "shares: more of them cannot remove it, the gold correction does.</p>")
+    notes = "".join(f"<p class='muted'>{escape(n)}</p>" for n in gold.notes)
+    return ("<h2>Gold labels</h2><p>Means corrected by the gold labels (PPI++: prediction-powered inference with "
+            "power tuning; DSL: the design-based pseudo-outcome), beside what the judges alone and the gold alone "
+            f"say.</p>{means}<p>Agreement with the gold, per configuration (bias: prediction - gold).</p>{agree}"
+            f"{error}{notes}")
 
 
 def _adaptive_section(path: dict) -> str:
