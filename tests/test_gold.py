@@ -164,13 +164,19 @@ def test_bad_gold_files_are_named():
         join_gold(two, base, object_facet="system", source="g.csv")
 
 
-def test_analyze_with_gold_from_the_command_line(tmp_path):
+def scored_files(tmp_path: Path) -> tuple[Path, Path]:
+    """One system's 60 items scored by two judges, and gold scores on every third item."""
     frame, truth = panel(n_items=60, systems=("A",))
     data = tmp_path / "scores.csv"
     frame.drop(columns="system").to_csv(data, index=False)
     keys = [k for k in truth if int(k[1][1:]) % 3 == 0]
     gold_file = tmp_path / "gold.csv"
     pd.DataFrame({"item": [k[1] for k in keys], "gold": [truth[k] for k in keys]}).to_csv(gold_file, index=False)
+    return data, gold_file
+
+
+def test_analyze_with_gold_from_the_command_line(tmp_path):
+    data, gold_file = scored_files(tmp_path)
     out = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--json", "-"])
     assert out.exit_code == 0, out.output
     gold = json.loads(out.stdout)["gold"]
@@ -193,16 +199,10 @@ def test_analyze_with_gold_from_the_command_line(tmp_path):
     assert unpriced.exit_code == 2 and "--gold-cost" in unpriced.output
 
 
-
 def test_the_gold_units_export_for_dsl_and_ppi_py_and_the_report_section(tmp_path):
     """--gold-export writes one row per unit (prediction, gold, labeled, sample_prob): from it ppi_py's inputs
     give the PPI++ mean analyze printed; --report gets a "Gold labels" section."""
-    frame, truth = panel(n_items=60, systems=("A",))
-    data = tmp_path / "scores.csv"
-    frame.drop(columns="system").to_csv(data, index=False)
-    keys = [k for k in truth if int(k[1][1:]) % 3 == 0]
-    gold_file = tmp_path / "gold.csv"
-    pd.DataFrame({"item": [k[1] for k in keys], "gold": [truth[k] for k in keys]}).to_csv(gold_file, index=False)
+    data, gold_file = scored_files(tmp_path)
     export, report = tmp_path / "units.csv", tmp_path / "report.html"
     out = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-export", str(export),
                                     "--report", str(report), "--json", "-"])
