@@ -133,12 +133,10 @@ def test_every_command_that_fits_goes_through_the_one_door_once(monkeypatch, arg
     assert len(calls) == 1 and outside == []
 
 
-def test_the_adaptive_loop_fits_through_the_door(tmp_path, monkeypatch):
-    """The collector reads and fits nothing itself: the command line hands it api.fit_run, which fits a run
-    database (written as the collector writes it) through api.fit."""
+def small_run(db: Path) -> Path:
+    """A run database as the collector writes it: 3 systems x 8 items x 2 judges x 2 replicates."""
     from evalgauge.store import CallRecord, RunStore
 
-    db = tmp_path / "run.sqlite"
     store = RunStore(db, writer=True)
     rng = np.random.default_rng(0)
     try:
@@ -154,6 +152,13 @@ def test_the_adaptive_loop_fits_through_the_door(tmp_path, monkeypatch):
                             latency_s=1.0, input_tokens=10, output_tokens=3, cost_usd=1e-5))
     finally:
         store.close()
+    return db
+
+
+def test_the_adaptive_loop_fits_through_the_door(tmp_path, monkeypatch):
+    """The collector reads and fits nothing itself: the command line hands it api.fit_run, which fits a run
+    database (written as the collector writes it) through api.fit."""
+    db = small_run(tmp_path / "run.sqlite")
     calls = []
     door = api.fit
     monkeypatch.setattr(api, "fit", lambda *a, **k: calls.append(1) or door(*a, **k))
@@ -184,3 +189,21 @@ def test_no_edge_imports_a_private_name_of_another_package():
             if private and target != home:
                 offenders.append(f"{'/'.join(parts)}:{node.lineno} {private}")
     assert offenders == []
+
+
+def test_the_reader_never_opens_a_run_configuration(tmp_path):
+    """A run database written before runs recorded their design: RunRecord.info() says what is missing and where
+    the command line finds it, and reads no file; with_design() supplies it (as the command line does)."""
+    from evalgauge.io.runs import RunRecord, read_run_record
+
+    record = read_run_record(small_run(tmp_path / "run.sqlite"))
+    config = tmp_path / "run.toml"
+    config.write_text("this is [not toml")  # a reader that opened it would fail
+    old = RunRecord(record.path, record.calls, {**{k: v for k, v in record.meta.items() if k != "design"},
+                                                "config": str(config)})
+    diagnostics, meta = old.info()
+    assert any("before runs recorded" in n and str(config) in n for n in diagnostics["design_notes"])
+    design = {"variants": [{"id": "v", "template": "Rate {response}"}], "system_prompt": None, "judges": []}
+    diagnostics, meta = old.with_design(design).info()
+    assert meta["variants"] == design["variants"]
+    assert not any("before runs recorded" in n for n in diagnostics.get("design_notes", []))

@@ -74,6 +74,11 @@ class RunRecord:
         if note:
             diag.setdefault("design_notes", []).append(note)
         design = meta.pop("design", None)
+        if not design and not note and meta.get("config"):
+            diag.setdefault("design_notes", []).append(
+                f"this run database was written before runs recorded their variants, system prompt and judges; the "
+                f"report leaves them out (`evalgauge analyze` reads them from its configuration, {meta['config']}, "
+                "where that file still is).")
         if design:  # the run recorded its variants, system prompt and judges with its calls
             recorded = json.loads(design)
             scale = recorded.pop("scale", None)
