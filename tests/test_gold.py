@@ -271,3 +271,54 @@ def test_a_panel_beats_every_single_judge_plan_at_equal_cost():
     best, single = plans.iloc[0], plans[plans["judges"] == 1].iloc[0]
     assert best["judges"] > 1 and best["effective_n"] > single["effective_n"]
     assert (plans["cost"] <= 150.0 + 1.0).all() and (plans["gold"] + plans["predicted_only"] <= 1000).all()
+
+
+def label_panel(n=200, seed=2):
+    """Three judges labelling stances, each pulling some texts to 'neutral' (10%, 25%, 40%), and the truth."""
+    rng = np.random.default_rng(seed)
+    classes = ["against", "favor", "neutral"]
+    truth = rng.choice(classes, n, p=[0.3, 0.5, 0.2])
+    rows = []
+    for judge, flip in (("j1", 0.1), ("j2", 0.25), ("j3", 0.4)):
+        pulled = rng.random(n) < flip
+        said = np.where(pulled, np.where(truth == "neutral", "favor", "neutral"), truth)
+        rows += [{"item": f"t{i}", "judge": judge, "label": said[i]} for i in range(n)]
+    return pd.DataFrame(rows), truth
+
+
+def test_gold_labels_for_classes():
+    """Each class's share corrected by gold labels (the judges over-call 'neutral'), each judge's accuracy and
+    kappa against the gold, and a gold label outside the label set refused with its row."""
+    from evalgauge.gold import gold_label_analysis
+
+    frame, truth = label_panel()
+    chosen = np.arange(0, 200, 4)
+    gold = pd.DataFrame({"item": [f"t{i}" for i in chosen], "gold": truth[chosen]})
+    result = gold_label_analysis(frame, gold)
+    means = {(e.group, e.method): e for e in result.estimates}
+    true_neutral = float(np.mean(truth == "neutral"))
+    assert means[("neutral", "judges only")].low > true_neutral  # the judges' share misses the truth
+    assert means[("neutral", "PPI++")].low <= true_neutral <= means[("neutral", "PPI++")].high
+    shares = sum(means[(k, "gold only")].estimate for k in ("against", "favor", "neutral"))
+    assert shares == pytest.approx(1.0)
+    table = result.agreement.set_index("level")
+    assert table.loc["j1", "accuracy"] > table.loc["j2", "accuracy"] > table.loc["j3", "accuracy"]
+    assert table.loc["j1", "kappa"] > table.loc["j3", "kappa"]
+    with pytest.raises(DataError, match=r"g.csv: row\(s\) 2 give a gold label outside the label set \('pro'"):
+        gold_label_analysis(frame, gold.assign(gold=["favor", "pro", *gold["gold"][2:]]), source="g.csv")
+
+
+def test_gold_labels_from_the_command_line(tmp_path):
+    frame, truth = label_panel()
+    data, gold_file = tmp_path / "labels.csv", tmp_path / "gold.csv"
+    frame.to_csv(data, index=False)
+    chosen = np.arange(0, 200, 4)
+    pd.DataFrame({"item": [f"t{i}" for i in chosen], "gold": truth[chosen]}).to_csv(gold_file, index=False)
+    out = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--json", "-"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.stdout)
+    assert "shares" in payload and {e["group"] for e in payload["gold"]["estimates"]} == {"against", "favor",
+                                                                                         "neutral"}
+    refused = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-budget", "10",
+                                        "--gold-cost", "1", "--call-cost", "0.01"])
+    assert refused.exit_code == 2 and "apply to scores" in refused.output

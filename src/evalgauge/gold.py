@@ -318,15 +318,9 @@ def error_components(frame: pd.DataFrame, units: pd.DataFrame, keys: tuple[str, 
         return None
 
 
-def gold_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, score: str = "score", object_facet: str | None = None,
-                  level: float = 0.95, source: str = "the gold file", probability: float | None = None,
-                  gold_column: str = "gold", probability_column: str = "probability") -> GoldAnalysis:
-    """Everything the gold slice says (module docstring): per group (each level of the object, or all units), the
-    judges-only mean, PPI++ (when the gold units are a uniform sample), DSL and the gold-only mean; the agreement
-    of every configuration; the error's components on the gold slice."""
-    frame = frame.assign(**{score: pd.to_numeric(frame[score], errors="coerce")})  # text scores from a CSV
-    sliced = join_gold(frame, gold, score=score, object_facet=object_facet, gold_column=gold_column,
-                       probability_column=probability_column, source=source, probability=probability)
+def corrected_means(sliced: GoldSlice, *, level: float = 0.95) -> tuple[list[GoldEstimate], list[str]]:
+    """Per group (each level of the object, or all units): the judges-only mean, PPI++ (when the gold units are a
+    uniform sample), DSL and the gold-only mean; and the notes on what was left out and why."""
     units, notes = sliced.units, list(sliced.notes)
     uniform = units["probability"].dropna().nunique() <= 1
     if not uniform:
@@ -354,6 +348,20 @@ def gold_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, score: str = "scor
                                        label))
         estimates.append(replace_group(gold_only_mean(part.loc[labelled, "gold"], level=level,
                                                       n_units=len(part)), label))
+    return estimates, notes
+
+
+def gold_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, score: str = "score", object_facet: str | None = None,
+                  level: float = 0.95, source: str = "the gold file", probability: float | None = None,
+                  gold_column: str = "gold", probability_column: str = "probability") -> GoldAnalysis:
+    """Everything the gold slice says (module docstring): per group (each level of the object, or all units), the
+    judges-only mean, PPI++ (when the gold units are a uniform sample), DSL and the gold-only mean; the agreement
+    of every configuration; the error's components on the gold slice."""
+    frame = frame.assign(**{score: pd.to_numeric(frame[score], errors="coerce")})  # text scores from a CSV
+    sliced = join_gold(frame, gold, score=score, object_facet=object_facet, gold_column=gold_column,
+                       probability_column=probability_column, source=source, probability=probability)
+    estimates, notes = corrected_means(sliced, level=level)
+    units = sliced.units
     table = agreement(frame, units, sliced.keys, score=score, level=level)
     comps = error_components(frame, units, sliced.keys, score=score)
     gold_var = float(units["gold"].dropna().var(ddof=1)) if units["gold"].notna().sum() > 1 else math.nan
@@ -547,3 +555,66 @@ def panel_plan(covariance: float, gold_variance: float, prediction_variance: flo
                          "gold": best.n, "predicted_only": best.N, "cost": best.cost,
                          "effective_n": best.effective_n})
     return pd.DataFrame(rows).sort_values("effective_n", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def gold_label_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, label: str = "label",
+                        classes: list[str] | None = None, object_facet: str | None = None, level: float = 0.95,
+                        source: str = "the gold file", probability: float | None = None,
+                        gold_column: str = "gold", probability_column: str = "probability") -> GoldAnalysis:
+    """The gold slice of verdicts that are classes (a stance: favor / against / neutral): for each class k its
+    share, from the indicator 1{label = k} as a score in 0-1 (the judges-only share, PPI++, DSL and the gold-only
+    share, each a group of :class:`GoldEstimate`), and every configuration's agreement with the gold labels:
+    accuracy and Cohen's kappa of its modal label per unit (ties to the first class in order). A gold label
+    outside the label set is refused, naming its rows."""
+    labelled = frame.dropna(subset=[label])
+    known = list(classes) if classes else sorted(labelled[label].astype(str).unique())
+    rows = gold.reset_index(drop=True)
+    if gold_column not in rows:
+        raise DataError(f"{source}: no column '{gold_column}'; a gold file of labels has the units' key columns and "
+                        f"a '{gold_column}' column of classes (name another with --gold-column).")
+    given = rows[gold_column].where(rows[gold_column].isna(), rows[gold_column].astype(str).str.strip())
+    outside = np.flatnonzero(given.notna() & ~given.isin(known))
+    if outside.size:
+        raise DataError(f"{source}: row(s) {', '.join(str(r + 1) for r in outside[:5])} give a gold label outside the "
+                        f"label set ({given.iloc[outside[0]]!r}; the classes are {', '.join(known)}); fix the "
+                        "label or name the classes the run used.")
+    estimates, notes, units = [], [], None
+    for k in known:
+        scores = labelled.assign(__score=(labelled[label].astype(str) == k).astype(float))
+        sliced = join_gold(scores, rows.assign(**{gold_column: (given == k).astype(float).where(given.notna())}),
+                           score="__score", object_facet=object_facet, gold_column=gold_column,
+                           probability_column=probability_column, source=source, probability=probability)
+        means, said = corrected_means(sliced, level=level)
+        estimates += [replace_group(e, k if e.group is None else f"{e.group}: {k}") for e in means]
+        notes += [n for n in said if n not in notes]
+        units = sliced.units if units is None else units
+    keys = tuple(c for c in units.columns if c not in ("prediction", "gold", "probability"))
+    return GoldAnalysis(estimates, label_agreement(labelled, rows.assign(**{gold_column: given}), keys, label=label,
+                                                   classes=known, gold_column=gold_column), None, math.nan, notes)
+
+
+def label_agreement(frame: pd.DataFrame, gold: pd.DataFrame, keys: tuple[str, ...], *, label: str,
+                    classes: list[str], gold_column: str = "gold") -> pd.DataFrame:
+    """Accuracy and Cohen's kappa against the gold labels of the modal label per unit, for the aggregate over all
+    cells and for each level of each configuration facet that varies."""
+    order = {k: i for i, k in enumerate(classes)}
+    truth = gold.dropna(subset=[gold_column]).assign(**{k: lambda f, k=k: f[k].astype(str) for k in keys})
+    truth = truth[[*keys, gold_column]].rename(columns={gold_column: "__gold"})
+    cells = frame.assign(**{k: frame[k].astype(str) for k in keys}, __label=frame[label].astype(str),
+                         __rank=frame[label].astype(str).map(order))
+    configs = [("aggregate", "all cells", cells)]
+    for facet in CONFIGURATION_FACETS:
+        if facet in cells and cells[facet].nunique() > 1:
+            configs += [(facet, str(value), part) for value, part in cells.groupby(facet, observed=True)]
+    rows = []
+    for facet, name, part in configs:
+        counts = part.groupby([*keys, "__rank"], observed=True).size().rename("n").reset_index()
+        modal = counts.sort_values([*keys, "n", "__rank"], ascending=[True] * len(keys) + [False, True],
+                                   kind="stable").drop_duplicates(list(keys))
+        modal = modal.assign(__said=modal["__rank"].map(dict(enumerate(classes))))
+        both = truth.merge(modal[[*keys, "__said"]], on=list(keys))
+        n = len(both)
+        rows.append({"facet": facet, "level": name, "units": n,
+                     "accuracy": float((both["__said"] == both["__gold"]).mean()) if n else math.nan,
+                     "kappa": cohen_kappa(both["__said"].to_numpy(), both["__gold"].to_numpy()) if n else math.nan})
+    return pd.DataFrame(rows)

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..errors import EvalGaugeError
 from ..outputs import atomic_write_text
-from ..report.terminal import number, print_arena_studies, print_comparison, print_components
+from ..report.terminal import number, print_arena_studies, print_comparison, print_components, print_gold
 from .base import (
     _console,
     _drop_empty,
@@ -332,9 +332,10 @@ def labels(data, label, classes, facets, nest, replicate, fixed, level, json_out
 
 
 def label_report(judgments, *, label: str = "label", classes: str | list[str] | None = None, facets=None, nest=None,
-                 replicate=None, fixed=None, level: float = 0.95, json_out=None, first=None) -> None:
+                 replicate=None, fixed=None, level: float = 0.95, json_out=None, first=None, gold=None) -> None:
     """The label analysis of a judgments table (:func:`evalgauge.labels.analyze_labels`), printed and written as
-    JSON; ``first(console)`` prints what must come before it (a run's missing-answer finding)."""
+    JSON; ``first(console)`` prints what must come before it (a run's missing-answer finding); ``gold(classes)``
+    gives the gold labels' analysis (:func:`evalgauge.gold.gold_label_analysis`), printed after it."""
     from ..labels import analyze_labels
 
     frame = judgments.frame
@@ -372,5 +373,11 @@ def label_report(judgments, *, label: str = "label", classes: str | list[str] | 
                     "disagree" + (f"; the commonest: {common}" if common else "") + ".")
         for note in result.notes:
             c.print(Text("note: ", style="yellow") + Text(note))
+        if checked is not None:
+            print_gold(checked, c)
 
-    _emit(result.to_dict(), json_out, show)
+    payload = result.to_dict()
+    checked = gold(list(result.classes)) if gold is not None else None
+    if checked is not None:
+        payload["gold"] = checked.to_dict()
+    _emit(payload, json_out, show)

@@ -119,9 +119,10 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     _emit(payload, json_out, lambda c: print_components(result, c, bounds))
 
 
-def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out) -> None:
+def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out, gold=None) -> None:
     """`analyze` of judgments whose verdicts are classes (a label run, or a file with a label column and no
-    score): the label analysis, after the run's missing-answer finding when there is one."""
+    score): the label analysis, after the run's missing-answer finding when there is one; ``gold`` (path, column,
+    probability) adds the gold labels' analysis."""
     from .data import label_report
 
     first = None
@@ -135,8 +136,17 @@ def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_ou
                 c.print(Text("caution: ", style="bold red") + Text(missing["headline"]))
             print_missing_answers(missing, c)
     classes = record.meta.get("labels") if record is not None else None  # a run's own label set, in order
+    checked = None
+    if gold is not None:
+        from ..gold import gold_label_analysis
+
+        path, column, probability = gold
+
+        def checked(known):
+            return gold_label_analysis(data.frame, _read_small_table(Path(path)), classes=known, level=level,
+                                       source=path, probability=probability, gold_column=column)
     label_report(data, classes=json.loads(classes) if classes else None, facets=facets, nest=nest,
-                 replicate=replicate, fixed=fixed, level=level, json_out=json_out, first=first)
+                 replicate=replicate, fixed=fixed, level=level, json_out=json_out, first=first, gold=checked)
 
 
 def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
@@ -483,7 +493,11 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     data, record = _load(data, keep=keep, **read)
     record = _with_recorded_design(record)
     if "label" in data.frame and (score or "score") not in data.frame:  # classes: shares, never a mean
-        _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out)
+        if gold_budget is not None or gold_export:
+            raise click.UsageError("--gold-budget and --gold-export apply to scores; with labels --gold gives each "
+                                   "class's corrected share and each configuration's agreement.")
+        _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out,
+                        (gold_path, gold_column, gold_probability) if gold_path else None)
         return
     pairwise_rows = {"model_a", "model_b", "winner"} <= set(data.frame.columns)
     model = None if pairwise_rows else _model(data, formula, score, facets, nest, replicate, fixed, object_, terms,

@@ -307,7 +307,8 @@ def print_gold(gold, console: Console, plans=None, budget: float | None = None) 
                       f"{e.se:.3g}", f"{e.n_gold} / {e.n_units}", "" if e.lam is None else f"{e.lam:.3g}")
     console.print(table)
     frame = gold.agreement
-    agree = Table(title="Agreement with the gold, per configuration (bias: prediction - gold)")
+    agree = Table(title="Agreement with the gold, per configuration" + (" (bias: prediction - gold)" if "bias" in frame
+                                                                          else " (its modal label per unit)"))
     columns = [c for c in ("facet", "level", "units", "bias", "bias_low", "bias_high", "mae", "correlation",
                            "accuracy", "kappa") if c in frame]
     for col in columns:
