@@ -197,6 +197,14 @@ def test_analyze_with_gold_from_the_command_line(tmp_path):
     assert plan["budget"] == 50 and {p["judges"] for p in plan["plans"]} >= {1, 2, 3}
     unpriced = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-budget", "50"])
     assert unpriced.exit_code == 2 and "--gold-cost" in unpriced.output
+    target = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-target-se", "0.2",
+                                       "--gold-cost", "1", "--call-cost", "0.01", "--json", "-"])
+    assert target.exit_code == 0, target.output
+    plans = json.loads(target.stdout)["gold"]["plan"]["plans"]
+    assert plans[0]["reaches"] and plans[0]["cost"] == min(p["cost"] for p in plans if p["reaches"])
+    both = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-target-se", "0.2",
+                                     "--gold-budget", "50", "--gold-cost", "1", "--call-cost", "0.01"])
+    assert both.exit_code == 2 and "not both" in both.output
 
 
 def test_the_gold_units_export_for_dsl_and_ppi_py_and_the_report_section(tmp_path):
@@ -271,6 +279,12 @@ def test_a_panel_beats_every_single_judge_plan_at_equal_cost():
     best, single = plans.iloc[0], plans[plans["judges"] == 1].iloc[0]
     assert best["judges"] > 1 and best["effective_n"] > single["effective_n"]
     assert (plans["cost"] <= 150.0 + 1.0).all() and (plans["gold"] + plans["predicted_only"] <= 1000).all()
+    # for a target SE instead of a budget: the cheapest plan that reaches it is a panel, cheaper than one judge
+    needed = result.plan(cost_gold=1.0, cost_call=0.002, target_se=0.05, n_max=None)
+    reaching = needed[needed["reaches"]]
+    assert (reaching["se"] <= 0.05 * (1 + 1 / reaching["effective_n"])).all()
+    assert reaching.iloc[0]["judges"] > 1
+    assert reaching.iloc[0]["cost"] < reaching[reaching["judges"] == 1]["cost"].min()
 
 
 def label_panel(n=200, seed=2):

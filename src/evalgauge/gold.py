@@ -231,13 +231,15 @@ class GoldAnalysis(Result):
         out["sample_prob"] = probability
         return out.drop(columns="probability")
 
-    def plan(self, *, cost_gold: float, cost_call: float, budget: float, **options) -> pd.DataFrame:
-        """Gold labels priced against judge calls at ``budget`` (:func:`panel_plan` on this gold slice; at most the
-        units there are, unless ``n_max`` says otherwise)."""
+    def plan(self, *, cost_gold: float, cost_call: float, budget: float | None = None,
+             target_se: float | None = None, **options) -> pd.DataFrame:
+        """Gold labels priced against judge calls at ``budget``, or for the mean's SE ``target_se``
+        (:func:`panel_plan` on this gold slice; at most the units there are, unless ``n_max`` says otherwise)."""
         if self.panel is None:
             raise DataError("the gold slice is too small to plan from (fewer than three gold units, or no error "
                             "components).")
-        return panel_plan(**{**self.panel, **options}, cost_gold=cost_gold, cost_call=cost_call, budget=budget)
+        return panel_plan(**{**self.panel, **options}, cost_gold=cost_gold, cost_call=cost_call, budget=budget,
+                          target_se=target_se)
 
     def to_dict(self) -> dict[str, Any]:
         comps = self.error_components
@@ -537,24 +539,35 @@ def panel_correlation(covariance: float, gold_variance: float, prediction_varian
 
 
 def panel_plan(covariance: float, gold_variance: float, prediction_variance: float, error_terms: dict[str, float],
-               observed: dict[str, int], *, cost_gold: float, cost_call: float, budget: float,
-               judges: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8), replicates: tuple[int, ...] = (1, 2, 3),
-               n_max: int | None = None) -> pd.DataFrame:
+               observed: dict[str, int], *, cost_gold: float, cost_call: float, budget: float | None = None,
+               target_se: float | None = None, judges: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8),
+               replicates: tuple[int, ...] = (1, 2, 3), n_max: int | None = None) -> pd.DataFrame:
     """Gold labels priced against judge calls: for every panel (``judges`` x ``replicates``, the other facets at
     their observed counts) the prediction's correlation with the gold (:func:`panel_correlation`), its cost per
-    unit (calls x ``cost_call``) and the best mix of gold labels and predicted units at ``budget``
-    (:func:`gold_power`), with the effective number of gold labels it is worth; sorted best first."""
+    unit (calls x ``cost_call``) and the mix of gold labels and predicted units (:func:`gold_power`) that is best
+    at ``budget``, or cheapest for the mean's SE ``target_se`` (worth ``gold_variance / target_se^2`` gold labels
+    alone); with the effective number of gold labels the mix is worth and the SE it gives. At a budget the best
+    first; for a target the plans that reach it first, cheapest first."""
+    if (budget is None) == (target_se is None):
+        raise DataError("gold planning takes a budget or a target SE (one of them).")
+    needed = None if target_se is None else gold_variance / target_se**2
     others = math.prod(v for k, v in observed.items() if k not in ("judge", "replicate"))
     rows = []
     for m in judges:
         for r in replicates:
             planned = {**observed, "judge": m, "replicate": r}
             rho = panel_correlation(covariance, gold_variance, prediction_variance, error_terms, observed, planned)
-            best = gold_power(rho, cost_gold, m * r * others * cost_call, budget=budget, n_max=n_max)
-            rows.append({"judges": m, "replicates": r, "correlation": rho, "cost_per_unit": m * r * others * cost_call,
-                         "gold": best.n, "predicted_only": best.N, "cost": best.cost,
-                         "effective_n": best.effective_n})
-    return pd.DataFrame(rows).sort_values("effective_n", ascending=False, kind="stable").reset_index(drop=True)
+            per_unit = m * r * others * cost_call
+            best = gold_power(rho, cost_gold, per_unit, budget=budget, effective_n=needed, n_max=n_max)
+            rows.append({"judges": m, "replicates": r, "correlation": rho, "cost_per_unit": per_unit,
+                         "gold": best.n, "predicted_only": best.N, "cost": best.cost, "effective_n": best.effective_n,
+                         "se": math.sqrt(gold_variance / best.effective_n) if best.effective_n else math.inf})
+    plans = pd.DataFrame(rows)
+    if needed is None:
+        return plans.sort_values("effective_n", ascending=False, kind="stable").reset_index(drop=True)
+    # a plan's effective n is rounded: within half a label of the need reaches it
+    plans["reaches"] = plans["effective_n"] >= math.floor(needed)
+    return plans.sort_values(["reaches", "cost"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
 def gold_label_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, label: str = "label",

@@ -457,6 +457,9 @@ def _fill_levels(vc, counts: dict):
 @click.option("--gold-budget", type=click.FloatRange(0, min_open=True), default=None, metavar="USD",
               help="With --gold: price gold labels against judge calls at this budget (the best mix of gold labels, "
                    "judges and replicates per unit, and units; needs --gold-cost and --call-cost).")
+@click.option("--gold-target-se", type=click.FloatRange(0, min_open=True), default=None, metavar="SE",
+              help="With --gold: the cheapest mix of gold labels, judges and calls per unit, and units that gives the "
+                   "mean this SE (needs --gold-cost and --call-cost).")
 @click.option("--gold-cost", type=click.FloatRange(0, min_open=True), default=None, metavar="USD",
               help="The price of one gold label (for --gold-budget).")
 @click.option("--call-cost", type=click.FloatRange(0, min_open=True), default=None, metavar="USD",
@@ -472,8 +475,8 @@ def _fill_levels(vc, counts: dict):
 @writes(("data", "gold_path"), report_path="--report", json_out="--json", gold_export="--gold-export")
 def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_order, method, formula, drop_missing,
             target_erho2, n_boot, level, seed, keep, by, glmm, assumed, ddf, report_path, gold_path, gold_column,
-            gold_probability, gold_budget, gold_cost, call_cost, gold_export, sampling, estimand, json_out,
-            **read) -> None:
+            gold_probability, gold_budget, gold_target_se, gold_cost, call_cost, gold_export, sampling, estimand,
+            json_out, **read) -> None:
     """Analyse DATA (CSV, TSV, Parquet, JSONL or a run database): components, honest CI, what to change.
 
     \b
@@ -486,16 +489,19 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
 
     if gold_export and gold_path is None:
         raise click.UsageError("--gold-export writes the gold slice's units: give --gold FILE with it.")
-    if gold_budget is not None and (gold_path is None or gold_cost is None or call_cost is None):
-        raise click.UsageError("--gold-budget plans from a gold slice: give --gold FILE, --gold-cost USD (one gold "
-                               "label) and --call-cost USD (one judge call) with it.")
+    if gold_budget is not None and gold_target_se is not None:
+        raise click.UsageError("--gold-budget or --gold-target-se: a plan is for a budget or for an SE, not both.")
+    goal = "--gold-budget" if gold_budget is not None else "--gold-target-se" if gold_target_se is not None else None
+    if goal and (gold_path is None or gold_cost is None or call_cost is None):
+        raise click.UsageError(f"{goal} plans from a gold slice: give --gold FILE, --gold-cost USD (one gold label) "
+                               "and --call-cost USD (one judge call) with it.")
     _check_supported(data)
     data, record = _load(data, keep=keep, **read)
     record = _with_recorded_design(record)
     if "label" in data.frame and (score or "score") not in data.frame:  # classes: shares, never a mean
-        if gold_budget is not None or gold_export:
-            raise click.UsageError("--gold-budget and --gold-export apply to scores; with labels --gold gives each "
-                                   "class's corrected share and each configuration's agreement.")
+        if goal or gold_export:
+            raise click.UsageError("--gold-budget, --gold-target-se and --gold-export apply to scores; with labels "
+                                   "--gold gives each class's corrected share and each configuration's agreement.")
         _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out,
                         (gold_path, gold_column, gold_probability) if gold_path else None)
         return
@@ -527,11 +533,11 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
                      level=level, column=gold_column, probability=gold_probability, pairwise=pairwise_rows)
         payload["gold"] = gold.to_dict()
         plans = None
-        if gold_budget is not None:
-            plans = gold.plan(cost_gold=gold_cost, cost_call=call_cost, budget=gold_budget)
-            payload["gold"]["plan"] = {"budget": gold_budget, "gold_cost": gold_cost, "call_cost": call_cost,
-                                       "plans": plans.to_dict(orient="records")}
-        extra.append(lambda c: print_gold(gold, c, plans, gold_budget))
+        if goal:
+            plans = gold.plan(cost_gold=gold_cost, cost_call=call_cost, budget=gold_budget, target_se=gold_target_se)
+            payload["gold"]["plan"] = {"budget": gold_budget, "target_se": gold_target_se, "gold_cost": gold_cost,
+                                       "call_cost": call_cost, "plans": plans.to_dict(orient="records")}
+        extra.append(lambda c: print_gold(gold, c, plans, gold_budget, gold_target_se))
         if gold_export:
             from ..outputs import atomic_write_text, csv_safe_frame
 
