@@ -76,9 +76,14 @@ def test_dsl_pseudo_outcome_mean():
     assert dsl_mean(full, np.where(np.isnan(gold), np.nan, full), pi).estimate == pytest.approx(full.mean())
 
 
-def test_cohen_kappa_by_hand():
+def test_cohen_kappa_and_krippendorff_alpha_by_hand():
+    from evalgauge.gold import alpha_with_gold
+
+    said, gold = np.array([1, 1, 0, 0, 1]), np.array([1, 0, 0, 0, 1])
     # observed 0.8; chance 0.6 x 0.4 + 0.4 x 0.6 = 0.48; kappa = 0.32 / 0.52
-    assert cohen_kappa(np.array([1, 1, 0, 0, 1]), np.array([1, 0, 0, 0, 1])) == pytest.approx(0.32 / 0.52)
+    assert cohen_kappa(said, gold) == pytest.approx(0.32 / 0.52)
+    # coincidences o11 = 4, o00 = 4, o10 = o01 = 1 (n = 10, n_1 = n_0 = 5): alpha = 1 - 9 x 2 / (100 - 50)
+    assert alpha_with_gold(said, gold) == pytest.approx(0.64)
 
 
 # 400 replications: the coverage's Monte Carlo s.e. at 95% is sqrt(0.95 x 0.05 / 400) = 0.011; three of them
@@ -317,7 +322,7 @@ def test_gold_labels_for_classes():
     assert shares == pytest.approx(1.0)
     table = result.agreement.set_index("level")
     assert table.loc["j1", "accuracy"] > table.loc["j2", "accuracy"] > table.loc["j3", "accuracy"]
-    assert table.loc["j1", "kappa"] > table.loc["j3", "kappa"]
+    assert table.loc["j1", "kappa"] > table.loc["j3", "kappa"] and table.loc["j1", "alpha"] > table.loc["j3", "alpha"]
     with pytest.raises(DataError, match=r"g.csv: row\(s\) 2 give a gold label outside the label set \('pro'"):
         gold_label_analysis(frame, gold.assign(gold=["favor", "pro", *gold["gold"][2:]]), source="g.csv")
 

@@ -258,8 +258,8 @@ def agreement(frame: pd.DataFrame, units: pd.DataFrame, keys: tuple[str, ...], *
               level: float = 0.95) -> pd.DataFrame:
     """One row per configuration (each level of each configuration facet that varies, and the aggregate over all
     of a unit's cells) against the gold units: units compared, bias (mean of prediction - gold) with its t interval
-    over units, mean absolute error, correlation; for 0/1 gold, accuracy and Cohen's kappa of the prediction
-    rounded at 0.5."""
+    over units, mean absolute error, correlation; for 0/1 gold, accuracy, Cohen's kappa and Krippendorff's alpha
+    of the prediction rounded at 0.5."""
     from scipy import stats
 
     gold = units.dropna(subset=["gold"])[[*keys, "gold"]]
@@ -286,8 +286,21 @@ def agreement(frame: pd.DataFrame, units: pd.DataFrame, keys: tuple[str, ...], *
             said = (both["prediction"] >= 0.5).astype(float)
             row["accuracy"] = float((said == both["gold"]).mean())
             row["kappa"] = cohen_kappa(said.to_numpy(), both["gold"].to_numpy())
+            row["alpha"] = alpha_with_gold(said.to_numpy(), both["gold"].to_numpy())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def alpha_with_gold(said: np.ndarray, gold: np.ndarray) -> float:
+    """Krippendorff's alpha (nominal) of a configuration's labels and the gold ones, two coders per unit
+    (:func:`evalgauge.labels.krippendorff_nominal`)."""
+    from .labels import krippendorff_nominal
+
+    n = len(said)
+    if n == 0:
+        return math.nan
+    units = np.concatenate([np.arange(n), np.arange(n)])
+    return krippendorff_nominal(units, np.concatenate([np.asarray(said, dtype=object), np.asarray(gold, dtype=object)]))
 
 
 def cohen_kappa(a: np.ndarray, b: np.ndarray) -> float:
@@ -577,7 +590,8 @@ def gold_label_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, label: str =
     """The gold slice of verdicts that are classes (a stance: favor / against / neutral): for each class k its
     share, from the indicator 1{label = k} as a score in 0-1 (the judges-only share, PPI++, DSL and the gold-only
     share, each a group of :class:`GoldEstimate`), and every configuration's agreement with the gold labels:
-    accuracy and Cohen's kappa of its modal label per unit (ties to the first class in order). A gold label
+    accuracy, Cohen's kappa and Krippendorff's alpha of its modal label per unit (ties to the first class in
+    order). A gold label
     outside the label set is refused, naming its rows."""
     labelled = frame.dropna(subset=[label])
     known = list(classes) if classes else sorted(labelled[label].astype(str).unique())
@@ -629,5 +643,6 @@ def label_agreement(frame: pd.DataFrame, gold: pd.DataFrame, keys: tuple[str, ..
         n = len(both)
         rows.append({"facet": facet, "level": name, "units": n,
                      "accuracy": float((both["__said"] == both["__gold"]).mean()) if n else math.nan,
-                     "kappa": cohen_kappa(both["__said"].to_numpy(), both["__gold"].to_numpy()) if n else math.nan})
+                     "kappa": cohen_kappa(both["__said"].to_numpy(), both["__gold"].to_numpy()) if n else math.nan,
+                     "alpha": alpha_with_gold(both["__said"].to_numpy(), both["__gold"].to_numpy())})
     return pd.DataFrame(rows)
