@@ -164,6 +164,9 @@ def test_bad_gold_files_are_named():
         join_gold(frame, base.rename(columns={"gold": "human"}), source="g.csv")
     with pytest.raises(DataError, match=r"row\(s\) 1, 2 give the same unit"):
         join_gold(frame, base.assign(item=["q0", "q0", "q2"]), source="g.csv")
+    with pytest.raises(DataError, match=r"row\(s\) 2, 4 give the same unit"):  # rows of the file, blanks counted
+        join_gold(frame, pd.DataFrame({"item": ["q0", "q1", "q2", "q1"], "gold": [None, "2", "3", "4"]}),
+                  source="g.csv")
     two = pd.concat([frame, frame.assign(system="B")])
     with pytest.raises(DataError, match="no column 'system'"):
         join_gold(two, base, object_facet="system", source="g.csv")

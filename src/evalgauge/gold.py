@@ -168,7 +168,8 @@ def join_gold(frame: pd.DataFrame, gold: pd.DataFrame, *, score: str = "score", 
     labelled = labelled[labelled["gold"].notna()]
     repeated = labelled.duplicated(list(keys), keep=False)
     if repeated.any():
-        raise DataError(f"{source}: row(s) {', '.join(str(r + 1) for r in np.flatnonzero(repeated)[:5])} give the "
+        where = labelled.index[np.flatnonzero(repeated.to_numpy())]
+        raise DataError(f"{source}: row(s) {', '.join(str(r + 1) for r in where[:5])} give the "
                         "same unit more than one gold score; keep one (or their mean) per unit.")
     known = labelled.merge(units[list(keys)], on=list(keys), how="left", indicator=True)["_merge"] == "both"
     if not known.all():
