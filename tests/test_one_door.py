@@ -109,8 +109,9 @@ def test_the_report_has_the_sections_it_had(tmp_path):
      "auto", "--bootstrap", "20", "--seed", "1"],
     ["analyze", PENICILLIN, "--score", "diameter", "--facets", "plate,sample", "--object", "sample"],
     ["compare", ALPACA, "--drop-missing", "--bootstrap", "200"],
-], ids=["components", "components-engine", "components-bootstrap", "analyze", "compare"])
-def test_every_command_that_fits_goes_through_the_one_door_once(monkeypatch, args):
+    ["pairwise", "{battles}", "--bootstrap", "0"],
+], ids=["components", "components-engine", "components-bootstrap", "analyze", "compare", "pairwise"])
+def test_every_command_that_fits_goes_through_the_one_door_once(monkeypatch, tmp_path, args):
     """A command is read -> eg.fit -> verb -> render: it calls evalgauge.api.fit exactly once, and never an
     estimator itself."""
     import evalgauge.estimate as estimate
@@ -128,6 +129,7 @@ def test_every_command_that_fits_goes_through_the_one_door_once(monkeypatch, arg
         real = getattr(estimate, name)
         monkeypatch.setattr(estimate, name, lambda *a, _real=real, _name=name, **k: (
             outside.append(_name) if not calls else None, _real(*a, **k))[1])
+    args = [battles(tmp_path / "battles.csv") if a == "{battles}" else a for a in args]
     out = CliRunner().invoke(main, [*args, "--json", "-"])
     assert out.exit_code == 0, out.output
     assert len(calls) == 1 and outside == []

@@ -160,7 +160,7 @@ class Fit:
         from .analysis.pairwise import analyze_pairwise
 
         return analyze_pairwise(self.battles, reference=reference, baseline=baseline, position=position,
-                                n_boot=n_boot, seed=seed, human=human, method=self.method)
+                                n_boot=n_boot, seed=seed, human=human, method=self.method, fitter=fit_components)
 
     def analysis(self, *, target_erho2: float = 0.8, n_boot_compare: int = 2000, ddf: str = "satterthwaite",
                  assume: dict[str, float] | None = None, sampling: str | None = None, estimand: str | None = None,
@@ -303,7 +303,7 @@ def analyze(data: Any, design: Design | ModelSpec | None = None, *, run=None, me
     judgments, record = read_input(data)
     record = run if run is not None else record
     if {"model_a", "model_b", "winner"} <= set(judgments.frame.columns) and formula is None:
-        return derive_pairwise(judgments, method=method, target_erho2=target_erho2)
+        return derive_pairwise(judgments, method=method, target_erho2=target_erho2, fitter=fit_components)
     if record is not None:
         drop_missing = True if drop_missing is None else drop_missing  # failed parses are in the diagnostics
         _refuse_unscored(judgments.source, record)
@@ -311,6 +311,12 @@ def analyze(data: Any, design: Design | ModelSpec | None = None, *, run=None, me
                  n_boot=n_boot, level=level, seed=seed, progress=progress, **design_options)
     return fitted.analysis(target_erho2=target_erho2, n_boot_compare=n_boot_compare, ddf=ddf, assume=assumed,
                            sampling=sampling, estimand=estimand, run=record)
+
+
+def fit_components(rows: Any, design: Design | ModelSpec, *, method: str = "auto", progress=None) -> VarianceComponents:
+    """The components of ``rows`` under ``design`` fitted through :func:`fit`: the door the pairwise analysis
+    fits its win indicators through (:func:`evalgauge.analysis.pairwise.analyze_pairwise`'s ``fitter``)."""
+    return fit(rows, design=design, method=method, progress=progress).components
 
 
 def fit_run(database: str | Path) -> tuple[VarianceComponents, Any]:

@@ -200,15 +200,16 @@ RESIDUAL_CELLS = 2000
 
 
 def derive_pairwise(judgments: Judgments, *, method: str = "auto", target_erho2: float = 0.8,
-                    n_boot: int = 100) -> Analysis:
+                    n_boot: int = 100, fitter=None) -> Analysis:
     """Pairwise rows: the analysis `evalgauge pairwise` prints (Bradley-Terry with both bootstraps,
-    position bias) and the components of the win indicators with position a fixed facet (sizing sec. 5.4)."""
+    position bias) and the components of the win indicators with position a fixed facet (sizing sec. 5.4);
+    ``fitter`` as in :func:`evalgauge.analysis.pairwise.analyze_pairwise`."""
     from .pairwise import analyze_pairwise
 
     if "item" not in judgments.frame:
         raise DesignError(f"{judgments.source}: pairwise rows need an 'item' column for the variance components "
                           "(which prompt each battle was on); `evalgauge pairwise` fits Bradley-Terry without it.")
-    pw = analyze_pairwise(judgments, n_boot=n_boot, method=method)
+    pw = analyze_pairwise(judgments, n_boot=n_boot, method=method, fitter=fitter)
     vc = pw.components
     if vc is None:
         raise DesignError(f"{judgments.source}: the win-indicator components could not be estimated"

@@ -67,7 +67,7 @@ class PairwiseAnalysis(Result):
 def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, baseline: str | None = None,
                      position: bool = True, n_boot: int = 200, seed: int | None = 0, human: str | None = None,
                      method: str = "auto", components: bool | None = None, progress=None,
-                     best_of: int | None = None) -> PairwiseAnalysis:
+                     best_of: int | None = None, fitter=None) -> PairwiseAnalysis:
     """Analyse model_a / model_b / winner rows (a judgments table); see the module docstring.
 
     ``reference`` is the system at log strength 0; ``baseline`` a fixed opponent left out of the
@@ -78,7 +78,9 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
     whose size, expected cost and evaluations ``progress`` hears as :func:`evalgauge.estimate.reml.fit_reml`
     says them. A log judged under several configurations (judge, variant, order columns) with items also gets
     TEE's arena studies (:func:`evalgauge.analysis.arena.arena_studies`: naive, single-cell and TEE-pipeline
-    SEs, each pipeline's human agreement, the gaming surface over ``best_of`` configurations).
+    SEs, each pipeline's human agreement, the gaming surface over ``best_of`` configurations). ``fitter(rows,
+    design, method=, progress=)`` fits the win indicators' components (the API's door,
+    :func:`evalgauge.api.fit_components`; :func:`evalgauge.estimate.estimate_components` when None).
     """
     battles = code_battles(judgments)
     notes: list[str] = []
@@ -94,7 +96,7 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
     counts = count_battles(battles, _weights(battles, judgments.source, notes))
     result = _analyze(counts, battles, judgments.source, notes, reference=reference, baseline=baseline,
                       position=position, n_boot=n_boot, seed=seed, human=human, method=method,
-                      components=components, progress=progress)
+                      components=components, progress=progress, fitter=fitter)
     if n_boot >= 2:
         from .arena import arena_studies
 
@@ -130,7 +132,7 @@ def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", r
 
 
 def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: list[str], *, reference, baseline,
-             position, n_boot, seed, human, method, components, progress) -> PairwiseAnalysis:
+             position, n_boot, seed, human, method, components, progress, fitter=None) -> PairwiseAnalysis:
     """Everything from the counts; the win-indicator components and human agreement from the rows when given."""
     entries, weights = counts.entries, counts.weights
     _connected(entries, source)
@@ -161,7 +163,7 @@ def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: 
     if battles is not None and components is not False:
         if baseline is None and len(counts.systems) == 2:
             baseline = fit.reference  # two systems: one's win indicator mirrors the other's
-        comps = _win_components(battles, baseline, method, notes, payload, progress,
+        comps = _win_components(battles, baseline, method, notes, payload, progress, fitter=fitter,
                                 budget=None if components else COMPONENTS_AUTO_SECONDS)
     if human and battles is not None:
         judge_vote = pd.Series(np.where(battles.outcome == 1.0, "a", np.where(battles.outcome == 0.0, "b", "tie")))
@@ -287,7 +289,7 @@ class _Unaffordable(Exception):
         self.size = size
 
 
-def _win_components(battles, baseline, method, notes, payload, progress=None,
+def _win_components(battles, baseline, method, notes, payload, progress=None, *, fitter=None,
                     budget: float | None = None) -> VarianceComponents | None:
     """The variance components of the win indicators (position a fixed facet), their MDD and ceiling; with a
     ``budget`` (seconds), left out with a note when the fit is expected to cost more, before it starts."""
@@ -295,9 +297,10 @@ def _win_components(battles, baseline, method, notes, payload, progress=None,
         rows, design = win_indicator_rows(battles, baseline)
     except DesignError:
         return None
-    from ..estimate import estimate_components  # only a log with items loads the fit
+    if fitter is None:
+        from ..estimate import estimate_components as fitter  # only a log with items loads the fit
 
-    return _within_budget(lambda sized: estimate_components(rows, design, method=method, progress=sized), design,
+    return _within_budget(lambda sized: fitter(rows, design, method=method, progress=sized), design,
                           notes, payload, progress, budget)
 
 

@@ -142,9 +142,10 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, best_of, 
     else:
         judgments = read_judgments(data, encoding=encoding, sep=sep, columns=columns or None)
         from ..analysis.pairwise import analyze_pairwise  # after the read: a bad file is refused before the fit
+
         result = analyze_pairwise(judgments, reference=reference, baseline=baseline, position=position,
                                   n_boot=n_boot, seed=seed, human=human, components=components,
-                                  progress=_win_progress(), best_of=best_of)
+                                  progress=_win_progress(), best_of=best_of, fitter=_fit_components)
     if components_json and result.components is not None:
         atomic_write_text(components_json, result.components.to_json() + "\n")
     fit, table, notes, payload = result.fit, result.table, result.notes, result.payload
@@ -186,6 +187,14 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, best_of, 
         print_arena_studies(payload.get("arena_studies"), c)
 
     _emit(payload, json_out, show)
+
+
+def _fit_components(rows, design, **options):
+    """The win indicators fitted through the one door (:func:`evalgauge.api.fit_components`), loaded when a log
+    with items needs it."""
+    from ..api import fit_components
+
+    return fit_components(rows, design, **options)
 
 
 def _win_progress():
