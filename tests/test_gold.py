@@ -210,6 +210,10 @@ def test_analyze_with_gold_from_the_command_line(tmp_path):
     assert target.exit_code == 0, target.output
     plans = json.loads(target.stdout)["gold"]["plan"]["plans"]
     assert plans[0]["reaches"] and plans[0]["cost"] == min(p["cost"] for p in plans if p["reaches"])
+    log = tmp_path / "battles.csv"
+    log.write_text("model_a,model_b,item,winner\n" + "".join(f"x,y,q{i},model_a\ny,x,q{i},tie\n" for i in range(20)))
+    pairwise = CliRunner().invoke(main, ["analyze", str(log), "--gold", str(gold_file)])
+    assert pairwise.exit_code == 2 and "pairwise log" in pairwise.output and "Bradley" not in pairwise.output
     both = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-target-se", "0.2",
                                      "--gold-budget", "50", "--gold-cost", "1", "--call-cost", "0.01"])
     assert both.exit_code == 2 and "not both" in both.output

@@ -34,6 +34,14 @@ from .results import Result, json_safe
 
 #: the facets whose levels are compared with the gold one by one (as configurations)
 CONFIGURATION_FACETS = ("judge", "variant", "temperature", "prompt", "prompt_variant")
+#: the columns of an agreement table, in the order they are shown (those a table has)
+AGREEMENT_COLUMNS = ("facet", "level", "units", "bias", "bias_low", "bias_high", "mae", "correlation", "accuracy",
+                     "kappa", "alpha")
+
+
+def _keys_as_text(frame: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFrame:
+    """``frame`` with its unit keys as text: the judgments' and the gold file's item '7' and 7 are one unit."""
+    return frame.assign(**{k: frame[k].astype(str) for k in keys})
 
 
 def _z(level: float) -> float:
@@ -162,9 +170,9 @@ def join_gold(frame: pd.DataFrame, gold: pd.DataFrame, *, score: str = "score", 
                         f"{', '.join(str(r + 1) for r in bad[:5])} ({rows[gold_column].iloc[bad[0]]!r}); gold scores "
                         "are on the judgments' scale (0/1 for a binary verdict).")
     scored = frame.dropna(subset=[score])
-    units = (scored.assign(**{k: scored[k].astype(str) for k in keys})
+    units = (_keys_as_text(scored, keys)
              .groupby(list(keys), observed=True, sort=True)[score].mean().rename("prediction").reset_index())
-    labelled = rows.assign(**{k: rows[k].astype(str) for k in keys}, gold=values)
+    labelled = _keys_as_text(rows, keys).assign(gold=values)
     labelled = labelled[labelled["gold"].notna()]
     repeated = labelled.duplicated(list(keys), keep=False)
     if repeated.any():
@@ -264,7 +272,7 @@ def agreement(frame: pd.DataFrame, units: pd.DataFrame, keys: tuple[str, ...], *
     from scipy import stats
 
     gold = units.dropna(subset=["gold"])[[*keys, "gold"]]
-    scored = frame.dropna(subset=[score]).assign(**{k: lambda f, k=k: f[k].astype(str) for k in keys})
+    scored = _keys_as_text(frame.dropna(subset=[score]), keys)
     configs = [("aggregate", "all cells", scored)]
     for facet in CONFIGURATION_FACETS:
         if facet in scored and scored[facet].nunique() > 1:
@@ -322,7 +330,7 @@ def error_components(frame: pd.DataFrame, units: pd.DataFrame, keys: tuple[str, 
     from .estimate import estimate_components
 
     gold = units.dropna(subset=["gold"])[[*keys, "gold"]]
-    rows = frame.dropna(subset=[score]).assign(**{k: lambda f, k=k: f[k].astype(str) for k in keys})
+    rows = _keys_as_text(frame.dropna(subset=[score]), keys)
     rows = rows.merge(gold, on=list(keys))
     if rows.empty:
         return None
@@ -626,9 +634,9 @@ def label_agreement(frame: pd.DataFrame, gold: pd.DataFrame, keys: tuple[str, ..
     """Accuracy and Cohen's kappa against the gold labels of the modal label per unit, for the aggregate over all
     cells and for each level of each configuration facet that varies."""
     order = {k: i for i, k in enumerate(classes)}
-    truth = gold.dropna(subset=[gold_column]).assign(**{k: lambda f, k=k: f[k].astype(str) for k in keys})
+    truth = _keys_as_text(gold.dropna(subset=[gold_column]), keys)
     truth = truth[[*keys, gold_column]].rename(columns={gold_column: "__gold"})
-    cells = frame.assign(**{k: frame[k].astype(str) for k in keys}, __label=frame[label].astype(str),
+    cells = _keys_as_text(frame, keys).assign(__label=frame[label].astype(str),
                          __rank=frame[label].astype(str).map(order))
     configs = [("aggregate", "all cells", cells)]
     for facet in CONFIGURATION_FACETS:

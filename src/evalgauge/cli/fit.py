@@ -506,6 +506,9 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
                         (gold_path, gold_column, gold_probability) if gold_path else None)
         return
     pairwise_rows = {"model_a", "model_b", "winner"} <= set(data.frame.columns)
+    if gold_path and pairwise_rows:  # said before the analysis, not after it
+        raise EvalGaugeError("--gold: a pairwise log's verdicts are preferences between two responses; gold scores "
+                             "apply to scored units (item, or system and item).")
     model = None if pairwise_rows else _model(data, formula, score, facets, nest, replicate, fixed, object_, terms,
                                               max_order)
     stated = _name_values(assumed, "--assume", "VARIANCE") if assumed else None
@@ -529,8 +532,8 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         extra.append(lambda c: print_glmm(check, c))
     gold = None
     if gold_path:
-        gold = _gold(data, gold_path, score or "score", result.components.object if not pairwise_rows else None,
-                     level=level, column=gold_column, probability=gold_probability, pairwise=pairwise_rows)
+        gold = _gold(data, gold_path, score or "score", result.components.object, level=level, column=gold_column,
+                     probability=gold_probability)
         payload["gold"] = gold.to_dict()
         plans = None
         if goal:
@@ -656,11 +659,8 @@ def compare(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     _emit(payload, json_out, show)
 
 
-def _gold(data, path: str, score: str, object_facet, *, level: float, column: str, probability, pairwise: bool):
+def _gold(data, path: str, score: str, object_facet, *, level: float, column: str, probability):
     """`analyze --gold`: the gold slice read and analysed (:func:`evalgauge.gold.gold_analysis`)."""
-    if pairwise:
-        raise EvalGaugeError("--gold: a pairwise log's verdicts are preferences between two responses; gold scores "
-                             "apply to scored units (item, or system and item).")
     from ..gold import gold_analysis
 
     return gold_analysis(data.frame, _read_small_table(Path(path)), score=score, object_facet=object_facet,

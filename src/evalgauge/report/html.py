@@ -276,8 +276,9 @@ def _gold_html(gold) -> str:
                    [[e.group or "all units", e.method, _num(e.estimate), f"[{_num(e.low)}, {_num(e.high)}]",
                      _num(e.se), f"{e.n_gold} / {e.n_units}"] for e in gold.estimates])
     frame = gold.agreement
-    columns = [c for c in ("facet", "level", "units", "bias", "bias_low", "bias_high", "mae", "correlation",
-                           "accuracy", "kappa", "alpha") if c in frame]
+    from ..gold import AGREEMENT_COLUMNS
+
+    columns = [c for c in AGREEMENT_COLUMNS if c in frame]
     agree = _table(columns, [[str(r[c]) if c in ("facet", "level", "units") else _num(r.get(c)) for c in columns]
                              for r in frame.to_dict(orient="records")])
     error = ""

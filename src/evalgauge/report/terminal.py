@@ -309,8 +309,9 @@ def print_gold(gold, console: Console, plans=None, budget: float | None = None, 
     frame = gold.agreement
     agree = Table(title="Agreement with the gold, per configuration" + (" (bias: prediction - gold)" if "bias" in frame
                                                                           else " (its modal label per unit)"))
-    columns = [c for c in ("facet", "level", "units", "bias", "bias_low", "bias_high", "mae", "correlation",
-                           "accuracy", "kappa", "alpha") if c in frame]
+    from ..gold import AGREEMENT_COLUMNS
+
+    columns = [c for c in AGREEMENT_COLUMNS if c in frame]
     for col in columns:
         agree.add_column(col, justify="left" if col in ("facet", "level") else "right")
     for r in frame.to_dict(orient="records"):
