@@ -101,3 +101,60 @@ def test_the_command_runs_a_chosen_study_and_says_the_paper_figures():
 def test_the_residual_is_left_alone_by_the_knife_edge_prompt_terms():
     comps = rb.knife_edge_components(1.0)
     assert {k: v for k, v in comps.items() if k != RESIDUAL} == {k: v for k, v in TABLE8.items() if k != RESIDUAL}
+
+
+def test_reml_components_are_anova_inside_and_the_reml_fit_at_the_boundary():
+    counts = rb.convergence_counts(10)
+    design = rb.e1_design(counts)
+    seen = set()
+    for seed in range(6):
+        y = rb.draw(TABLE8, np.random.default_rng(seed), counts, replicates=2)
+        anova, reml = rb.fit(y, design), rb.reml_components(y, design, counts)
+        negative = min(c.variance for c in anova.components) < 0
+        seen.add(negative)
+        if not negative:
+            assert reml is anova or all(reml[c.name].variance == c.variance for c in anova.components)
+            continue
+        assert min(c.variance for c in reml.components) >= 0
+        # the REML fit of the long table, not the ANOVA estimates truncated: the positive terms move too
+        assert any(abs(reml[c.name].variance - c.variance) > 1e-6 for c in anova.components if c.variance > 0)
+    assert seen == {True, False}  # both paths taken on these seeds
+
+
+def test_the_long_frame_is_the_dense_factorial():
+    counts = rb.convergence_counts(20)
+    y = rb.draw(TABLE8, np.random.default_rng(2), counts, replicates=2)
+    design = rb.e1_design(counts)
+    long = anova_from_coded(code_data(rb._long_frame(y, counts), design))
+    for c in long.components:
+        assert rb.fit(y, design)[c.name].variance == pytest.approx(c.variance, rel=1e-9, abs=1e-12)
+    with pytest.raises(ValueError, match="multiple of 5"):
+        rb.convergence_counts(12)
+    with pytest.raises(ValueError, match="two items a category"):
+        rb.convergence_counts(5)
+
+
+def test_reml_convergence_recovers_the_many_level_terms_and_their_rmse_falls():
+    rows = rb.reml_convergence(items=(10, 50), reps=80, seed=3)
+    assert set(rows["observations"]) == {540, 2700} and len(rows) == 2 * len(TABLE8)
+    big = rows[rows["items"] == 50].set_index("component")
+    # the item x facet terms have 90 degrees of freedom at 50 items and true values far from zero: REML's
+    # boundary barely touches them and their bias is Monte Carlo noise (3 s.e.). The residual is not among them:
+    # when the cell term (truth 0) is held at zero its mean square pools into the residual, biased down.
+    for name in ("category:item:variant", "category:item:temperature", "category:item:judge"):
+        assert abs(big.loc[name, "rel_bias"]) <= 3 * big.loc[name, "mc_se"], name
+    assert big.loc[RESIDUAL, "rel_bias"] <= 3 * big.loc[RESIDUAL, "mc_se"]
+    small = rows[rows["items"] == 10].set_index("component")
+    for name in ("category:item", "category:item:variant", "category:item:judge", RESIDUAL):
+        assert big.loc[name, "rel_rmse"] < small.loc[name, "rel_rmse"], name
+    assert (rows["share_at_zero"].between(0, 1)).all()
+
+
+def test_the_command_prints_the_convergence_table():
+    run = CliRunner().invoke(main, ["simulate", "robustness", "--study", "convergence", "--reps", "4", "--json", "-"])
+    assert run.exit_code == 0, run.output
+    out = json.loads(run.stdout)
+    assert {r["observations"] for r in out["studies"]["convergence"]} == {540, 1080, 2700, 5400}
+    assert "2 calls" in out["convergence_design"]
+    text = CliRunner().invoke(main, ["simulate", "robustness", "--study", "convergence", "--reps", "3"])
+    assert text.exit_code == 0 and "Fig. 7" in text.output and "5,400" in text.output

@@ -1,6 +1,6 @@
 """TEE E.1's robustness studies: how the decomposition and the D-study hold up when an assumption fails.
 
-Four studies on E.1's design (N = 50 items in C = 5 categories, V = 4 prompt variants, H = 3 temperatures,
+Five studies on E.1's design (N = 50 items in C = 5 categories, V = 4 prompt variants, H = 3 temperatures,
 R = 5 calls; E.1 names no judge count, so Table 8's M = 3 judges, without which an item x variant x
 temperature effect would be the model's own cell term and no violation), Table 8's components, every facet
 random as in :mod:`evalgauge.montecarlo`:
@@ -14,7 +14,9 @@ random as in :mod:`evalgauge.montecarlo`:
   :func:`knife_edge`: how often the pilot's D-study picks the right one of "more prompt variants" and "more
   calls" as their true gains approach each other;
 * :func:`profile_transfer`: a frontier profile's components projected onto a noisier, cheaper model's
-  design and the reverse.
+  design and the reverse;
+* :func:`reml_convergence` (Fig. 7): the REML estimator's bias and RMSE by component as the observations grow
+  (Table 8's own facets, its sizes varied).
 
 Every fit is the balanced ANOVA estimator on the simulated factorial (the REML optimum when the estimates are
 positive; negative estimates kept, so the estimators are unbiased): thousands of fits a study take seconds.
@@ -49,7 +51,7 @@ PROMPT_TERMS = ("variant", "category:item:variant", "variant:temperature", "vari
 PAPER = {"tau_no_violation": 0.895, "tau_max_violation": 0.877, "max_nonresidual_bias": 0.05,
          "stratum_bias": 0.003, "bias_v2": (0.04, 0.05), "bias_v3_up": (0.01, 0.04),
          "transfer_frontier_to_cheap": (0.55, 0.59), "transfer_cheap_to_frontier": (1.27, 1.54),
-         "transfer_top1_wrong": (0.09, 0.13)}
+         "transfer_top1_wrong": (0.09, 0.13), "convergence_bias": 0.05, "convergence_observations": 1000}
 
 
 def e1_design(counts: dict[str, int] | None = None, fixed: tuple[str, ...] = ()) -> Design:
@@ -355,7 +357,81 @@ def profile_transfer(cheap_noise: float = 2.0, reps: int = 200, seed: int = 0, s
     return pd.DataFrame(rows)
 
 
-STUDIES = ("three-way", "strata", "prompts", "knife-edge", "transfer")
+# ---------------------------------------------------------------------------
+# REML's convergence with the number of observations (Fig. 7)
+# ---------------------------------------------------------------------------
+
+#: Fig. 7's designs: Table 8's facets (V = H = M = 3) at R = 2 calls, N items in 5 categories (540 to 5,400
+#: observations); the figure states neither its designs nor its sizes
+CONVERGENCE_ITEMS = (10, 20, 50, 100)
+CONVERGENCE_REPLICATES = 2
+
+
+def convergence_counts(n_items: int) -> dict[str, int]:
+    """Table 8's facets at ``n_items`` items spread over the 5 categories."""
+    if n_items % CATEGORIES or n_items < 2 * CATEGORIES:
+        raise ValueError(f"the number of items must be a multiple of {CATEGORIES} and at least {2 * CATEGORIES} "
+                         f"(two items a category, or category and item are one facet), not {n_items}")
+    return {"category": CATEGORIES, "item": n_items // CATEGORIES, "variant": 3, "temperature": 3, "judge": 3}
+
+
+def _long_frame(y: np.ndarray, counts: dict[str, int]) -> pd.DataFrame:
+    """A dense factorial (axes: the facets of ``counts``, then replicates) as judgment rows; items numbered
+    within categories, so the item's label carries its category."""
+    names = [*counts, "replicate"]
+    index = np.indices(y.shape).reshape(y.ndim, -1)
+    frame = pd.DataFrame({name: index[k] for k, name in enumerate(names)})
+    frame["item"] = frame["category"] * counts["item"] + frame["item"]
+    frame["score"] = y.reshape(-1)
+    return frame
+
+
+def reml_components(y: np.ndarray, design: Design, counts: dict[str, int]) -> VarianceComponents:
+    """REML's estimates of a balanced factorial: the ANOVA estimates when none is negative (then they are the
+    REML optimum), else the REML fit itself (some components at the boundary, the others moved)."""
+    vc = fit(y, design)
+    if min(c.variance for c in vc.components) >= 0:
+        return vc
+    from .estimate import estimate_components
+
+    return estimate_components(_long_frame(y, counts), design, method="reml")
+
+
+def _convergence_once(task) -> dict[str, float]:
+    n_items, replicates, seed = task
+    counts = convergence_counts(n_items)
+    y = draw(TABLE8, np.random.default_rng(seed), counts, replicates=replicates)
+    return _estimates(reml_components(y, e1_design(counts), counts))
+
+
+def reml_convergence(items: Iterable[int] = CONVERGENCE_ITEMS, replicates: int = CONVERGENCE_REPLICATES,
+                     reps: int = 200, seed: int = 0, scheduler=None) -> pd.DataFrame:
+    """TEE E.1, Fig. 7: the REML estimator's bias and RMSE by component as the observations grow.
+
+    Per size N (:func:`convergence_counts`: N items in 5 categories x 3 variants x 3 temperatures x 3 judges x
+    ``replicates`` calls, Table 8's components, every facet random), ``reps`` studies fitted by REML
+    (:func:`reml_components`). One row per (size, component): the mean estimate, its relative bias with the
+    Monte Carlo standard error, the relative RMSE, and the share of studies with the component at zero. A
+    component with 3 levels keeps a relative standard error near 1 whatever N (its own levels do not grow), so
+    its RMSE falls only through the noise in its mean square."""
+    rows = []
+    for n_items in items:
+        counts = convergence_counts(n_items)
+        observations = math.prod(counts.values()) * replicates
+        seeds = np.random.SeedSequence([seed, 17, n_items]).spawn(reps)
+        runs = pd.DataFrame(_map(_convergence_once, [(n_items, replicates, int(s.generate_state(1)[0]))
+                                                     for s in seeds], scheduler))
+        for name, value in TABLE8.items():
+            est = runs[name].to_numpy()
+            rows.append({"items": n_items, "observations": observations, "reps": reps, "component": name,
+                         "truth": value, "mean": float(est.mean()), "rel_bias": float(est.mean() / value - 1),
+                         "mc_se": float(est.std(ddof=1) / math.sqrt(reps) / value),
+                         "rel_rmse": float(np.sqrt(np.mean((est - value) ** 2)) / value),
+                         "share_at_zero": float(np.mean(est <= 0))})
+    return pd.DataFrame(rows)
+
+
+STUDIES = ("three-way", "strata", "prompts", "knife-edge", "transfer", "convergence")
 
 
 def robustness_study(studies: Iterable[str] = STUDIES, reps: int = 200, seed: int = 0, scheduler=None) -> dict:
@@ -366,9 +442,13 @@ def robustness_study(studies: Iterable[str] = STUDIES, reps: int = 200, seed: in
         raise ValueError(f"unknown stud{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; "
                          f"choose from {', '.join(STUDIES)}")
     run = {"three-way": three_way_sweep, "prompts": prompt_count_sweep, "knife-edge": knife_edge,
-           "transfer": profile_transfer}
+           "transfer": profile_transfer, "convergence": reml_convergence}
     out: dict = {"reps": reps, "seed": seed, "design": "50 items in 5 categories x 4 variants x 3 temperatures x "
                  "3 judges x 5 calls, Table 8's components", "paper": PAPER, "studies": {}}
+    if "convergence" in studies:
+        out["convergence_design"] = (f"{', '.join(map(str, CONVERGENCE_ITEMS))} items in 5 categories x 3 variants x "
+                                     f"3 temperatures x 3 judges x {CONVERGENCE_REPLICATES} calls, Table 8's "
+                                     "components, REML")
     for name in studies:
         if name == "strata":
             out["studies"][name] = heteroscedastic_strata(reps=reps, seed=seed, scheduler=scheduler)
