@@ -101,6 +101,7 @@ def _estimate(judgments: Judgments, design, method, formula, drop_missing, boot,
     else:
         reason = "REML (requested)"
     start = _moment_start(coded)
+    del coded  # the rows' codes: REML codes its cells afresh, and a large fit needs the memory
 
     def fit(d: Design, cap: float | None) -> VarianceComponents:
         return fit_reml(judgments, model_from_design(d), object_facet=d.object, fixed_facets=d.fixed,

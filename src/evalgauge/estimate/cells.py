@@ -64,7 +64,9 @@ def cell_data(judgments: Judgments, model: MixedModel) -> CellData:
     dev = y - mean[cell]
     first = np.empty(count.size, dtype=np.int64)
     first[cell[::-1]] = np.arange(cell.size)[::-1]
-    cell_codes = {col: codes[k][first] for k, col in enumerate(columns)}
+    # int32 where they fit: the cells' codes are kept through the whole fit
+    cell_codes = {col: codes[k][first].astype(np.int32 if dims[k] < 2**31 else np.int64)
+                  for k, col in enumerate(columns)}
     return CellData(int(y.size), count, mean, float(dev @ dev), cell_codes, labels)
 
 
@@ -76,7 +78,8 @@ def term_levels(cells: CellData, term: Term) -> tuple[np.ndarray, int]:
         dims = tuple(len(cells.labels[col]) for col in term.columns)
         key = np.ravel_multi_index(tuple(cells.codes[col] for col in term.columns), dims)
         c, u = pd.factorize(key, sort=True)
-    return np.asarray(c, dtype=np.int64), len(u)
+    # int32 where it fits: one code per cell and term is kept through the whole fit
+    return np.asarray(c, dtype=np.int32 if len(u) < 2**31 else np.int64), len(u)
 
 
 def fixed_matrix(cells: CellData, model: MixedModel) -> tuple[np.ndarray, list[str], list[str]]:
