@@ -164,7 +164,7 @@ def test_pairwise_cli_human_votes_and_components_for_plan(tmp_path):
 
 
 def test_analytic_information_equals_the_numerical_hessian():
-    from evalgauge.pairwise import Battles, _hessian, fit_bt
+    from evalgauge.pairwise import Battles, fit_bt
 
     rng = np.random.default_rng(7)
     systems = ("a", "b", "c", "d")
@@ -191,6 +191,19 @@ def test_analytic_information_equals_the_numerical_hessian():
     finally:
         pw._information = orig
     assert np.allclose(fit.se, numeric.se, rtol=1e-4)
+
+
+def _hessian(f, x, h=1e-4):
+    """The central-difference Hessian of f at x."""
+    n = x.size
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i, n):
+            e_i, e_j = np.zeros(n), np.zeros(n)
+            e_i[i] = e_j[j] = h
+            v = (f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)) / (4 * h * h)
+            out[i, j] = out[j, i] = v
+    return out
 
 
 def _loglik(x, unpack, a, b, y, has_ties):

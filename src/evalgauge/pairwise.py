@@ -484,20 +484,6 @@ def _information(x, unpack, a, b, total, structure, has_ties, ridge) -> np.ndarr
     return info
 
 
-def _hessian(f, x, h=1e-4):
-    n = x.size
-    out = np.zeros((n, n))
-    for i in range(n):
-        for j in range(i, n):
-            e_i = np.zeros(n)
-            e_j = np.zeros(n)
-            e_i[i] = h
-            e_j[j] = h
-            v = (f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)) / (4 * h * h)
-            out[i, j] = out[j, i] = v
-    return out
-
-
 ARENA_ANCHOR = ("mixtral-8x7b-instruct-v0.1", 1114.0)
 
 

@@ -95,6 +95,31 @@ class RemlProblem:
     ``levels[k]`` gives the level of random term k at each cell; ``cell_term`` is
     the index of the term with one level per cell (eliminated in closed form),
     or None.
+
+    Glossary of the fields (A = Lambda' M' W M Lambda + I, M = [Z, X] at the cells, in the block-arrow layout
+    of :mod:`evalgauge.estimate.reml`):
+
+    * the data: ``n_obs`` judgments, ``m`` cells, ``count``/``mean`` per cell, ``ss_within``, ``x`` (X at
+      the cells, ``p`` columns), ``levels``/``sizes`` per random term, ``n_terms``, ``cell_term``;
+      ``others`` the terms but the cell term;
+    * the layout: ``grouping`` (each cell's level of the grouping facet; ``block_of_cell``), ``local`` (terms
+      nested in it: one dense block per level, ``nb`` blocks of at most ``bmax`` effects), ``glob`` (the other
+      terms, in the dense Schur part: ``gr`` random effects, then the ``p`` fixed columns, ``g`` in all;
+      ``g_off[k]`` where term k starts), ``diag`` (a local term eliminated first, diagonal in A; ``n0`` its
+      levels, ``lev0`` each cell's, ``blk0`` each level's block), ``owner_l``/``owner_g`` (the term of each
+      local/global position);
+    * slots: ``slots_l`` (term, each cell's position in its block) and ``slots_g`` (term or X column, each
+      cell's global position, its values or None for 1): what a cell's row of M touches;
+    * scatters, the cross-products M' W M by part: ``ll_*`` (local x local), ``lg_*`` (local x global),
+      ``gg_*`` (global x global), ``rl_*``/``rg_*`` (right-hand sides M' W v), each as ``*_idx`` (where each
+      entry adds: an array, or :class:`_LazyIndex` segments on a large problem, ``segmented``), ``*_cell``
+      (its cell: :class:`_Cells`) and ``*_val`` (its value, None for 1); ``sparse_ok`` and ``lg_row``/
+      ``lg_col``/``lg_nz``/``nz_*`` the sparse path's CSR pattern of A_LG (scalar blocks);
+    * the eliminated term's pattern ``t0_*``: B (its coupling to the rest) in CSR by its level ``t0_row``
+      (``t0_nz`` each scatter entry's place, ``t0_col``/``t0_cell``/``t0_val`` per entry, ``t0_l``/``t0_g``
+      the local and global entries with their rows, positions, columns and row pointers), ``t0_pairs`` the
+      pairs within a row (:class:`_RowPairs`, made on first use);
+    * ``_pinned``: a factorisation kept at one theta (bootstrap refits start there).
     """
 
     def __init__(self, n_obs: int, count: np.ndarray, mean: np.ndarray, ss_within: float,
