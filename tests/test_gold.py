@@ -299,6 +299,90 @@ def test_a_panel_beats_every_single_judge_plan_at_equal_cost():
     assert reaching.iloc[0]["cost"] < reaching[reaching["judges"] == 1]["cost"].min()
 
 
+def variant_panel(units=1000, gold=250, seed=6):
+    """Two judges under three prompt variants, one call each: an error per unit every configuration shares (0.1),
+    per unit and variant (0.6: the prompt matters), per unit and judge (0.1) and per call (0.2); truth variance 1."""
+    rng = np.random.default_rng(seed)
+    truth = rng.normal(0, 1, units)
+    shared = rng.normal(0, math.sqrt(0.1), units)
+    by_variant = {v: rng.normal(0, math.sqrt(0.6), units) for v in ("p1", "p2", "p3")}
+    rows = []
+    for judge in ("j1", "j2"):
+        unit_judge = rng.normal(0, math.sqrt(0.1), units)
+        for variant, unit_variant in by_variant.items():
+            score = truth + shared + unit_judge + unit_variant + rng.normal(0, math.sqrt(0.2), units)
+            rows.append(pd.DataFrame({"item": [f"u{i}" for i in range(units)], "judge": judge, "variant": variant,
+                                      "score": score}))
+    chosen = rng.choice(units, gold, replace=False)
+    return pd.concat(rows, ignore_index=True), pd.DataFrame({"item": [f"u{i}" for i in chosen],
+                                                            "gold": truth[chosen]})
+
+
+def test_gold_plans_vary_the_prompt_variants_where_the_prompt_matters():
+    """With the prompt's error (item x variant, 0.6) the largest, more variants raise the prediction's correlation
+    with the truth more than more judges: the true correlation is 1 / sqrt(1 + 0.1 + 0.1/m + 0.6/v + 0.2/(m v))."""
+    frame, gold = variant_panel()
+    result = gold_analysis(frame, gold, object_facet=None)
+    assert result.panel["observed"] == {"judge": 2, "variant": 3, "replicate": 1}
+    plans = result.plan(cost_gold=1.0, cost_call=0.001, budget=200.0)
+    assert set(plans["variants"]) == {1, 2, 3, 5}
+
+    def truth(m, v):
+        return 1 / math.sqrt(1 + 0.1 + 0.1 / m + 0.6 / v + 0.2 / (m * v))
+
+    for m, v in ((1, 1), (2, 3), (4, 5)):
+        row = plans[(plans["judges"] == m) & (plans["variants"] == v) & (plans["replicates"] == 1)].iloc[0]
+        # three sampling SDs of a correlation from 250 gold units, (1 - rho^2) / sqrt(250)
+        assert row["correlation"] == pytest.approx(truth(m, v), abs=3 * (1 - truth(m, v) ** 2) / math.sqrt(250))
+        assert row["cost_per_unit"] == pytest.approx(m * v * 0.001)
+    assert plans.iloc[0]["variants"] > 1  # the best plan buys prompt variants
+    single_prompt = plans[plans["variants"] == 1]
+    assert plans.iloc[0]["effective_n"] > single_prompt["effective_n"].max()
+
+
+def test_plan_gold_from_an_analysis_json(tmp_path):
+    data, gold_file = scored_files(tmp_path)
+    analysis = tmp_path / "analysis.json"
+    ran = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-budget", "50",
+                                    "--gold-cost", "1", "--call-cost", "0.01", "--json", str(analysis)])
+    assert ran.exit_code == 0, ran.output
+    from_analyze = json.loads(analysis.read_text())["gold"]["plan"]["plans"]
+    planned = CliRunner().invoke(main, ["plan", "--gold", str(analysis), "--budget", "50", "--gold-cost", "1",
+                                        "--call-cost", "0.01", "--json", "-"])
+    assert planned.exit_code == 0, planned.output
+    out = json.loads(planned.stdout)["gold_plan"]
+    assert out["plans"] == from_analyze and out["units"] == 60
+    shown = CliRunner().invoke(main, ["plan", "--gold", str(analysis), "--target-se", "0.2", "--gold-cost", "1",
+                                      "--call-cost", "0.01", "--n", "judge=1,2", "--n", "rep=1", "--max", "item=40"])
+    assert shown.exit_code == 0, shown.output
+    assert "Gold labels against judge calls for an SE of 0.2" in shown.output
+    capped = json.loads(CliRunner().invoke(main, ["plan", "--gold", str(analysis), "--target-se", "0.2",
+                                                  "--gold-cost", "1", "--call-cost", "0.01", "--n", "judge=1,2",
+                                                  "--max", "item=40", "--json", "-"]).stdout)["gold_plan"]
+    assert {p["judges"] for p in capped["plans"]} == {1, 2} and capped["units"] == 40
+    assert all(p["gold"] + p["predicted_only"] <= 40 for p in capped["plans"])
+    for args, said in ((["--budget", "50", "--gold-cost", "1"], "--call-cost"),
+                       (["--gold-cost", "1", "--call-cost", "0.01"], "--budget USD or --target-se"),
+                       (["--budget", "5", "--gold-cost", "1", "--call-cost", "1", "--n", "item=3"], "judge="),
+                       (["--budget", "5", "--gold-cost", "1", "--call-cost", "1", "--target-erho2", "0.8"],
+                        "--target-erho2 belong(s) to the D-study")):
+        refused = CliRunner().invoke(main, ["plan", "--gold", str(analysis), *args])
+        assert refused.exit_code == 2 and said in refused.output, (args, refused.output)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"components": {}}))
+    missing = CliRunner().invoke(main, ["plan", "--gold", str(plain), "--budget", "5", "--gold-cost", "1",
+                                        "--call-cost", "1"])
+    assert missing.exit_code == 2 and "no gold slice to plan from" in missing.output
+    assert "Traceback" not in missing.output
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    bad = CliRunner().invoke(main, ["plan", "--gold", str(broken), "--budget", "5", "--gold-cost", "1",
+                                    "--call-cost", "1"])
+    assert bad.exit_code == 2 and "not a JSON file" in bad.output
+    alone = CliRunner().invoke(main, ["plan", "--gold-cost", "1"])
+    assert alone.exit_code == 2 and "give --gold ANALYSIS.json" in alone.output
+
+
 def label_panel(n=200, seed=2):
     """Three judges labelling stances, each pulling some texts to 'neutral' (10%, 25%, 40%), and the truth."""
     rng = np.random.default_rng(seed)

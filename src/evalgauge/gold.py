@@ -257,7 +257,9 @@ class GoldAnalysis(Result):
             "agreement": self.agreement.to_dict(orient="records"),
             "error_components": None if comps is None else [
                 {"component": c.name, "variance": c.variance} for c in comps.components],
-            "gold_variance": self.gold_variance, "notes": list(self.notes)})
+            "gold_variance": self.gold_variance, "notes": list(self.notes),
+            # what `evalgauge plan --gold` plans from (covariance, variances, error terms, observed counts)
+            "panel": self.panel})
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([e.to_dict() for e in self.estimates])
@@ -563,27 +565,39 @@ def panel_correlation(covariance: float, gold_variance: float, prediction_varian
 def panel_plan(covariance: float, gold_variance: float, prediction_variance: float, error_terms: dict[str, float],
                observed: dict[str, int], *, cost_gold: float, cost_call: float, budget: float | None = None,
                target_se: float | None = None, judges: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8),
-               replicates: tuple[int, ...] = (1, 2, 3), n_max: int | None = None) -> pd.DataFrame:
-    """Gold labels priced against judge calls: for every panel (``judges`` x ``replicates``, the other facets at
-    their observed counts) the prediction's correlation with the gold (:func:`panel_correlation`), its cost per
-    unit (calls x ``cost_call``) and the mix of gold labels and predicted units (:func:`gold_power`) that is best
-    at ``budget``, or cheapest for the mean's SE ``target_se`` (worth ``gold_variance / target_se^2`` gold labels
-    alone); with the effective number of gold labels the mix is worth and the SE it gives. At a budget the best
-    first; for a target the plans that reach it first, cheapest first."""
+               replicates: tuple[int, ...] = (1, 2, 3), variants: tuple[int, ...] | None = None,
+               n_max: int | None = None) -> pd.DataFrame:
+    """Gold labels priced against judge calls: for every panel (``judges`` x ``variants`` x ``replicates``, the
+    other facets at their observed counts) the prediction's correlation with the gold (:func:`panel_correlation`),
+    its cost per unit (calls x ``cost_call``) and the mix of gold labels and predicted units (:func:`gold_power`)
+    that is best at ``budget``, or cheapest for the mean's SE ``target_se`` (worth ``gold_variance / target_se^2``
+    gold labels alone); with the effective number of gold labels the mix is worth and the SE it gives. Prompt
+    variants are varied (default 1, 2, 3, 5) when the gold slice was judged under several, else kept at one. At a
+    budget the best first; for a target the plans that reach it first, cheapest first."""
     if (budget is None) == (target_se is None):
         raise DataError("gold planning takes a budget or a target SE (one of them).")
+    for name, value in (("gold label", cost_gold), ("judge call", cost_call)):
+        if not (math.isfinite(value) and value > 0):
+            raise DataError(f"the cost of a {name} must be a positive number (got {value}).")
     needed = None if target_se is None else gold_variance / target_se**2
-    others = math.prod(v for k, v in observed.items() if k not in ("judge", "replicate"))
+    if variants is None:
+        variants = (1, 2, 3, 5) if observed.get("variant", 1) > 1 else (observed.get("variant", 1),)
+    others = math.prod(v for k, v in observed.items() if k not in ("judge", "replicate", "variant"))
     rows = []
     for m in judges:
-        for r in replicates:
-            planned = {**observed, "judge": m, "replicate": r}
-            rho = panel_correlation(covariance, gold_variance, prediction_variance, error_terms, observed, planned)
-            per_unit = m * r * others * cost_call
-            best = gold_power(rho, cost_gold, per_unit, budget=budget, effective_n=needed, n_max=n_max)
-            rows.append({"judges": m, "replicates": r, "correlation": rho, "cost_per_unit": per_unit,
-                         "gold": best.n, "predicted_only": best.N, "cost": best.cost, "effective_n": best.effective_n,
-                         "se": math.sqrt(gold_variance / best.effective_n) if best.effective_n else math.inf})
+        for v in variants:
+            for r in replicates:
+                planned = {**observed, "judge": m, "variant": v, "replicate": r}
+                if "variant" not in observed and v == 1:
+                    del planned["variant"]
+                rho = panel_correlation(covariance, gold_variance, prediction_variance, error_terms, observed,
+                                        planned)
+                per_unit = m * v * r * others * cost_call
+                best = gold_power(rho, cost_gold, per_unit, budget=budget, effective_n=needed, n_max=n_max)
+                rows.append({"judges": m, "variants": v, "replicates": r, "correlation": rho,
+                             "cost_per_unit": per_unit, "gold": best.n, "predicted_only": best.N, "cost": best.cost,
+                             "effective_n": best.effective_n,
+                             "se": math.sqrt(gold_variance / best.effective_n) if best.effective_n else math.inf})
     plans = pd.DataFrame(rows)
     if needed is None:
         return plans.sort_values("effective_n", ascending=False, kind="stable").reset_index(drop=True)

@@ -264,12 +264,22 @@ def _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, ter
 @click.option("--nest", help="With --component: nesting as parent/child, comma-separated (e.g. category/item).")
 @click.option("--fixed", help="With --component: fixed facets, comma-separated (their terms are Tier 2 sensitivity "
                                "indices, TEE Table 2).")
+@click.option("--gold", "gold_json", type=click.Path(dir_okay=False, path_type=str), metavar="ANALYSIS.json",
+              help="Price gold labels against judge calls instead: from the gold slice in `evalgauge analyze DATA "
+                   "--gold GOLD.csv --json ANALYSIS.json`, the best mix of gold labels, judges, prompt variants, "
+                   "replicates and units at --budget, or the cheapest for --target-se (needs --gold-cost and "
+                   "--call-cost; --n judge=/variant=/rep= set the panels tried, --max item=N the units there are).")
+@click.option("--gold-cost", type=click.FloatRange(0, min_open=True), metavar="USD",
+              help="With --gold: the price of one gold label.")
+@click.option("--call-cost", type=click.FloatRange(0, min_open=True), metavar="USD",
+              help="With --gold: the price of one judge call.")
 @projection_options
 @json_option("the plan")
 @user_errors
-@writes(("components_json",), json_out="--json")
+@writes(("components_json", "gold_json"), json_out="--json")
 def plan(components_json, given, object_, grid, target_erho2, target_mdd, target_se, budget, prices, best_of,
-         base_rate, ceiling_facet, separation, vary, limits, nest, fixed, sampling, estimand, json_out) -> None:
+         base_rate, ceiling_facet, separation, vary, limits, nest, fixed, gold_json, gold_cost, call_cost, sampling,
+         estimand, json_out) -> None:
     """The D-study calculator: SE, E rho^2, Phi, MDD, ceiling, requirements and budget for proposed designs.
 
     COMPONENTS.json is the output of `evalgauge components --json` or `evalgauge analyze --json`, or a minimal
@@ -280,8 +290,20 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
       evalgauge plan components.json --n item=30,500 --n judge=1,2,4 --target-erho2 0.8
       evalgauge plan --component system=0.0801 --component system:judge=0.0011 --component system:item=0.3 \\
           --component residual=0.2 --object system --n item=500 --n judge=1,3 --n system=2
+      evalgauge plan --gold analysis.json --budget 100 --gold-cost 1 --call-cost 0.002
     """
     from ..dstudy import plan as make_plan
+
+    if gold_json is not None or gold_cost is not None or call_cost is not None:
+        others = [name for name, value in (("COMPONENTS.json", components_json), ("--component", given),
+                                           ("--target-erho2", target_erho2), ("--target-mdd", target_mdd),
+                                           ("--price", prices), ("--vary", vary)) if value]
+        if gold_json is None or others:
+            raise click.UsageError("--gold plans gold labels against judge calls from an analysis with a gold slice; "
+                                   + ("give --gold ANALYSIS.json." if gold_json is None else
+                                      f"{', '.join(others)} belong(s) to the D-study, not to it."))
+        _gold_plan(gold_json, grid, limits, budget, target_se, gold_cost, call_cost, json_out)
+        return
 
     vc = _plan_components(components_json, given, object_, nest, fixed,
                           {g.partition("=")[0].strip() for g in grid})
@@ -332,6 +354,53 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
                     limits=caps or None)
     payload = out.to_dict()
     _emit(payload, json_out, lambda c: print_plan(payload, c))
+
+
+def _gold_plan(path, grid, limits, budget, target_se, gold_cost, call_cost, json_out) -> None:
+    """`plan --gold`: gold labels priced against judge calls from an analysis's gold slice."""
+    from ..gold import panel_plan
+    from ..report.terminal import print_gold_plan
+
+    if (budget is None) == (target_se is None) or gold_cost is None or call_cost is None:
+        raise click.UsageError("--gold plans for a budget or for an SE: give --budget USD or --target-se SE, with "
+                               "--gold-cost USD (one gold label) and --call-cost USD (one judge call).")
+    try:
+        loaded = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvalGaugeError(f"{path}: not a JSON file ({exc}).") from None
+    panel = loaded.get("gold", {}).get("panel") if isinstance(loaded.get("gold"), dict) else loaded.get("panel")
+    if not isinstance(panel, dict):
+        has_gold = isinstance(loaded, dict) and "gold" in loaded
+        raise EvalGaugeError(f"{path}: " + ("its gold slice is too small to plan from (fewer than three gold units, "
+                                            "or no error components)." if has_gold else
+                                            "no gold slice to plan from; write one with `evalgauge analyze DATA "
+                                            f"--gold GOLD.csv --json {path}`."))
+    grids = {}
+    names = {"judge": "judges", "variant": "variants", "rep": "replicates", "replicate": "replicates",
+             "replicates": "replicates"}
+    for item in grid:
+        key, _, values = item.partition("=")
+        if key.strip() not in names or not values:
+            raise click.BadParameter(f"'{item}': with --gold, --n sets the panels tried (judge=, variant=, rep=).",
+                                     param_hint="--n")
+        counts = _int_list(values, "--n")
+        if not counts or min(counts) < 1:
+            raise click.BadParameter(f"'{item}': counts are whole numbers of at least 1.", param_hint="--n")
+        grids[names[key.strip()]] = tuple(counts)
+    caps = {}
+    for item in limits:
+        key, _, value = item.partition("=")
+        if key.strip() != "item" or not value.strip().isdigit() or int(value) < 1:
+            raise click.BadParameter(f"'{item}': with --gold, --max item=N caps the units (gold and predicted).",
+                                     param_hint="--max")
+        caps["n_max"] = int(value)
+    inputs = {**panel, **caps}
+    plans = panel_plan(**inputs, cost_gold=gold_cost, cost_call=call_cost, budget=budget, target_se=target_se,
+                       **grids)
+    payload = {"gold_plan": {"source": path, "budget": budget, "target_se": target_se, "gold_cost": gold_cost,
+                             "call_cost": call_cost, "units": inputs.get("n_max"),
+                             "plans": plans.to_dict(orient="records")}}
+    _emit(payload, json_out, lambda c: print_gold_plan(plans, c, budget, target_se))
 
 
 def _plan_components(components_json, given, object_, nest=None, fixed=None, counted=frozenset()):

@@ -325,27 +325,35 @@ def print_gold(gold, console: Console, plans=None, budget: float | None = None, 
     for note in gold.notes:
         console.print(Text("note: ", style="yellow") + Text(note))
     if plans is not None:
-        goal = f"at ${budget:g}; best first" if budget is not None else f"for an SE of {target_se:g}; cheapest first"
-        table = Table(title=f"Gold labels against judge calls {goal} (PPI with power tuning)")
-        for col in ("judges", "replicates", "correlation", "$ per unit", "gold labels", "predicted only", "cost",
-                    "worth gold labels", "SE"):
-            table.add_column(col, justify="right")
-        for r in plans.head(8).to_dict(orient="records"):
-            table.add_row(str(r["judges"]), str(r["replicates"]), f"{r['correlation']:.3f}",
-                          f"{r['cost_per_unit']:.4g}", str(r["gold"]), str(r["predicted_only"]), f"{r['cost']:.2f}",
-                          str(r["effective_n"]), f"{r['se']:.3g}")
-        console.print(table)
-        single = plans[plans["judges"] == 1]
-        if len(single) and plans.iloc[0]["judges"] > 1 and budget is not None:
-            best, one = int(plans.iloc[0]["effective_n"]), int(single.iloc[0]["effective_n"])
-            console.print(f"The best panel is worth {best} gold labels alone, the best single judge {one}, at the same "
-                          "budget (counts rounded, so a cost can pass the budget by a label's price).")
-        elif len(single) and plans.iloc[0]["judges"] > 1 and bool(plans.iloc[0].get("reaches", False)):
-            console.print(f"The cheapest panel costs {plans.iloc[0]['cost']:.2f}, the cheapest single judge "
-                          f"{single.iloc[0]['cost']:.2f}, for the same SE.")
-        if "reaches" in plans and not plans["reaches"].any():
-            console.print(Text("note: ", style="yellow") + Text(
-                f"no plan reaches an SE of {target_se:g} with the units there are; the closest come first."))
+        print_gold_plan(plans, console, budget, target_se)
+
+
+def print_gold_plan(plans, console: Console, budget: float | None = None, target_se: float | None = None) -> None:
+    """Gold labels priced against judge calls (:func:`evalgauge.gold.panel_plan`): the best plans, and how the
+    best panel compares with the best single judge."""
+    goal = f"at ${budget:g}; best first" if budget is not None else f"for an SE of {target_se:g}; cheapest first"
+    table = Table(title=f"Gold labels against judge calls {goal} (PPI with power tuning)")
+    variants = "variants" in plans and plans["variants"].nunique() > 1
+    cols = ["judges", *(["variants"] if variants else []), "replicates", "correlation", "$ per unit", "gold labels",
+            "predicted only", "cost", "worth gold labels", "SE"]
+    for col in cols:
+        table.add_column(col, justify="right")
+    for r in plans.head(8).to_dict(orient="records"):
+        table.add_row(str(r["judges"]), *([str(r["variants"])] if variants else []), str(r["replicates"]),
+                      f"{r['correlation']:.3f}", f"{r['cost_per_unit']:.4g}", str(r["gold"]),
+                      str(r["predicted_only"]), f"{r['cost']:.2f}", str(r["effective_n"]), f"{r['se']:.3g}")
+    console.print(table)
+    single = plans[plans["judges"] == 1]
+    if len(single) and plans.iloc[0]["judges"] > 1 and budget is not None:
+        best, one = int(plans.iloc[0]["effective_n"]), int(single.iloc[0]["effective_n"])
+        console.print(f"The best panel is worth {best} gold labels alone, the best single judge {one}, at the same "
+                      "budget (counts rounded, so a cost can pass the budget by a label's price).")
+    elif len(single) and plans.iloc[0]["judges"] > 1 and bool(plans.iloc[0].get("reaches", False)):
+        console.print(f"The cheapest panel costs {plans.iloc[0]['cost']:.2f}, the cheapest single judge "
+                      f"{single.iloc[0]['cost']:.2f}, for the same SE.")
+    if "reaches" in plans and not plans["reaches"].any():
+        console.print(Text("note: ", style="yellow") + Text(
+            f"no plan reaches an SE of {target_se:g} with the units there are; the closest come first."))
 
 
 def number(value: float | None, fmt: str) -> str:
