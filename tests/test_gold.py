@@ -429,6 +429,46 @@ def test_gold_labels_from_the_command_line(tmp_path):
     payload = json.loads(out.stdout)
     assert "shares" in payload and {e["group"] for e in payload["gold"]["estimates"]} == {"against", "favor",
                                                                                          "neutral"}
-    refused = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-budget", "10",
-                                        "--gold-cost", "1", "--call-cost", "0.01"])
-    assert refused.exit_code == 2 and "apply to scores" in refused.output
+    refused = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-export",
+                                        str(tmp_path / "units.csv")])
+    assert refused.exit_code == 2 and "writes scored units" in refused.output
+    analysis = tmp_path / "labels-analysis.json"
+    priced = CliRunner().invoke(main, ["analyze", str(data), "--gold", str(gold_file), "--gold-budget", "60",
+                                       "--gold-cost", "1", "--call-cost", "0.01", "--json", str(analysis)])
+    assert priced.exit_code == 0, priced.output
+    plans = json.loads(analysis.read_text())["gold"]["plan"]["plans"]
+    assert plans[0]["class"] in {"against", "favor", "neutral"} and plans[0]["cost"] <= 60 + 1
+    shown = CliRunner().invoke(main, ["plan", "--gold", str(analysis), "--target-se", "0.05", "--gold-cost", "1",
+                                      "--call-cost", "0.01"])
+    assert shown.exit_code == 0 and "for an SE of 0.05" in shown.output, shown.output
+
+
+def test_class_plans_serve_every_class_and_one_class_is_gold_power():
+    """One plan (n gold labels among n + N units) serves every class's share: at a budget the worst class's SE
+    is the smallest over the whole numbers n and N, for a target every class reaches it; with one class it is
+    ppi_mean_power's answer (gold_power) up to the rounding of its closed form."""
+    from evalgauge.gold import class_plan, gold_label_analysis, gold_power, panel_correlation
+
+    frame, truth = label_panel(n=400, seed=5)
+    chosen = np.arange(0, 400, 4)
+    result = gold_label_analysis(frame, pd.DataFrame({"item": [f"t{i}" for i in chosen], "gold": truth[chosen]}))
+    panels = result.panel["classes"]
+    assert set(panels) == {"against", "favor", "neutral"} and result.panel["n_max"] == 400
+    at_budget = result.plan(cost_gold=1.0, cost_call=0.01, budget=120.0)
+    best = at_budget.iloc[0]
+    assert best["se"] == at_budget["se"].min() and best["cost"] <= 120.0 + 1e-9
+    assert best["se"] < at_budget[at_budget["judges"] == 1]["se"].min()  # independent judges: a panel helps
+    target = result.plan(cost_gold=1.0, cost_call=0.01, target_se=0.05)
+    top = target.iloc[0]
+    assert top["reaches"] and top["cost"] == target[target["reaches"]]["cost"].min()
+    planned = {"judge": int(top["judges"]), "replicate": int(top["replicates"])}
+    for p in panels.values():  # every class's share has the SE asked for
+        rho = panel_correlation(p["covariance"], p["gold_variance"], p["prediction_variance"], p["error_terms"],
+                                p["observed"], {**p["observed"], **planned})
+        n, big_n = top["gold"], top["predicted_only"]
+        eff = n * (n + big_n) / (n + (1 - rho**2) * big_n)
+        assert math.sqrt(p["gold_variance"] / eff) <= 0.05 + 1e-12
+    one = {"neutral": panels["neutral"]}
+    alone = class_plan(one, cost_gold=1.0, cost_call=0.01, budget=80.0, judges=(3,), replicates=(1,)).iloc[0]
+    closed = gold_power(alone["correlation"], 1.0, alone["cost_per_unit"], budget=80.0)
+    assert abs(alone["effective_n"] - closed.effective_n) <= 1 and abs(alone["gold"] - closed.n) <= 2

@@ -247,8 +247,8 @@ class GoldAnalysis(Result):
         if self.panel is None:
             raise DataError("the gold slice is too small to plan from (fewer than three gold units, or no error "
                             "components).")
-        return panel_plan(**{**self.panel, **options}, cost_gold=cost_gold, cost_call=cost_call, budget=budget,
-                          target_se=target_se)
+        return plan_from(self.panel, cost_gold=cost_gold, cost_call=cost_call, budget=budget, target_se=target_se,
+                         **options)
 
     def to_dict(self) -> dict[str, Any]:
         comps = self.error_components
@@ -606,6 +606,107 @@ def panel_plan(covariance: float, gold_variance: float, prediction_variance: flo
     return plans.sort_values(["reaches", "cost"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
+def plan_from(panel: dict, *, cost_gold: float, cost_call: float, budget: float | None = None,
+              target_se: float | None = None, **options) -> pd.DataFrame:
+    """:func:`panel_plan` of a scored gold slice's inputs, or :func:`class_plan` of a labelled one's (``panel`` with
+    ``classes``: each class's inputs); ``options`` (judges, variants, replicates, n_max) override the panel's."""
+    if "classes" in panel:
+        return class_plan(panel["classes"], cost_gold=cost_gold, cost_call=cost_call, budget=budget,
+                          target_se=target_se, **{"n_max": panel.get("n_max"), **options})
+    return panel_plan(**{**panel, **options}, cost_gold=cost_gold, cost_call=cost_call, budget=budget,
+                      target_se=target_se)
+
+
+def class_plan(panels: dict[str, dict], *, cost_gold: float, cost_call: float, budget: float | None = None,
+               target_se: float | None = None, judges: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8),
+               replicates: tuple[int, ...] = (1, 2, 3), variants: tuple[int, ...] | None = None,
+               n_max: int | None = None) -> pd.DataFrame:
+    """Gold labels priced against judge calls for every class's share at once. The same units carry every class's
+    gold label and prediction (its indicator's mean over the panel), so one plan, n gold labels among n + N
+    predicted units, serves all classes, each worth ``n (n + N) / (n + (1 - rho_k^2) N)`` gold labels of its own
+    (rho_k the class indicator's correlation with the gold, :func:`panel_correlation` on that class's slice). For
+    every panel the whole numbers n and N are searched: at ``budget`` the plan whose worst class has the smallest
+    SE, for ``target_se`` the cheapest plan giving every class that SE. ``correlation``, ``effective_n`` and ``se``
+    are the worst class's (``class``)."""
+    if (budget is None) == (target_se is None):
+        raise DataError("gold planning takes a budget or a target SE (one of them).")
+    for name, value in (("gold label", cost_gold), ("judge call", cost_call)):
+        if not (math.isfinite(value) and value > 0):
+            raise DataError(f"the cost of a {name} must be a positive number (got {value}).")
+    names = list(panels)
+    observed = panels[names[0]]["observed"]
+    if variants is None:
+        variants = (1, 2, 3, 5) if observed.get("variant", 1) > 1 else (observed.get("variant", 1),)
+    others = math.prod(v for k, v in observed.items() if k not in ("judge", "replicate", "variant"))
+    variances = np.array([panels[k]["gold_variance"] for k in names])
+    rows = []
+    for m in judges:
+        for v in variants:
+            for r in replicates:
+                planned = {**observed, "judge": m, "variant": v, "replicate": r}
+                if "variant" not in observed and v == 1:
+                    del planned["variant"]
+                rho = np.array([panel_correlation(p["covariance"], p["gold_variance"], p["prediction_variance"],
+                                                  p["error_terms"], observed, planned)
+                                for p in (panels[k] for k in names)])
+                per_unit = m * v * r * others * cost_call
+                n, big_n, reaches = _class_mix(rho, variances, cost_gold, per_unit, budget, target_se, n_max)
+                eff = n * (n + big_n) / (n + (1 - rho**2) * big_n) if n else np.zeros_like(rho)
+                se = np.sqrt(variances / np.maximum(eff, 1e-300))
+                worst = int(np.argmax(se))
+                row = {"judges": m, "variants": v, "replicates": r, "correlation": float(rho[worst]),
+                       "cost_per_unit": per_unit, "gold": n, "predicted_only": big_n,
+                       "cost": n * cost_gold + (n + big_n) * per_unit, "effective_n": int(np.floor(eff[worst])),
+                       "se": float(se[worst]), "class": names[worst]}
+                if target_se is not None:
+                    row["reaches"] = reaches
+                rows.append(row)
+    plans = pd.DataFrame(rows)
+    if target_se is None:
+        return plans.sort_values(["se", "cost"], kind="stable").reset_index(drop=True)
+    return plans.sort_values(["reaches", "cost", "se"], ascending=[False, True, True],
+                             kind="stable").reset_index(drop=True)
+
+
+def _class_mix(rho: np.ndarray, variances: np.ndarray, cost_gold: float, per_unit: float, budget: float | None,
+               target_se: float | None, n_max: int | None) -> tuple[int, int, bool]:
+    """The whole numbers (n gold labels, N units predicted only) of :func:`class_plan` for one panel, and whether
+    the target is reached (True at a budget)."""
+    r2 = rho**2
+    if budget is not None:
+        top = int(budget // (cost_gold + per_unit))  # a gold unit is predicted too
+        if n_max is not None:
+            top = min(top, n_max)
+        if top < 1:
+            return 0, 0, True
+        n = np.arange(1, top + 1, dtype=float)
+        big_n = np.floor((budget - n * cost_gold) / per_unit + 1e-9) - n
+        if n_max is not None:
+            big_n = np.minimum(big_n, n_max - n)
+        big_n = np.maximum(big_n, 0.0)
+        eff = n[:, None] * (n + big_n)[:, None] / (n[:, None] + (1 - r2)[None, :] * big_n[:, None])
+        worst = np.max(variances[None, :] / eff, axis=1)
+        best = int(np.argmin(worst))
+        return int(n[best]), int(big_n[best]), True
+    need = variances / target_se**2
+    top = math.ceil(need.max())
+    if n_max is not None:
+        top = min(top, n_max)
+    n = np.arange(1, max(top, 1) + 1, dtype=float)[:, None]
+    short = n < need[None, :]
+    room = n - need[None, :] * (1 - r2)[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        each = np.where(short, np.where(room > 0, np.ceil(n * (need[None, :] - n) / room - 1e-9), np.inf), 0.0)
+    big_n = each.max(axis=1)
+    fits = np.isfinite(big_n) & ((n[:, 0] + big_n <= n_max) if n_max is not None else True)
+    if not fits.any():  # the closest: as many gold labels as there are units
+        last = float(n[-1, 0])
+        return int(last), 0, False
+    cost = np.where(fits, n[:, 0] * cost_gold + (n[:, 0] + big_n) * per_unit, np.inf)
+    best = int(np.argmin(cost))
+    return int(n[best, 0]), int(big_n[best]), True
+
+
 def gold_label_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, label: str = "label",
                         classes: list[str] | None = None, object_facet: str | None = None, level: float = 0.95,
                         source: str = "the gold file", probability: float | None = None,
@@ -628,7 +729,7 @@ def gold_label_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, label: str =
         raise DataError(f"{source}: row(s) {', '.join(str(r + 1) for r in outside[:5])} give a gold label outside the "
                         f"label set ({given.iloc[outside[0]]!r}; the classes are {', '.join(known)}); fix the "
                         "label or name the classes the run used.")
-    estimates, notes, units = [], [], None
+    estimates, notes, units, panels = [], [], None, {}
     for k in known:
         scores = labelled.assign(__score=(labelled[label].astype(str) == k).astype(float))
         sliced = join_gold(scores, rows.assign(**{gold_column: (given == k).astype(float).where(given.notna())}),
@@ -638,9 +739,16 @@ def gold_label_analysis(frame: pd.DataFrame, gold: pd.DataFrame, *, label: str =
         estimates += [replace_group(e, k if e.group is None else f"{e.group}: {k}") for e in means]
         notes += [n for n in said if n not in notes]
         units = sliced.units if units is None else units
+        # each class's indicator on the gold slice: what planning its share needs
+        panels[k] = panel_inputs(scores, sliced.units, sliced.keys,
+                                 error_components(scores, sliced.units, sliced.keys, score="__score"), score="__score")
     keys = tuple(c for c in units.columns if c not in ("prediction", "gold", "probability"))
+    # a class no gold unit has (its indicator constant on the slice) cannot be planned from
+    usable = {k: p for k, p in panels.items() if p is not None and p["gold_variance"] > 0}
+    panel = {"classes": usable, "n_max": len(units)} if usable else None
     return GoldAnalysis(estimates, label_agreement(labelled, rows.assign(**{gold_column: given}), keys, label=label,
-                                                   classes=known, gold_column=gold_column), None, math.nan, notes)
+                                                   classes=known, gold_column=gold_column), None, math.nan, notes,
+                        panel)
 
 
 def label_agreement(frame: pd.DataFrame, gold: pd.DataFrame, keys: tuple[str, ...], *, label: str,

@@ -341,10 +341,13 @@ def labels(data, label, classes, facets, nest, replicate, fixed, level, json_out
 
 
 def label_report(judgments, *, label: str = "label", classes: str | list[str] | None = None, facets=None, nest=None,
-                 replicate=None, fixed=None, level: float = 0.95, json_out=None, first=None, gold=None) -> None:
+                 replicate=None, fixed=None, level: float = 0.95, json_out=None, first=None, gold=None,
+                 gold_plan: dict | None = None) -> None:
     """The label analysis of a judgments table (:func:`evalgauge.labels.analyze_labels`), printed and written as
     JSON; ``first(console)`` prints what must come before it (a run's missing-answer finding); ``gold(classes)``
-    gives the gold labels' analysis (:func:`evalgauge.gold.gold_label_analysis`), printed after it."""
+    gives the gold labels' analysis (:func:`evalgauge.gold.gold_label_analysis`), printed after it, with
+    ``gold_plan`` (cost_gold, cost_call, budget or target_se) gold labels priced against judge calls for every
+    class's share."""
     from ..labels import analyze_labels
 
     frame = judgments.frame
@@ -383,10 +386,15 @@ def label_report(judgments, *, label: str = "label", classes: str | list[str] | 
         for note in result.notes:
             c.print(Text("note: ", style="yellow") + Text(note))
         if checked is not None:
-            print_gold(checked, c)
+            print_gold(checked, c, plans, *((gold_plan["budget"], gold_plan["target_se"]) if plans is not None
+                                           else (None, None)))
 
     payload = result.to_dict()
     checked = gold(list(result.classes)) if gold is not None else None
+    plans = None
     if checked is not None:
         payload["gold"] = checked.to_dict()
+        if gold_plan is not None:
+            plans = checked.plan(**gold_plan)
+            payload["gold"]["plan"] = {**gold_plan, "plans": plans.to_dict(orient="records")}
     _emit(payload, json_out, show)

@@ -119,7 +119,8 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     _emit(payload, json_out, lambda c: print_components(result, c, bounds))
 
 
-def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out, gold=None) -> None:
+def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out, gold=None,
+                    gold_plan: dict | None = None) -> None:
     """`analyze` of judgments whose verdicts are classes (a label run, or a file with a label column and no
     score): the label analysis, after the run's missing-answer finding when there is one; ``gold`` (path, column,
     probability) adds the gold labels' analysis."""
@@ -146,7 +147,8 @@ def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_ou
             return gold_label_analysis(data.frame, _read_small_table(Path(path)), classes=known, level=level,
                                        source=path, probability=probability, gold_column=column)
     label_report(data, classes=json.loads(classes) if classes else None, facets=facets, nest=nest,
-                 replicate=replicate, fixed=fixed, level=level, json_out=json_out, first=first, gold=checked)
+                 replicate=replicate, fixed=fixed, level=level, json_out=json_out, first=first, gold=checked,
+                 gold_plan=gold_plan)
 
 
 def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_order, method, formula,
@@ -358,7 +360,7 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
 
 def _gold_plan(path, grid, limits, budget, target_se, gold_cost, call_cost, json_out) -> None:
     """`plan --gold`: gold labels priced against judge calls from an analysis's gold slice."""
-    from ..gold import panel_plan
+    from ..gold import plan_from
     from ..report.terminal import print_gold_plan
 
     if (budget is None) == (target_se is None) or gold_cost is None or call_cost is None:
@@ -395,8 +397,8 @@ def _gold_plan(path, grid, limits, budget, target_se, gold_cost, call_cost, json
                                      param_hint="--max")
         caps["n_max"] = int(value)
     inputs = {**panel, **caps}
-    plans = panel_plan(**inputs, cost_gold=gold_cost, cost_call=call_cost, budget=budget, target_se=target_se,
-                       **grids)
+    plans = plan_from(panel, cost_gold=gold_cost, cost_call=call_cost, budget=budget, target_se=target_se,
+                      **caps, **grids)
     payload = {"gold_plan": {"source": path, "budget": budget, "target_se": target_se, "gold_cost": gold_cost,
                              "call_cost": call_cost, "units": inputs.get("n_max"),
                              "plans": plans.to_dict(orient="records")}}
@@ -568,11 +570,13 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     data, record = _load(data, keep=keep, **read)
     record = _with_recorded_design(record)
     if "label" in data.frame and (score or "score") not in data.frame:  # classes: shares, never a mean
-        if goal or gold_export:
-            raise click.UsageError("--gold-budget, --gold-target-se and --gold-export apply to scores; with labels "
-                                   "--gold gives each class's corrected share and each configuration's agreement.")
+        if gold_export:
+            raise click.UsageError("--gold-export writes scored units; with labels --gold gives each class's "
+                                   "corrected share and each configuration's agreement.")
+        plan = {"cost_gold": gold_cost, "cost_call": call_cost, "budget": gold_budget,
+                "target_se": gold_target_se} if goal else None
         _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out,
-                        (gold_path, gold_column, gold_probability) if gold_path else None)
+                        (gold_path, gold_column, gold_probability) if gold_path else None, plan)
         return
     pairwise_rows = {"model_a", "model_b", "winner"} <= set(data.frame.columns)
     if gold_path and pairwise_rows:  # said before the analysis, not after it

@@ -334,15 +334,20 @@ def print_gold_plan(plans, console: Console, budget: float | None = None, target
     goal = f"at ${budget:g}; best first" if budget is not None else f"for an SE of {target_se:g}; cheapest first"
     table = Table(title=f"Gold labels against judge calls {goal} (PPI with power tuning)")
     variants = "variants" in plans and plans["variants"].nunique() > 1
+    classes = "class" in plans  # a plan for every class's share: its worst class's figures
     cols = ["judges", *(["variants"] if variants else []), "replicates", "correlation", "$ per unit", "gold labels",
-            "predicted only", "cost", "worth gold labels", "SE"]
+            "predicted only", "cost", "worth gold labels", "SE", *(["worst class"] if classes else [])]
     for col in cols:
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="left" if col == "worst class" else "right")
     for r in plans.head(8).to_dict(orient="records"):
         table.add_row(str(r["judges"]), *([str(r["variants"])] if variants else []), str(r["replicates"]),
                       f"{r['correlation']:.3f}", f"{r['cost_per_unit']:.4g}", str(r["gold"]),
-                      str(r["predicted_only"]), f"{r['cost']:.2f}", str(r["effective_n"]), f"{r['se']:.3g}")
+                      str(r["predicted_only"]), f"{r['cost']:.2f}", str(r["effective_n"]), f"{r['se']:.3g}",
+                      *([str(r["class"])] if classes else []))
     console.print(table)
+    if classes:
+        console.print("One plan serves every class's share (the same units carry every class's gold label and "
+                      "prediction); correlation, worth and SE are its worst class's.")
     single = plans[plans["judges"] == 1]
     if len(single) and plans.iloc[0]["judges"] > 1 and budget is not None:
         best, one = int(plans.iloc[0]["effective_n"]), int(single.iloc[0]["effective_n"])
