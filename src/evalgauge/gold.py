@@ -574,36 +574,44 @@ def panel_plan(covariance: float, gold_variance: float, prediction_variance: flo
     gold labels alone); with the effective number of gold labels the mix is worth and the SE it gives. Prompt
     variants are varied (default 1, 2, 3, 5) when the gold slice was judged under several, else kept at one. At a
     budget the best first; for a target the plans that reach it first, cheapest first."""
-    if (budget is None) == (target_se is None):
-        raise DataError("gold planning takes a budget or a target SE (one of them).")
-    for name, value in (("gold label", cost_gold), ("judge call", cost_call)):
-        if not (math.isfinite(value) and value > 0):
-            raise DataError(f"the cost of a {name} must be a positive number (got {value}).")
+    _check_goal(budget, target_se, cost_gold, cost_call)
     needed = None if target_se is None else gold_variance / target_se**2
-    if variants is None:
-        variants = (1, 2, 3, 5) if observed.get("variant", 1) > 1 else (observed.get("variant", 1),)
-    others = math.prod(v for k, v in observed.items() if k not in ("judge", "replicate", "variant"))
     rows = []
-    for m in judges:
-        for v in variants:
-            for r in replicates:
-                planned = {**observed, "judge": m, "variant": v, "replicate": r}
-                if "variant" not in observed and v == 1:
-                    del planned["variant"]
-                rho = panel_correlation(covariance, gold_variance, prediction_variance, error_terms, observed,
-                                        planned)
-                per_unit = m * v * r * others * cost_call
-                best = gold_power(rho, cost_gold, per_unit, budget=budget, effective_n=needed, n_max=n_max)
-                rows.append({"judges": m, "variants": v, "replicates": r, "correlation": rho,
-                             "cost_per_unit": per_unit, "gold": best.n, "predicted_only": best.N, "cost": best.cost,
-                             "effective_n": best.effective_n,
-                             "se": math.sqrt(gold_variance / best.effective_n) if best.effective_n else math.inf})
+    for m, v, r, planned, per_unit in _panels(observed, judges, variants, replicates, cost_call):
+        rho = panel_correlation(covariance, gold_variance, prediction_variance, error_terms, observed, planned)
+        best = gold_power(rho, cost_gold, per_unit, budget=budget, effective_n=needed, n_max=n_max)
+        rows.append({"judges": m, "variants": v, "replicates": r, "correlation": rho, "cost_per_unit": per_unit,
+                     "gold": best.n, "predicted_only": best.N, "cost": best.cost, "effective_n": best.effective_n,
+                     "se": math.sqrt(gold_variance / best.effective_n) if best.effective_n else math.inf})
     plans = pd.DataFrame(rows)
     if needed is None:
         return plans.sort_values("effective_n", ascending=False, kind="stable").reset_index(drop=True)
     # a plan's effective n is rounded: within half a label of the need reaches it
     plans["reaches"] = plans["effective_n"] >= math.floor(needed)
     return plans.sort_values(["reaches", "cost"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def _check_goal(budget: float | None, target_se: float | None, cost_gold: float, cost_call: float) -> None:
+    if (budget is None) == (target_se is None):
+        raise DataError("gold planning takes a budget or a target SE (one of them).")
+    for name, value in (("gold label", cost_gold), ("judge call", cost_call)):
+        if not (math.isfinite(value) and value > 0):
+            raise DataError(f"the cost of a {name} must be a positive number (got {value}).")
+
+
+def _panels(observed: dict[str, int], judges, variants, replicates, cost_call: float):
+    """Every panel tried: (judges, variants, replicates, the planned counts, the cost per unit), the other facets
+    at their observed counts; prompt variants 1, 2, 3, 5 when the slice was judged under several, else as seen."""
+    if variants is None:
+        variants = (1, 2, 3, 5) if observed.get("variant", 1) > 1 else (observed.get("variant", 1),)
+    others = math.prod(v for k, v in observed.items() if k not in ("judge", "replicate", "variant"))
+    for m in judges:
+        for v in variants:
+            for r in replicates:
+                planned = {**observed, "judge": m, "variant": v, "replicate": r}
+                if "variant" not in observed and v == 1:
+                    del planned["variant"]
+                yield m, v, r, planned, m * v * r * others * cost_call
 
 
 def plan_from(panel: dict, *, cost_gold: float, cost_call: float, budget: float | None = None,
@@ -628,39 +636,25 @@ def class_plan(panels: dict[str, dict], *, cost_gold: float, cost_call: float, b
     every panel the whole numbers n and N are searched: at ``budget`` the plan whose worst class has the smallest
     SE, for ``target_se`` the cheapest plan giving every class that SE. ``correlation``, ``effective_n`` and ``se``
     are the worst class's (``class``)."""
-    if (budget is None) == (target_se is None):
-        raise DataError("gold planning takes a budget or a target SE (one of them).")
-    for name, value in (("gold label", cost_gold), ("judge call", cost_call)):
-        if not (math.isfinite(value) and value > 0):
-            raise DataError(f"the cost of a {name} must be a positive number (got {value}).")
+    _check_goal(budget, target_se, cost_gold, cost_call)
     names = list(panels)
     observed = panels[names[0]]["observed"]
-    if variants is None:
-        variants = (1, 2, 3, 5) if observed.get("variant", 1) > 1 else (observed.get("variant", 1),)
-    others = math.prod(v for k, v in observed.items() if k not in ("judge", "replicate", "variant"))
     variances = np.array([panels[k]["gold_variance"] for k in names])
     rows = []
-    for m in judges:
-        for v in variants:
-            for r in replicates:
-                planned = {**observed, "judge": m, "variant": v, "replicate": r}
-                if "variant" not in observed and v == 1:
-                    del planned["variant"]
-                rho = np.array([panel_correlation(p["covariance"], p["gold_variance"], p["prediction_variance"],
-                                                  p["error_terms"], observed, planned)
-                                for p in (panels[k] for k in names)])
-                per_unit = m * v * r * others * cost_call
-                n, big_n, reaches = _class_mix(rho, variances, cost_gold, per_unit, budget, target_se, n_max)
-                eff = n * (n + big_n) / (n + (1 - rho**2) * big_n) if n else np.zeros_like(rho)
-                se = np.sqrt(variances / np.maximum(eff, 1e-300))
-                worst = int(np.argmax(se))
-                row = {"judges": m, "variants": v, "replicates": r, "correlation": float(rho[worst]),
-                       "cost_per_unit": per_unit, "gold": n, "predicted_only": big_n,
-                       "cost": n * cost_gold + (n + big_n) * per_unit, "effective_n": int(np.floor(eff[worst])),
-                       "se": float(se[worst]), "class": names[worst]}
-                if target_se is not None:
-                    row["reaches"] = reaches
-                rows.append(row)
+    for m, v, r, planned, per_unit in _panels(observed, judges, variants, replicates, cost_call):
+        rho = np.array([panel_correlation(p["covariance"], p["gold_variance"], p["prediction_variance"],
+                                          p["error_terms"], observed, planned) for p in (panels[k] for k in names)])
+        n, big_n, reaches = _class_mix(rho, variances, cost_gold, per_unit, budget, target_se, n_max)
+        eff = n * (n + big_n) / (n + (1 - rho**2) * big_n) if n else np.zeros_like(rho)
+        se = np.sqrt(variances / np.maximum(eff, 1e-300))
+        worst = int(np.argmax(se))
+        row = {"judges": m, "variants": v, "replicates": r, "correlation": float(rho[worst]),
+               "cost_per_unit": per_unit, "gold": n, "predicted_only": big_n,
+               "cost": n * cost_gold + (n + big_n) * per_unit, "effective_n": int(np.floor(eff[worst])),
+               "se": float(se[worst]), "class": names[worst]}
+        if target_se is not None:
+            row["reaches"] = reaches
+        rows.append(row)
     plans = pd.DataFrame(rows)
     if target_se is None:
         return plans.sort_values(["se", "cost"], kind="stable").reset_index(drop=True)
