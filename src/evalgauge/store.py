@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS calls (
     replicate INTEGER, position TEXT, prompt_hash TEXT, request TEXT, completion TEXT, score REAL,
     parse_error TEXT, model TEXT, response_id TEXT, started_at REAL, finished_at REAL, latency_s REAL,
     input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL, flags TEXT, rule TEXT, finish_reason TEXT,
-    distribution TEXT, spread REAL, reasks INTEGER, turns TEXT
+    distribution TEXT, spread REAL, reasks INTEGER, turns TEXT, cached_tokens INTEGER, cache_write_tokens INTEGER
 );
 CREATE TABLE IF NOT EXISTS failures (key TEXT, attempts INTEGER, error TEXT, at REAL);
 CREATE TABLE IF NOT EXISTS responses (
@@ -111,11 +111,15 @@ class CallRecord:
     #: follow-up turns sent after unreadable verdicts, and the earlier turns' answers (JSON list)
     reasks: int = 0
     turns: str | None = None
+    #: of input_tokens, those the provider read from its prompt cache and those it wrote to it
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 #: Columns a database written before these existed lacks; they are added when it is next written.
 OPTIONAL_COLUMNS = {"flags": "TEXT", "rule": "TEXT", "finish_reason": "TEXT", "distribution": "TEXT",
-                    "spread": "REAL", "reasks": "INTEGER", "turns": "TEXT"}
+                    "spread": "REAL", "reasks": "INTEGER", "turns": "TEXT", "cached_tokens": "INTEGER",
+                    "cache_write_tokens": "INTEGER"}
 
 
 class RunStore:

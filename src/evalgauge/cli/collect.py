@@ -408,8 +408,12 @@ def _sim_components(path: Path) -> dict[str, float]:
                    "drift_after=N, latency_ms, timeout_s, retry_after, bad_request, forbidden (repeatable).")
 @click.option("--require-key-env", metavar="NAME",
               help="Answer 401 unless a request carries the key held in this environment variable.")
+@click.option("--ledger", type=click.Path(dir_okay=False, path_type=str),
+              help="Append every answered request's usage (input, cached, written, output tokens) to this file as "
+                   "a JSON line: the provider's own account, to check a run's cost against.")
 @user_errors
-def serve_sim_cmd(config, components_path, mu, seed, host, port, faults, require_key_env) -> None:
+@writes(("config", "components_path"), ledger="--ledger")
+def serve_sim_cmd(config, components_path, mu, seed, host, port, faults, require_key_env, ledger) -> None:
     """Serve an OpenAI-compatible judge panel simulated from variance components (for dry runs and tests).
 
     \b
@@ -440,7 +444,7 @@ def serve_sim_cmd(config, components_path, mu, seed, host, port, faults, require
         if not api_key:
             raise EvalGaugeError(f"--require-key-env: the environment variable {require_key_env} is not set.")
     _check_port_free(host, port)
-    panel = SimPanel(cfg, comps, mu=mu, seed=seed, faults=fault_map, api_key=api_key)
+    panel = SimPanel(cfg, comps, mu=mu, seed=seed, faults=fault_map, api_key=api_key, ledger=ledger)
     serve(panel, host, port, ready=lambda msg: click.echo(f"serve-sim listening on http://{host}:{port}/v1 "
                                                            f"({len(cfg.judges)} judges); {msg}", err=True))
 

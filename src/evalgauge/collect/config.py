@@ -34,9 +34,33 @@ class Judge:
     max_tokens: int = 64
     rpm: float | None = None  # requests per minute
     tpm: float | None = None  # tokens per minute
+    #: input tokens read from the provider's prompt cache (None: at the input price, never under the bill)
+    price_cached_input_per_mtok: float | None = None
+    #: input tokens written to the prompt cache (None: Anthropic's 1.25 x the input price, else the input price)
+    price_cache_write_per_mtok: float | None = None
 
-    def price(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.price_input_per_mtok + output_tokens * self.price_output_per_mtok) / 1e6
+    @property
+    def cached_price(self) -> float:
+        return self.price_input_per_mtok if self.price_cached_input_per_mtok is None \
+            else self.price_cached_input_per_mtok
+
+    @property
+    def write_price(self) -> float:
+        if self.price_cache_write_per_mtok is not None:
+            return self.price_cache_write_per_mtok
+        return 1.25 * self.price_input_per_mtok if self.provider == "anthropic" else self.price_input_per_mtok
+
+    def price(self, input_tokens: int, output_tokens: int, cached: int = 0, written: int = 0) -> float:
+        """The call's cost: ``input_tokens`` in all, of which ``cached`` read from the prompt cache and ``written``
+        to it, each at its price, and the output."""
+        fresh = input_tokens - cached - written
+        return (fresh * self.price_input_per_mtok + cached * self.cached_price + written * self.write_price
+                + output_tokens * self.price_output_per_mtok) / 1e6
+
+    def worst_price(self, input_tokens: int, output_tokens: int) -> float:
+        """The most ``input_tokens`` and ``output_tokens`` can cost, however much of the input the cache takes."""
+        per_input = max(self.price_input_per_mtok, self.cached_price, self.write_price)
+        return (input_tokens * per_input + output_tokens * self.price_output_per_mtok) / 1e6
 
 
 @dataclass(frozen=True)
@@ -257,7 +281,9 @@ def _judge(j: JudgeSpec, k: int, path: Path, base_url: str | None, table: str, d
         name=j.name or j.model or f"judge{k + 1}", model=j.model, provider=j.provider,
         base_url=base_url or j.base_url, api_key_env=j.api_key_env,
         price_input_per_mtok=j.price_input_per_mtok, price_output_per_mtok=j.price_output_per_mtok,
-        max_tokens=j.max_tokens if j.max_tokens is not None else default_max_tokens, rpm=j.rpm, tpm=j.tpm)
+        max_tokens=j.max_tokens if j.max_tokens is not None else default_max_tokens, rpm=j.rpm, tpm=j.tpm,
+        price_cached_input_per_mtok=j.price_cached_input_per_mtok,
+        price_cache_write_per_mtok=j.price_cache_write_per_mtok)
 
 
 PLACEHOLDERS = {"item", "item_id", "category", "reference", "response", "system", "response_a", "response_b"}

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from ..errors import DataError
 from .config import Judge
 
+#: the fewest tokens a prompt prefix must have for the providers' prompt caches (OpenAI's and Anthropic's)
+CACHE_MIN_TOKENS = 1024
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -27,6 +30,9 @@ class Completion:
     finish_reason: str | None = None
     #: with log-probabilities: each generated token as (text, ((alternative, logprob), ...))
     tokens: tuple | None = None
+    #: of ``input_tokens``, those read from the provider's prompt cache and those written to it
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -278,9 +284,12 @@ class OpenAIProvider(_HTTPProvider):
                 "they were asked for (logprobs: true, top_logprobs); it does not offer them. Set [scoring] output "
                 "= \"json\" (or leave output unset) for this judge's endpoint.", retryable=False, fatal=True,
                 billed=True)
+        details = usage.get("prompt_tokens_details")
+        cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0  # within prompt_tokens
         return Completion(text if isinstance(text, str) else None, _str_or_none(body.get("model")),
                           _str_or_none(body.get("id")), _count(usage.get("prompt_tokens")),
-                          _count(usage.get("completion_tokens")), _str_or_none(choice.get("finish_reason")), tokens)
+                          _count(usage.get("completion_tokens")), _str_or_none(choice.get("finish_reason")), tokens,
+                          cached_tokens=cached)
 
     async def _structured(self, request: dict, output: Output) -> object:
         """The request with a JSON schema in this endpoint's dialect, found at the first call: OpenAI's
@@ -361,7 +370,10 @@ class AnthropicProvider(_HTTPProvider):
         request = {"model": self.judge.model, "max_tokens": self.judge.max_tokens, "temperature": temperature,
                    "messages": messages}
         if system_prompt:
-            request["system"] = system_prompt
+            # a system prompt long enough to cache (1,024 tokens; at most 4 bytes a token) is marked for the
+            # prompt cache: every call after the first reads it at a tenth of the input price
+            request["system"] = [{"type": "text", "text": system_prompt, "cache_control": {"type": "ephemeral"}}] \
+                if len(system_prompt.encode("utf-8")) >= 4 * CACHE_MIN_TOKENS else system_prompt
         if output is not None:  # a forced tool call whose input is the verdict object
             request["tools"] = [{"name": "record_verdict", "description": "Record the verdict.",
                                  "input_schema": output.schema}]
@@ -377,9 +389,12 @@ class AnthropicProvider(_HTTPProvider):
             texts = [json.dumps(calls[0])] if calls and isinstance(calls[0], dict) else []
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         stop = _str_or_none(body.get("stop_reason"))
+        # Anthropic counts the cache's reads and writes apart from input_tokens: all three are the input
+        read, written = _count(usage.get("cache_read_input_tokens")), _count(usage.get("cache_creation_input_tokens"))
         return Completion("".join(texts) if texts else None, _str_or_none(body.get("model")),
-                          _str_or_none(body.get("id")), _count(usage.get("input_tokens")),
-                          _count(usage.get("output_tokens")), _STOP_REASONS.get(stop or "", stop))
+                          _str_or_none(body.get("id")), _count(usage.get("input_tokens")) + read + written,
+                          _count(usage.get("output_tokens")), _STOP_REASONS.get(stop or "", stop),
+                          cached_tokens=read, cache_write_tokens=written)
 
 
 def _proxy_for(url: str) -> str | None:

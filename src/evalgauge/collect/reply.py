@@ -36,6 +36,18 @@ class Vetted:
     input_tokens: int
     output_tokens: int
     flags: tuple[str, ...]
+    #: of the input, the tokens read from the prompt cache and written to it (0 when the usage was implausible)
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    #: the usage could not be believed: charged at the most the bounds allow
+    worst_case: bool = False
+
+    def cost(self, judge) -> float:
+        """What the call costs at ``judge``'s prices: each input token at its own (fresh, read from the cache,
+        written to it), or, with an implausible usage, the most the bounds can cost."""
+        if self.worst_case:
+            return judge.worst_price(self.input_tokens, self.output_tokens)
+        return judge.price(self.input_tokens, self.output_tokens, self.cached_tokens, self.cache_write_tokens)
 
 
 def redact(text: str, secrets: list[str]) -> str:
@@ -90,9 +102,12 @@ def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | 
     in_floor = (sent + len((system_prompt or "").encode("utf-8"))) // PROMPT_BYTES_PER_TOKEN_MAX
     out_floor = len((text or "").encode("utf-8")) // MAX_BYTES_PER_TOKEN
     tokens_in, tokens_out = completion.input_tokens, completion.output_tokens
-    if not in_floor <= tokens_in <= in_bound or not out_floor <= tokens_out <= judge.max_tokens \
-            or (tokens_in == 0 and tokens_out == 0):
-        flags.append(f"implausible usage ({tokens_in} in, {tokens_out} out); charged at the worst case")
-        tokens_in, tokens_out = in_bound, judge.max_tokens
+    cached, written = completion.cached_tokens, completion.cache_write_tokens
+    worst = not in_floor <= tokens_in <= in_bound or not out_floor <= tokens_out <= judge.max_tokens \
+        or (tokens_in == 0 and tokens_out == 0) or not 0 <= cached + written <= tokens_in
+    if worst:
+        said = f"{tokens_in} in" + (f" ({cached} cached, {written} written)" if cached or written else "")
+        flags.append(f"implausible usage ({said}, {tokens_out} out); charged at the worst case")
+        tokens_in, tokens_out, cached, written = in_bound, judge.max_tokens, 0, 0
     safe = replace(completion, text=text, **identifiers)
-    return Vetted(safe, tokens_in, tokens_out, tuple(flags))
+    return Vetted(safe, tokens_in, tokens_out, tuple(flags), cached, written, worst)

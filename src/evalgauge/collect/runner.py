@@ -125,8 +125,9 @@ class RunSummary:
 
 
 def worst_case_cost(judge: Judge, prompt: str, system_prompt: str | None = None, history: tuple = ()) -> float:
-    """The most a call can cost: the worst-case input (with a re-ask's earlier turns) and all ``max_tokens`` out."""
-    return judge.price(worst_case_input_tokens(prompt, system_prompt, history), judge.max_tokens)
+    """The most a call can cost: the worst-case input (with a re-ask's earlier turns, each token at the most the
+    prompt cache can charge for it) and all ``max_tokens`` out."""
+    return judge.worst_price(worst_case_input_tokens(prompt, system_prompt, history), judge.max_tokens)
 
 
 class JudgeGate:
@@ -624,8 +625,9 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
         return None, at
     history: tuple = ()
     turns: list[dict] = []
-    cost = judge.price(at.vetted.input_tokens, at.vetted.output_tokens)
+    cost = at.vetted.cost(judge)
     tokens_in, tokens_out = at.vetted.completion.input_tokens, at.vetted.completion.output_tokens
+    cached, written = at.vetted.cached_tokens, at.vetted.cache_write_tokens
     first, latency = at, at.latency
     while True:
         completion = at.vetted.completion
@@ -649,10 +651,12 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
             break
         turns.append({"completion": completion.text, "finish_reason": completion.finish_reason, "error": error})
         history, at = next_history, again
-        cost += judge.price(at.vetted.input_tokens, at.vetted.output_tokens)
+        cost += at.vetted.cost(judge)
         latency += at.latency
         tokens_in += at.vetted.completion.input_tokens
         tokens_out += at.vetted.completion.output_tokens
+        cached += at.vetted.cached_tokens
+        written += at.vetted.cache_write_tokens
     score = verdict.value
     if score is not None and cfg.pairwise and task.position == "BA":
         score = 1.0 - score  # the system was presented second: its win is a "B"
@@ -672,7 +676,8 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
         flags="; ".join(dict.fromkeys(f for a in (first, at) for f in a.vetted.flags)),
         rule=verdict.rule if score is not None else None, finish_reason=completion.finish_reason,
         distribution=json.dumps({f"{v:g}": p for v, p in dist}) if dist else None,
-        spread=verdict.spread, reasks=len(turns), turns=json.dumps(turns) if turns else None)
+        spread=verdict.spread, reasks=len(turns), turns=json.dumps(turns) if turns else None,
+        cached_tokens=cached, cache_write_tokens=written)
     return record, at
 
 
@@ -721,7 +726,7 @@ async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secret
         at = result[1]
         completion = at.vetted.completion
         summary.retries += at.attempts - 1
-        cost = gen.price(at.vetted.input_tokens, at.vetted.output_tokens)
+        cost = at.vetted.cost(gen)
         store.record_response((key, item.id, gen.name, prompt_hash(prompt), completion.text, completion.model,
                                completion.response_id, at.started, time.time(), at.latency, completion.input_tokens,
                                completion.output_tokens, cost), reservation)

@@ -106,6 +106,8 @@ class JudgeSpec(_Table):
     api_key_env: str | None = None
     price_input_per_mtok: float = Field(0.0, ge=0)
     price_output_per_mtok: float = Field(0.0, ge=0)
+    price_cached_input_per_mtok: float | None = Field(None, ge=0)
+    price_cache_write_per_mtok: float | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
     # a limit below one request a minute waits for hours; the limiter keeps a log of a minute's requests
     rpm: float | None = Field(None, ge=1, le=1_000_000, allow_inf_nan=False)

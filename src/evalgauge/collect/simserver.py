@@ -26,6 +26,14 @@ score, SD 0.6); ``json_object_only`` refuses ``json_schema`` with a 500 as llama
 Like a real provider it answers 404 for a model the
 configuration does not name, and, given ``api_key`` (``--require-key-env``), 401 to a
 request without that key. Usage counts every message, the system prompt included.
+
+Prompt caching as the providers do it: on the OpenAI route a system prompt of at least 1,024 tokens that the
+same model has seen before is read from the cache in 128-token steps (``usage.prompt_tokens_details.
+cached_tokens``, within ``prompt_tokens``); on the Anthropic route a system block marked ``cache_control`` is
+written to the cache the first time (``cache_creation_input_tokens``) and read after
+(``cache_read_input_tokens``), both apart from ``input_tokens``. With ``ledger`` (``--ledger``) every answered
+request's usage is appended to that file as a JSON line: the provider's own account, to check a run's cost
+against.
 """
 
 from __future__ import annotations
@@ -59,8 +67,11 @@ class SimPanel:
     faults: dict[str, float] = field(default_factory=dict)
     #: the key a request must carry (None: any or none, as a local server)
     api_key: str | None = None
+    #: a file the usage of every answered request is appended to (one JSON line each)
+    ledger: str | None = None
 
     def __post_init__(self) -> None:
+        self._cached: set[str] = set()  # prompt prefixes in the cache, by model
         self._lookup: dict[str, tuple] = {}
         self._generated: dict[str, str] = {}
         if self.cfg.generators:  # systems that generate: answers are deterministic, so prompts are known
@@ -165,6 +176,41 @@ class SimPanel:
                        "top_logprobs": sorted(alts, key=lambda a: -a["logprob"])})
         tokens.append({"token": "}", "logprob": 0.0, "top_logprobs": [{"token": "}", "logprob": 0.0}]})
         return text, tokens
+
+    def cache(self, protocol: str, model: str, body: dict) -> tuple[int, int]:
+        """(tokens read from the prompt cache, tokens written to it) for one request (module docstring)."""
+        if protocol == "anthropic":
+            system = body.get("system")
+            blocks = [b for b in system if isinstance(b, dict)] if isinstance(system, list) else []
+            marked = [b for b in blocks if b.get("cache_control")]
+            if not marked:
+                return 0, 0
+            text = "".join(_text(b.get("text")) for b in blocks)
+            tokens = -(-len(text.encode("utf-8")) // 3) + 4
+            if tokens < 1024:
+                return 0, 0
+            key = f"anthropic|{model}|{text}"
+            if key in self._cached:
+                return tokens, 0
+            self._cached.add(key)
+            return 0, tokens
+        first = next((m for m in body.get("messages") or [] if isinstance(m, dict)), None)
+        if first is None or first.get("role") != "system":
+            return 0, 0
+        text = _text(first.get("content"))
+        tokens = -(-len(text.encode("utf-8")) // 3) + 4
+        key = f"openai|{model}|{text}"
+        if tokens < 1024:
+            return 0, 0
+        if key in self._cached:
+            return tokens // 128 * 128, 0
+        self._cached.add(key)
+        return 0, 0
+
+    def account(self, usage: dict) -> None:
+        if self.ledger:
+            with open(self.ledger, "a", encoding="utf-8") as out:
+                out.write(json.dumps(usage) + "\n")
 
     def respond(self, prompt: str, model: str, temperature: float, *, structured: bool = False,
                 logprobs: bool = False) -> tuple[int, dict, dict]:
@@ -272,6 +318,10 @@ def make_app(panel: SimPanel):
         p_tok = sum(-(-len(t.encode("utf-8")) // 3) + 4 for t in texts)
         c_tok = max(1, len(out["text"]) // 4) if out["text"] else 0
         finish = out.get("finish_reason", "stop")
+        read, written = panel.cache(protocol, model, body)
+        usage = {"protocol": protocol, "model": model, "input": p_tok, "cached": read, "written": written,
+                 "output": c_tok}
+        panel.account(usage)
         if protocol == "anthropic":
             content = [{"type": "text", "text": out["text"]}]
             if body.get("tools") and out["text"].startswith("{"):
@@ -282,14 +332,17 @@ def make_app(panel: SimPanel):
             return web.json_response({
                 "id": out["id"], "type": "message", "role": "assistant", "model": out["model"], "content": content,
                 "stop_reason": {"stop": "end_turn", "length": "max_tokens"}[finish],
-                "stop_sequence": None, "usage": {"input_tokens": p_tok, "output_tokens": c_tok}})
+                "stop_sequence": None, "usage": {"input_tokens": p_tok - read - written, "output_tokens": c_tok,
+                                                 "cache_read_input_tokens": read,
+                                                 "cache_creation_input_tokens": written}})
         choice = {"index": 0, "message": {"role": "assistant", "content": out["text"]}, "finish_reason": finish}
         if out.get("tokens"):
             choice["logprobs"] = {"content": out["tokens"]}
         return web.json_response({
             "id": out["id"], "object": "chat.completion", "created": int(time.time()), "model": out["model"],
             "choices": [choice],
-            "usage": {"prompt_tokens": p_tok, "completion_tokens": c_tok, "total_tokens": p_tok + c_tok}})
+            "usage": {"prompt_tokens": p_tok, "completion_tokens": c_tok, "total_tokens": p_tok + c_tok,
+                      "prompt_tokens_details": {"cached_tokens": read}}})
 
     async def openai_route(request):
         return await handle(request, "openai")
