@@ -111,3 +111,50 @@ def test_a_short_system_prompt_is_not_marked_for_the_cache(tmp_path, monkeypatch
         server.stop()
     usage = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert usage and all(u["cached"] == 0 and u["written"] == 0 for u in usage)
+
+
+def _priced_config(tmp_path, judges: str):
+    config = write_config(tmp_path, 8765, items=2, systems=1, reps=1, judges=1)
+    text = config.read_text()
+    text = text.replace("max_retries = 8", "max_retries = 8\nprices = \"genai-prices\"")
+    config.write_text(text[:text.index("[[judges]]")] + judges)
+    return config
+
+
+def test_prices_from_the_genai_prices_table_the_users_values_win(tmp_path):
+    pytest.importorskip("genai_prices")
+    from evalgauge.errors import DataError
+
+    config = _priced_config(tmp_path, """
+[[judges]]
+name = "mini"
+model = "gpt-4o-mini"
+
+[[judges]]
+name = "haiku"
+model = "claude-3-5-haiku-20241022"
+provider = "anthropic"
+price_output_per_mtok = 3.0
+
+[[judges]]
+name = "local"
+model = "smollm2"
+base_url = "http://127.0.0.1:8765/v1"
+price_input_per_mtok = 0
+price_output_per_mtok = 0
+""")
+    judges = {j.name: j for j in load_config(config).judges}
+    mini, haiku, local = judges["mini"], judges["haiku"], judges["local"]
+    # the table's prices for OpenAI's gpt-4o-mini (per million tokens)
+    assert (mini.price_input_per_mtok, mini.price_output_per_mtok) == pytest.approx((0.15, 0.6))
+    assert mini.cached_price == pytest.approx(0.075) and mini.write_price == pytest.approx(0.15)
+    assert haiku.price_input_per_mtok == pytest.approx(0.8) and haiku.price_output_per_mtok == 3.0  # the user's
+    assert haiku.cached_price == pytest.approx(0.08) and haiku.write_price == pytest.approx(1.0)
+    assert local.price_input_per_mtok == local.price_output_per_mtok == 0.0 and local.cached_price == 0.0
+    unknown = _priced_config(tmp_path, '[[judges]]\nname = "x"\nmodel = "no-such-model-2099"\n')
+    with pytest.raises(DataError, match=r"run.toml: \[\[judges\]\] #1 \('x', model 'no-such-model-2099'\): "
+                                        r"genai-prices has no price for it"):
+        load_config(unknown)
+    unpriced = _priced_config(tmp_path, '[[judges]]\nname = "l"\nmodel = "m"\nbase_url = "http://127.0.0.1:1/v1"\n')
+    with pytest.raises(DataError, match="set price_input_per_mtok and price_output_per_mtok in its table"):
+        load_config(unpriced)

@@ -188,7 +188,9 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
     items = _read_items(where / spec.data.items)
     responses: dict[tuple[str, str], str] = {}
     systems: tuple[str, ...] = ()
-    generators = tuple(_judge(g, k, path, base_url, "[[systems]]", 512) for k, g in enumerate(spec.systems))
+    table_prices = spec.run.prices == "genai-prices"
+    generators = tuple(_judge(g, k, path, base_url, "[[systems]]", 512, table_prices)
+                       for k, g in enumerate(spec.systems))
     if spec.data.responses and generators:
         raise DataError(f"{path}: give either [data] responses (a file) or [[systems]] that generate them, not both.")
     if spec.data.responses:
@@ -208,7 +210,7 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
         raise DataError(f"{path}: at least one [[variants]] with a template is needed.")
     if len({v.id for v in variants}) != len(variants):
         raise DataError(f"{path}: [[variants]] ids must be unique.")
-    judges = [_judge(j, k, path, base_url, "[[judges]]", 64) for k, j in enumerate(spec.judges)]
+    judges = [_judge(j, k, path, base_url, "[[judges]]", 64, table_prices) for k, j in enumerate(spec.judges)]
     if not judges:
         raise DataError(f"{path}: at least one [[judges]] is needed.")
     if len({j.name for j in judges}) != len(judges):
@@ -275,15 +277,48 @@ def check_output(cfg: RunConfig) -> None:
                             "log-probabilities. Use output = \"json\" (a forced tool call) for it.")
 
 
-def _judge(j: JudgeSpec, k: int, path: Path, base_url: str | None, table: str, default_max_tokens: int) -> Judge:
-    """A judge (or a generating system) from its validated TOML table; never a key."""
+def _judge(j: JudgeSpec, k: int, path: Path, base_url: str | None, table: str, default_max_tokens: int,
+           table_prices: bool = False) -> Judge:
+    """A judge (or a generating system) from its validated TOML table; never a key. With ``table_prices`` a judge
+    whose input or output price is not set gets every price it does not set from genai-prices
+    (:func:`table_prices_of`); one that sets both is priced as written (a local model at 0)."""
+    name = j.name or j.model or f"judge{k + 1}"
+    prices = {f: getattr(j, f) for f in PRICE_FIELDS}
+    unset = [f for f in PRICE_FIELDS if f not in j.model_fields_set]
+    if table_prices and {"price_input_per_mtok", "price_output_per_mtok"} & set(unset):
+        where = f"{path}: {table} #{k + 1} ('{name}', model '{j.model}')"
+        prices.update({f: v for f, v in table_prices_of(j.model, j.provider, j.base_url, where).items() if f in unset})
     return Judge(
-        name=j.name or j.model or f"judge{k + 1}", model=j.model, provider=j.provider,
+        name=name, model=j.model, provider=j.provider,
         base_url=base_url or j.base_url, api_key_env=j.api_key_env,
-        price_input_per_mtok=j.price_input_per_mtok, price_output_per_mtok=j.price_output_per_mtok,
         max_tokens=j.max_tokens if j.max_tokens is not None else default_max_tokens, rpm=j.rpm, tpm=j.tpm,
-        price_cached_input_per_mtok=j.price_cached_input_per_mtok,
-        price_cache_write_per_mtok=j.price_cache_write_per_mtok)
+        **prices)
+
+
+#: a judge's prices, USD per million tokens: input, output, input read from the prompt cache, written to it
+PRICE_FIELDS = ("price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok",
+                "price_cache_write_per_mtok")
+
+
+def table_prices_of(model: str, provider: str, base_url: str | None, where: str) -> dict[str, float]:
+    """A model's prices from pydantic's genai-prices table (``evalgauge[prices]``): the provider found by the
+    endpoint's URL when one is given, else by the judge's provider; per million tokens at the lowest tier (priced
+    at 1,000 tokens, so a long-context tier does not apply)."""
+    try:
+        import genai_prices
+    except ImportError:
+        raise DataError(f"{where}: [run] prices = \"genai-prices\" needs the price table: pip install "
+                        "'evalgauge[prices]'.") from None
+    found = {"provider_api_url": base_url} if base_url else {"provider_id": provider}
+    usages = {"price_input_per_mtok": {"input_tokens": 1000}, "price_output_per_mtok": {"output_tokens": 1000},
+              "price_cached_input_per_mtok": {"input_tokens": 1000, "cache_read_tokens": 1000},
+              "price_cache_write_per_mtok": {"input_tokens": 1000, "cache_write_tokens": 1000}}
+    try:
+        return {f: float(genai_prices.calc_price(genai_prices.Usage(**u), model, **found).total_price) * 1000
+                for f, u in usages.items()}
+    except LookupError as exc:
+        raise DataError(f"{where}: genai-prices has no price for it ({exc}); set price_input_per_mtok and "
+                        "price_output_per_mtok in its table (0 for a local model).") from None
 
 
 PLACEHOLDERS = {"item", "item_id", "category", "reference", "response", "system", "response_a", "response_b"}

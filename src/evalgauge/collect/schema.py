@@ -59,6 +59,9 @@ class RunSpec(_Table):
     timeout_s: float = Field(60.0, gt=0, le=3600)
     max_retries: int = Field(6, ge=0, le=100)
     seed: int = 0
+    #: where the judges' prices come from: as written ("config"; an unset price is 0), or pydantic's
+    #: genai-prices table for every price a judge does not set
+    prices: Literal["config", "genai-prices"] = "config"
 
 
 class DataSpec(_Table):
@@ -106,6 +109,7 @@ class JudgeSpec(_Table):
     api_key_env: str | None = None
     price_input_per_mtok: float = Field(0.0, ge=0)
     price_output_per_mtok: float = Field(0.0, ge=0)
+    # None: the input price (reads) or the provider's write rule; a table's price with [run] prices
     price_cached_input_per_mtok: float | None = Field(None, ge=0)
     price_cache_write_per_mtok: float | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
