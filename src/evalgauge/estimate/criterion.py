@@ -112,9 +112,10 @@ class RemlProblem:
       cell's global position, its values or None for 1): what a cell's row of M touches;
     * scatters, the cross-products M' W M by part: ``ll_*`` (local x local), ``lg_*`` (local x global),
       ``gg_*`` (global x global), ``rl_*``/``rg_*`` (right-hand sides M' W v), each as ``*_idx`` (where each
-      entry adds: an array, or :class:`_LazyIndex` segments on a large problem, ``segmented``), ``*_cell``
-      (its cell: :class:`_Cells`) and ``*_val`` (its value, None for 1); ``sparse_ok`` and ``lg_row``/
-      ``lg_col``/``lg_nz``/``nz_*`` the sparse path's CSR pattern of A_LG (scalar blocks);
+      entry adds: an array for ``rl``/``rg``; for the others :class:`_Plain`, or on a large problem
+      (``segmented``) :class:`_LazyIndex`, made a segment at a time), ``*_cell`` (its cell: :class:`_Cells`)
+      and ``*_val`` (its value, None for 1); ``sparse_ok`` and ``lg_row``/``lg_col``/``lg_nz``/``nz_*`` the
+      sparse path's CSR pattern of A_LG (scalar blocks);
     * the eliminated term's pattern ``t0_*``: B (its coupling to the rest) in CSR by its level ``t0_row``
       (``t0_nz`` each scatter entry's place, ``t0_col``/``t0_cell``/``t0_val`` per entry, ``t0_l``/``t0_g``
       the local and global entries with their rows, positions, columns and row pointers), ``t0_pairs`` the
