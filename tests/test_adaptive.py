@@ -156,6 +156,36 @@ def test_the_plan_is_the_cheapest_design_that_reaches_the_target():
     assert d.judges == tuple(sorted(prices, key=prices.get)[:len(d.judges)])  # the cheapest judges
 
 
+def test_later_replicates_of_a_cached_prompt_are_priced_at_their_own_cost():
+    """A judge whose replicates read the prompt from the provider's cache: the observed cost of its first and
+    later replicates apart, every missing call priced at its kind's (brute force over the missing calls), and
+    cheap replicates make the plan take more of them than at one flat price."""
+    import pandas as pd
+
+    from evalgauge.collect.adaptive import cost_per_call
+    from evalgauge.planning import _missing_cost, price_words
+
+    calls = pd.DataFrame({"judge": ["j0"] * 4 + ["j1"] * 4, "replicate": [1, 2, 1, 2] * 2,
+                          "cost_usd": [4e-4, 1e-4, 4e-4, 1e-4, 2e-4, 2e-4, 2e-4, 2e-4]})
+    prices = cost_per_call(calls, ["j0", "j1"])
+    assert prices == {"j0": (4e-4, 1e-4), "j1": 2e-4}  # j1 costs the same whatever the replicate
+    assert "j0 $0.000400 a first replicate, $0.000100 a later one" in price_words(prices)
+    assert price_words({"j1": 2e-4}) is None
+    done = StageDesign(("q0",), ("j0",), ("v0",), 1)
+    design = StageDesign(("q0", "q1"), ("j0", "j1"), ("v0",), 3)
+    # j0: q0 r2-3 and q1 r1-3 are missing (one first replicate, four later); j1: all six; x 4 systems
+    expected = 4 * ((1 * 4e-4 + 4 * 1e-4) + 6 * 2e-4)
+    assert _missing_cost(design, [done], prices, 4, 1, 1) == pytest.approx(expected)
+    cfg = _Cfg(judges=1)
+    vc = _vc(0.02)
+    nothing = StageDesign((), (), (), 1)
+    target = Target("mdd95", 0.5)
+    flat = plan_stage(vc, pools(cfg), target, {"j0": 4e-4}, nothing)
+    cached = plan_stage(vc, pools(cfg), target, {"j0": (4e-4, 1e-5)}, nothing)
+    assert flat.reachable and cached.reachable and cached.cost_usd < flat.cost_usd
+    assert cached.design.replicates > flat.design.replicates  # 3 replicates of 24 items, not 1 of 32
+
+
 def test_a_ceiling_makes_the_target_unreachable_and_says_what_would_help():
     """sigma2_sj large: with three judges no number of items reaches the target (sizing eq. 4)."""
     from evalgauge import dstudy

@@ -202,15 +202,17 @@ def _fewest_items(vc, target: Target, counts: dict, reps: int, pool: int,
     return hi
 
 
-def plan_stage(vc, pools: Pools, target: Target, prices: dict[str, float], done: StageDesign | list[StageDesign],
+def plan_stage(vc, pools: Pools, target: Target, prices: dict[str, float | tuple[float, float]],
+               done: StageDesign | list[StageDesign],
                budget_left: float = math.inf, levels: tuple[float, ...] = PLAN_LEVELS) -> StagePlan:
     """The cheapest design the pools allow that reaches ``target`` at the fitted components ``vc``.
 
     Designs: the J cheapest judges (J = 1..all), the first V variants, R replicates (up to the config's),
     and the fewest items reaching the target (up to the pool). Cost: the calls not yet in ``done`` at
-    each judge's observed price. Each design is judged at the upper 90% bound of its error variance,
-    else at the 75% bound (``PLAN_LEVELS``; the plan says which); without a design that reaches the target
-    at 75%, the best the pools give, what would help, and what the estimates alone would say.
+    each judge's observed price, its first and later replicates apart where they differ (a replicate of a cached
+    prompt costs less: ``prices[j]`` is then the pair). Each design is judged at the upper 90% bound of its
+    error variance, else at the 75% bound (``PLAN_LEVELS``; the plan says which); without a design that reaches
+    the target at 75%, the best the pools give, what would help, and what the estimates alone would say.
     ``levels`` replaces that ladder (``(0.5,)``: at the estimates only). ``done`` is the design collected
     so far, or the list of every design collected (their union is done).
     """
@@ -290,7 +292,7 @@ def _plan_at(vc, pools: Pools, target: Target, prices: dict[str, float], done: l
     n_sys = max(pools.systems, 1)
     n_temp = pools.temperatures
     positions = pools.positions
-    by_price = sorted(prices, key=lambda j: (prices[j], j))
+    by_price = sorted(prices, key=lambda j: (_price_of(prices[j], 1), j))
     has = {f: f in vc.levels for f in ("judge", "variant", "item")}
     options, best, best_value = [], None, None
     for n_judges in range(1, len(by_price) + 1):
@@ -344,17 +346,32 @@ def _better(target: Target, a: float, b: float) -> bool:
     return a > b if target.quantity == "erho2" else a < b
 
 
-def _missing_cost(design: StageDesign, done: list[StageDesign], prices: dict[str, float], n_sys: int, n_temp: int,
-                  positions: int) -> float:
-    """Calls of ``design`` not in any design of ``done`` (the run database's union), priced per judge."""
+def _missing_cost(design: StageDesign, done: list[StageDesign], prices: dict[str, float | tuple[float, float]],
+                  n_sys: int, n_temp: int, positions: int) -> float:
+    """Calls of ``design`` not in any design of ``done`` (the run database's union), priced per judge: a price, or
+    (first replicate, each later one) where a replicate of a cached prompt costs less (:func:`_price_of`)."""
     total = 0.0
     for j in design.judges:
         want = {(i, v, r) for i in design.items for v in design.variants for r in range(1, design.replicates + 1)}
         for d in done:
             if j in d.judges:
                 want -= {(i, v, r) for i in d.items for v in d.variants for r in range(1, d.replicates + 1)}
-        total += len(want) * n_sys * n_temp * positions * prices[j]
+        total += n_sys * n_temp * positions * sum(_price_of(prices[j], r) for _, _, r in want)
     return total
+
+
+def _price_of(price: float | tuple[float, float], replicate: int) -> float:
+    """A judge's effective cost of a call: one price, or (first replicate, each later one)."""
+    if isinstance(price, tuple):
+        return price[0] if replicate == 1 else price[1]
+    return price
+
+
+def price_words(prices: dict[str, float | tuple[float, float]]) -> str | None:
+    """What the plan says of the judges whose later replicates cost less than their first (a cached prompt)."""
+    cheaper = [f"{j} ${p[0]:.6f} a first replicate, ${p[1]:.6f} a later one" for j, p in prices.items()
+               if isinstance(p, tuple)]
+    return ("designs priced at each call's effective cost: " + "; ".join(cheaper)) if cheaper else None
 
 
 def _what_would_help(vc, target: Target, pool: int, n_judges: int, n_var: int, reps: int,

@@ -33,6 +33,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
+import pandas as pd
 
 from ..errors import DataError
 from ..planning import (
@@ -45,6 +46,7 @@ from ..planning import (
     achieved,
     level_words,
     plan_stage,
+    price_words,
 )
 from .config import RunConfig
 
@@ -120,12 +122,22 @@ def stage_config(cfg: RunConfig, design: StageDesign) -> RunConfig:
                    fingerprint_override=cfg.fingerprint())
 
 
-def cost_per_call(calls, judges: list[str]) -> dict[str, float]:
-    """Each judge's mean recorded cost per call in the run so far (what the provider billed, from usage)."""
-    out = {}
+def cost_per_call(calls, judges: list[str]) -> dict[str, float | tuple[float, float]]:
+    """Each judge's mean recorded cost per call in the run so far (what the provider billed, from usage); where
+    its first replicates and its later ones cost differently (a replicate repeats a prompt the provider's cache
+    holds), the pair (first replicate, each later one): the effective cost of a call of each kind."""
+    out: dict[str, float | tuple[float, float]] = {}
     for j in judges:
-        rows = calls.loc[calls["judge"].astype(str) == j, "cost_usd"]
-        out[j] = float(rows.mean()) if len(rows) and rows.notna().any() else 0.0
+        mine = calls.loc[calls["judge"].astype(str) == j]
+        rows = mine["cost_usd"]
+        mean = float(rows.mean()) if len(rows) and rows.notna().any() else 0.0
+        out[j] = mean
+        if "replicate" in mine and len(rows) and rows.notna().any():
+            later = pd.to_numeric(mine["replicate"], errors="coerce") > 1
+            first, repeat = rows[~later].mean(), rows[later].mean()
+            if later.any() and (~later).any() and math.isfinite(first) and math.isfinite(repeat) \
+                    and not math.isclose(first, repeat, rel_tol=0.02):
+                out[j] = (float(first), float(repeat))
     return out
 
 
@@ -202,6 +214,8 @@ def follow(cfg, target: Target, pilot: StageDesign, *, collect, fit, max_stages:
     plan, done, level = None, pilot, PLAN_CONFIDENCE  # the stop check's level
     for stage_no in range(1, max_stages + 1):
         vc, prices = fit()
+        if price_words(prices):
+            say(price_words(prices))
         now = achieved(vc, target, done, level)
         stages[-1].achieved = now
         say(f"after the {stages[-1].name}: {QUANTITIES[target.quantity]} {now:.4g} ({level_words(level)}) at "
