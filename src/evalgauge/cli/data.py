@@ -386,8 +386,8 @@ def label_report(judgments, *, label: str = "label", classes: str | list[str] | 
         for note in result.notes:
             c.print(Text("note: ", style="yellow") + Text(note))
         if checked is not None:
-            print_gold(checked, c, plans, *((gold_plan["budget"], gold_plan["target_se"]) if plans is not None
-                                           else (None, None)))
+            goal = gold_plan or {}
+            print_gold(checked, c, plans, goal.get("budget"), goal.get("target_se"))
 
     payload = result.to_dict()
     checked = gold(list(result.classes)) if gold is not None else None

@@ -51,6 +51,7 @@ import numpy as np
 
 from ..vocabulary import RESIDUAL
 from .config import RunConfig
+from .providers import CACHE_MIN_TOKENS
 from .tasks import render
 
 FAULTS = ("rate_limit", "server_error", "timeout", "empty", "garbage", "cache", "drift_after", "timeout_s",
@@ -179,33 +180,23 @@ class SimPanel:
 
     def cache(self, protocol: str, model: str, body: dict) -> tuple[int, int]:
         """(tokens read from the prompt cache, tokens written to it) for one request (module docstring)."""
-        if protocol == "anthropic":
+        if protocol == "anthropic":  # only a system block marked cache_control is cached
             system = body.get("system")
             blocks = [b for b in system if isinstance(b, dict)] if isinstance(system, list) else []
-            marked = [b for b in blocks if b.get("cache_control")]
-            if not marked:
-                return 0, 0
-            text = "".join(_text(b.get("text")) for b in blocks)
-            tokens = -(-len(text.encode("utf-8")) // 3) + 4
-            if tokens < 1024:
-                return 0, 0
-            key = f"anthropic|{model}|{text}"
-            if key in self._cached:
-                return tokens, 0
-            self._cached.add(key)
-            return 0, tokens
-        first = next((m for m in body.get("messages") or [] if isinstance(m, dict)), None)
-        if first is None or first.get("role") != "system":
+            text = "".join(_text(b.get("text")) for b in blocks) if any(b.get("cache_control") for b in blocks) \
+                else ""
+        else:  # OpenAI caches a long enough system message by itself
+            first = next((m for m in body.get("messages") or [] if isinstance(m, dict)), None)
+            text = _text(first.get("content")) if first is not None and first.get("role") == "system" else ""
+        tokens = _sim_tokens(text) if text else 0
+        if tokens < CACHE_MIN_TOKENS:
             return 0, 0
-        text = _text(first.get("content"))
-        tokens = -(-len(text.encode("utf-8")) // 3) + 4
-        key = f"openai|{model}|{text}"
-        if tokens < 1024:
-            return 0, 0
-        if key in self._cached:
-            return tokens // 128 * 128, 0
+        key = f"{protocol}|{model}|{text}"
+        seen = key in self._cached
         self._cached.add(key)
-        return 0, 0
+        if protocol == "anthropic":
+            return (tokens, 0) if seen else (0, tokens)
+        return (tokens // 128 * 128 if seen else 0), 0  # OpenAI: read in 128-token steps, no write charge
 
     def account(self, usage: dict) -> None:
         if self.ledger:
@@ -265,6 +256,11 @@ class SimPanel:
         return 200, {}, {"text": text, "model": echoed, "id": rid, "finish_reason": finish, "tokens": tokens}
 
 
+def _sim_tokens(text: str) -> int:
+    """A pessimistic tokenizer: a token per 3 UTF-8 bytes of a message, and 4 tokens of template."""
+    return -(-len(text.encode("utf-8")) // 3) + 4
+
+
 def _text(content) -> str:
     if isinstance(content, list):
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))
@@ -314,8 +310,7 @@ def make_app(panel: SimPanel):
         if status != 200:
             return web.json_response({"error": {"message": out.get("error", ""), "type": "sim"}}, status=status,
                                      headers=headers)
-        # a pessimistic tokenizer: a token per 3 UTF-8 bytes of every message, 4 tokens of template each
-        p_tok = sum(-(-len(t.encode("utf-8")) // 3) + 4 for t in texts)
+        p_tok = sum(_sim_tokens(t) for t in texts)
         c_tok = max(1, len(out["text"]) // 4) if out["text"] else 0
         finish = out.get("finish_reason", "stop")
         read, written = panel.cache(protocol, model, body)
