@@ -125,3 +125,43 @@ def test_the_requirements_answer_at_the_replicates_the_plan_names():
     assert counts == {r.facet: r.count for r in reference.requirements}
     one = dstudy.plan(replace(stored, replicates=1), target_erho2=0.8)
     assert counts["judge"] < next(r.count for r in one.requirements if r.facet == "judge")  # the rep counted
+
+
+def test_cheaper_later_replicates_buy_more_replicates_at_the_same_budget():
+    """A replicate of a prompt the provider's cache holds costs less than a cell's first call: the budget
+    optimiser prices each at its own, and with replicate noise dominating it buys replicates it did not before."""
+    from evalgauge.dstudy import CostModel, plan
+    from evalgauge.errors import DesignError
+
+    same = CostModel((0.004, 0.002), repeat_price_per_call=(0.004, 0.002))
+    plain = CostModel((0.004, 0.002))
+    for counts, r in (({"system": 5, "item": 40, "judge": 2}, 3), ({"system": 2, "item": 7, "judge": 1}, 1)):
+        assert same.cost(counts, r) == pytest.approx(plain.cost(counts, r), rel=1e-14)
+    cheap = CostModel((0.004, 0.002), repeat_price_per_call=(0.001, 0.0005))
+    # 200 cells of the two judges: their first calls, then two later replicates each at the cached price
+    assert cheap.cost({"system": 5, "item": 40, "judge": 2}, 3) == pytest.approx(200 * (0.006 + 2 * 0.0015))
+    vc = VarianceComponents.from_dict({"object": "system", "components": {
+        "system": 0.08, "system:item": 0.05, "system:judge": 0.02, "system:item:judge": 0.05, "residual": 1.5},
+        "levels": {"system": 5, "item": 100, "judge": 2}})
+    before = plan(vc, budget=20, prices={"*": 0.004}, limits={"item": 100})
+    after = plan(vc, budget=20, prices={"*": 0.004}, replicate_prices={"*": 0.0008}, limits={"item": 100})
+    assert before.budget.replicates == 1 and after.budget.replicates > 1
+    assert after.budget.objective < before.budget.objective and after.budget.cost <= 20
+    assert before.budget.priced is None and "$0.0008 each later replicate" in after.budget.priced
+    with pytest.raises(DesignError, match="each priced judge"):
+        plan(vc, budget=20, prices={"*": 0.004}, replicate_prices={"j1": 0.001})
+
+
+def test_plan_says_how_replicates_were_priced(tmp_path):
+    args = ["plan", "--component", "system=0.08", "--component", "system:item=0.05", "--component",
+            "system:judge=0.02", "--component", "system:item:judge=0.05", "--component", "residual=1.5",
+            "--object", "system", "--n", "system=5", "--n", "item=100", "--n", "judge=2", "--budget", "20",
+            "--price", "0.004", "--max", "item=100"]
+    plain = CliRunner().invoke(main, [*args, "--json", str(tmp_path / "a.json")])
+    cached = CliRunner().invoke(main, [*args, "--replicate-price", "0.0008", "--json", str(tmp_path / "b.json")])
+    assert plain.exit_code == 0 and cached.exit_code == 0, cached.output
+    a, b = (json.loads((tmp_path / f).read_text())["budget"] for f in ("a.json", "b.json"))
+    assert a["replicates"] == 1 and b["replicates"] == 3 and "priced" not in a
+    assert "a prompt the provider's cache holds" in b["priced"] and "each later replicate" in cached.output
+    wrong = CliRunner().invoke(main, [*args, "--replicate-price", "j9=0.001"])
+    assert wrong.exit_code == 2 and "--replicate-price" in wrong.output

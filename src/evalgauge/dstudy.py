@@ -509,13 +509,21 @@ class CostModel:
     price_per_call: tuple[float, ...]
     judge_facet: str = "judge"
     parents: tuple[str, ...] = ()
+    #: each judge's price of a replicate after the first (a prompt the provider's cache holds, read at its cached
+    #: price); None: every replicate at ``price_per_call``
+    repeat_price_per_call: tuple[float, ...] | None = None
 
     def cost(self, counts: Mapping[str, float], replicates: float) -> float:
-        others = math.prod(v for f, v in counts.items()
-                           if f != self.judge_facet and f not in self.parents) * replicates
         m = round(counts.get(self.judge_facet, 1))
         prices = self.price_per_call
         panel = sum(prices[j] if j < len(prices) else prices[-1] for j in range(m))
+        if self.repeat_price_per_call is not None:  # a first call per cell, then the replicates at their price
+            repeats = self.repeat_price_per_call
+            later = sum(repeats[j] if j < len(repeats) else repeats[-1] for j in range(m))
+            cells = math.prod(v for f, v in counts.items() if f != self.judge_facet and f not in self.parents)
+            return float(cells * (panel + (replicates - 1) * later))
+        others = math.prod(v for f, v in counts.items()
+                           if f != self.judge_facet and f not in self.parents) * replicates
         return float(others * panel)
 
 
@@ -696,6 +704,8 @@ class Budgeted:
     cost: float
     objective: float
     projection: Projection
+    #: how the calls were priced, when not at one price each (a later replicate's own price)
+    priced: str | None = None
 
 
 @dataclass(frozen=True)
@@ -739,6 +749,8 @@ class Plan(Result):
             b = self.budget
             out["budget"] = {"budget": b.budget, "counts": b.counts, "replicates": b.replicates, "cost": b.cost,
                              "objective": b.objective, "design": b.projection.to_dict()}
+            if b.priced:
+                out["budget"]["priced"] = b.priced
         if self.gaming is not None:
             out["gaming"] = self.gaming
         return json_safe(out)
@@ -749,14 +761,17 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
          target_erho2: float | None = None, target_mdd: float | None = None, target_se: float | None = None,
          budget: float | None = None, prices: Mapping[str, float] | None = None, best_of: int | None = None,
          base_rate: float | None = None, ceiling_facet: str = "judge", separation: float | None = None,
-         vary: Iterable[str] | None = None, limits: Mapping[str, int] | None = None) -> Plan:
+         vary: Iterable[str] | None = None, limits: Mapping[str, int] | None = None,
+         replicate_prices: Mapping[str, float] | None = None) -> Plan:
     """The D-study calculator: one row per design of ``grid``, ceilings, requirements, interventions, budget.
 
     ``grid`` maps facets (and ``rep``) to the counts to try; facets left out
     keep their observed counts. ``prices`` maps judges to USD per call (or
     ``{"*": price}`` for all) for the budget optimiser and the cost column; ``vary`` names the facets the
     budget optimiser varies besides items and replicates (default :func:`budget_facets`), ``limits`` the most
-    levels of a facet there are (``{"item": 200}``: a pool).
+    levels of a facet there are (``{"item": 200}``: a pool). ``replicate_prices`` (same keys as ``prices``) is the
+    price of each replicate after a cell's first: a prompt the provider's prompt cache holds costs less to ask
+    again (``evalgauge run`` records each call's cached tokens), so cheap replicates can buy more precision.
     """
     obj = vc.object if object is None else (object or None)
     vc = replace(vc, object=obj) if obj != vc.object else vc
@@ -772,7 +787,7 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
         raise DesignError(f"`counts` names unknown facet(s) {', '.join(sorted(unknown))}; facets are "
                           f"{', '.join(vc.levels)} (and rep for replicates).")
     names = list(grid)
-    cost = _cost_model(vc, prices, ceiling_facet)
+    cost = _cost_model(vc, prices, ceiling_facet, replicate_prices)
     rows = []
     for values in _product([grid[n] for n in names]):
         counts = dict(zip(names, values, strict=True))
@@ -816,7 +831,7 @@ def plan(vc: VarianceComponents, grid: Mapping[str, Iterable[float]] | None = No
         best = optimize_budget(vc, budget, cost, objective="sigma2_delta" if obj else "var_abs", facets=vary,
                                limits=limits)
         budgeted = Budgeted(budget, best["counts"], best["replicates"], best["cost"], best["objective"],
-                            best["projection"])
+                            best["projection"], _priced_words(prices, replicate_prices))
     return Plan(obj, pd.DataFrame(rows), interventions(vc), the_ceiling, tuple(requirements), exchange, budgeted,
                 gaming_surface(project(vc), best_of, base_rate) if best_of else None, conventions(vc))
 
@@ -834,17 +849,37 @@ def conventions(vc: VarianceComponents) -> dict[str, Any]:
     return out
 
 
-def _cost_model(vc: VarianceComponents, prices: Mapping[str, float] | None, judge_facet: str) -> CostModel | None:
+def _cost_model(vc: VarianceComponents, prices: Mapping[str, float] | None, judge_facet: str,
+                repeats: Mapping[str, float] | None = None) -> CostModel | None:
     if not prices:
+        if repeats:
+            raise DesignError("replicate prices need the first call's prices too (`prices`).")
         return None
-    for judge, price in prices.items():  # the same checks the command line makes, for Python callers too
+    for judge, price in [*prices.items(), *(repeats or {}).items()]:  # the command line's checks, for Python too
         value = float(price) if isinstance(price, int | float) else math.nan
         if not math.isfinite(value) or value < 0:
             who = "every judge" if judge == "*" else f"judge '{judge}'"
             raise DesignError(f"prices: the price of {who} is {price!r}; a price is a non-negative number of USD "
                               "per call.")
     parents = tuple(sorted(parent_facets(vc)))
+    if repeats and set(repeats) != set(prices):
+        raise DesignError(f"replicate prices name {', '.join(sorted(repeats))} but the prices name "
+                          f"{', '.join(sorted(prices))}: give a later replicate's price for each priced judge.")
+    later = None
+    if repeats:
+        later = (float(repeats["*"]),) if "*" in repeats else tuple(float(repeats[j]) for j in prices)
     if "*" in prices:
-        return CostModel((float(prices["*"]),), judge_facet, parents)
+        return CostModel((float(prices["*"]),), judge_facet, parents, later)
     ordered = tuple(float(v) for v in prices.values())
-    return CostModel(ordered, judge_facet, parents)
+    return CostModel(ordered, judge_facet, parents, later)
+
+
+def _priced_words(prices: Mapping[str, float] | None, repeats: Mapping[str, float] | None) -> str | None:
+    """What the plan says when a later replicate has its own price (a cached prompt)."""
+    if not prices or not repeats:
+        return None
+    who = {j: ("every judge" if j == "*" else f"judge '{j}'") for j in prices}
+    parts = [f"{who[j]} ${float(prices[j]):.6g} a cell's first call, ${float(repeats[j]):.6g} each later replicate"
+             for j in prices]
+    return ("designs priced at each call's effective cost (a replicate repeats a prompt the provider's cache "
+            "holds): " + "; ".join(parts))

@@ -49,6 +49,13 @@ CREATE TABLE IF NOT EXISTS responses (
 );
 CREATE TABLE IF NOT EXISTS inflight (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT, usd REAL, at REAL);
 CREATE TABLE IF NOT EXISTS unaccounted (key TEXT, usd REAL, at REAL);
+CREATE TABLE IF NOT EXISTS batches (
+    local_id TEXT PRIMARY KEY, judge TEXT, protocol TEXT, batch_id TEXT, file_id TEXT, state TEXT, requests INTEGER,
+    worst_usd REAL, created_at REAL, ended_at REAL, counts TEXT
+);
+CREATE TABLE IF NOT EXISTS batch_requests (
+    custom_id TEXT PRIMARY KEY, local_id TEXT, key TEXT, reservation INTEGER, state TEXT
+);
 CREATE TABLE IF NOT EXISTS rescores (
     key TEXT, at REAL, protocol TEXT, old_score REAL, old_parse_error TEXT, old_rule TEXT, score REAL,
     parse_error TEXT, rule TEXT
@@ -358,14 +365,84 @@ class RunStore:
             self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
 
     def reclaim_inflight(self) -> tuple[int, float]:
-        """Calls in flight when an earlier run stopped: count their worst case as spent, once."""
+        """Calls in flight when an earlier run stopped: count their worst case as spent, once. The lines of a
+        batch still open at the provider stay reserved: their results are fetched on resume."""
+        lost = "FROM inflight WHERE id NOT IN (SELECT reservation FROM batch_requests WHERE state = 'pending')"
         with self._guard():
             self.db.execute("BEGIN IMMEDIATE")
-            n, usd = self.db.execute("SELECT COUNT(*), COALESCE(SUM(usd), 0) FROM inflight").fetchone()
-            self.db.execute("INSERT INTO unaccounted (key, usd, at) SELECT key, usd, at FROM inflight")
-            self.db.execute("DELETE FROM inflight")
+            n, usd = self.db.execute(f"SELECT COUNT(*), COALESCE(SUM(usd), 0) {lost}").fetchone()
+            self.db.execute(f"INSERT INTO unaccounted (key, usd, at) SELECT key, usd, at {lost}")
+            self.db.execute(f"DELETE {lost}")
             self.db.execute("COMMIT")
         return int(n), float(usd)
+
+    # -- batches ------------------------------------------------------------------
+    def open_batch(self, local_id: str, judge: str, protocol: str, lines: list[tuple[str, str, float]]) -> None:
+        """Before a batch is submitted: the batch (state "new"), and each line's custom id, cell key and worst case
+        reserved against the budget, in one transaction (a crash keeps all of it or none)."""
+        with self._guard(), self._transaction():
+            self.db.execute("INSERT INTO batches (local_id, judge, protocol, state, requests, worst_usd, created_at) "
+                            "VALUES (?, ?, ?, 'new', ?, ?, ?)",
+                            (local_id, judge, protocol, len(lines), sum(u for _, _, u in lines), time.time()))
+            now = time.time()
+            for custom_id, key, usd in lines:
+                cur = self.db.execute("INSERT INTO inflight (key, usd, at) VALUES (?, ?, ?)", (key, usd, now))
+                self.db.execute("INSERT OR REPLACE INTO batch_requests VALUES (?, ?, ?, ?, 'pending')",
+                                (custom_id, local_id, key, cur.lastrowid))
+
+    def batch_submitted(self, local_id: str, batch_id: str, file_id: str | None = None) -> None:
+        with self._guard():
+            self.db.execute("UPDATE batches SET batch_id = ?, file_id = ?, state = 'submitted' WHERE local_id = ?",
+                            (batch_id, file_id, local_id))
+
+    def batch_state(self, local_id: str, state: str, counts: str | None = None) -> None:
+        """A batch's state: "ended" (the provider finished it; its lines are being read) or "ingested"."""
+        with self._guard():
+            self.db.execute("UPDATE batches SET state = ?, counts = COALESCE(?, counts), ended_at = "
+                            "COALESCE(ended_at, ?) WHERE local_id = ?", (state, counts, time.time(), local_id))
+
+    def batches(self) -> list[dict]:
+        """Every batch of the run, oldest first."""
+        with self._guard():
+            cur = self.db.execute("SELECT * FROM batches ORDER BY created_at, local_id")
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur]
+
+    def batch_lines(self, local_id: str) -> dict[str, tuple[str, int]]:
+        """A batch's lines still waiting for their result: custom id -> (cell key, reservation)."""
+        with self._guard():
+            return {c: (k, r) for c, k, r in self.db.execute(
+                "SELECT custom_id, key, reservation FROM batch_requests WHERE local_id = ? AND state = 'pending'",
+                (local_id,))}
+
+    def has_table(self, name: str) -> bool:
+        with self._guard():
+            return self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                   (name,)).fetchone() is not None
+
+    def pending_batch_keys(self) -> set[str]:
+        with self._guard():
+            return {k for (k,) in self.db.execute("SELECT key FROM batch_requests WHERE state = 'pending'")}
+
+    def record_batch_line(self, custom_id: str, call: CallRecord, reservation: int) -> bool:
+        """A batch line's call, its reservation released and the line closed, in one transaction."""
+        row = tuple(getattr(call, name) for name in self._columns)
+        with self._guard(), self._transaction():
+            cur = self.db.execute(self._insert, row)
+            self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
+            self.db.execute("UPDATE batch_requests SET state = 'done' WHERE custom_id = ?", (custom_id,))
+        return cur.rowcount == 1
+
+    def fail_batch_line(self, custom_id: str, key: str, reservation: int, error: str, charged: float = 0.0) -> None:
+        """A batch line without a usable result: not billed (errored, expired, canceled), or billed without a
+        usable completion (``charged``: its worst case, spent); the cell is asked again."""
+        with self._guard(), self._transaction():
+            self.db.execute("DELETE FROM inflight WHERE id = ?", (reservation,))
+            if charged:
+                self.db.execute("INSERT INTO unaccounted (key, usd, at) VALUES (?, ?, ?)", (key, charged, time.time()))
+            self.db.execute("UPDATE batch_requests SET state = 'failed' WHERE custom_id = ?", (custom_id,))
+            self.db.execute("INSERT INTO failures (key, attempts, error, at) VALUES (?, 1, ?, ?)",
+                            (key, error, time.time()))
 
     def record_failure(self, key: str, attempts: int, error: str) -> None:
         with self._guard():

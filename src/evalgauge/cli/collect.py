@@ -78,6 +78,11 @@ def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json
               help="Adaptive: collect to this E rho^2 (between 0 and 1).")
 @click.option("--target-se", type=click.FloatRange(0, min_open=True), help="Adaptive: collect to this SE.")
 @click.option("--budget-usd", type=click.FloatRange(0, min_open=True), help="Spending cap (overrides budget_usd).")
+@click.option("--batch", is_flag=True, help="Send the missing calls through the providers' batch APIs (OpenAI's "
+              "Batch API, Anthropic's Message Batches) at their batch price ([run] batch = true).")
+@click.option("--batch-dir", type=click.Path(file_okay=False, path_type=str),
+              help="Exchange the batches as files in this directory, for an offline runner such as `vllm run-batch` "
+                   "(implies --batch; [run] batch_dir).")
 @click.option("--pilot-items", type=click.IntRange(min=2),
               help="Adaptive: items in the pilot (default: system x item gets 50 df, at least 10).")
 @click.option("--max-stages", type=click.IntRange(min=1), default=3, show_default=True,
@@ -87,7 +92,7 @@ def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json
 @user_errors
 @writes(("config", "database"), json_out="--json")
 def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, target_mdd, target_erho2, target_se,
-            budget_usd, pilot_items, max_stages, yes) -> None:
+            budget_usd, batch, batch_dir, pilot_items, max_stages, yes) -> None:
     """Run (or resume) the factorial of judge calls a CONFIG.toml describes, into a SQLite run database.
 
     With a target (--target-mdd, --target-erho2 or --target-se) the run is adaptive: a pilot on a random
@@ -98,6 +103,7 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
     Examples:
       evalgauge run examples/sim/run.toml --base-url http://127.0.0.1:8765/v1 --dry-run
       evalgauge run examples/sim/run.toml --target-mdd 0.3 --budget-usd 2 --yes
+      evalgauge run examples/sim/run.toml --base-url http://127.0.0.1:8765/v1 --batch --dry-run
     """
     _need_collector()
     from dataclasses import replace
@@ -112,6 +118,8 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
     check_outputs([config, cfg.database, *cfg.sources], {"--json": json_out})
     if budget_usd is not None:
         cfg = replace(cfg, budget_usd=budget_usd)
+    if batch or batch_dir:
+        cfg = replace(cfg, batch=True, batch_dir=Path(batch_dir) if batch_dir else cfg.batch_dir)
     targets = [(q, v) for q, v in (("mdd95", target_mdd), ("erho2", target_erho2), ("se", target_se)) if v]
     if len(targets) > 1:
         raise click.UsageError("give one target: --target-mdd, --target-erho2 or --target-se.")
@@ -129,6 +137,9 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
                     f"{plan['to_send']} to send (+{plan['generations_to_send']} generations); worst-case cost "
                     f"${plan['worst_case_usd']:.4f} on top of ${plan['spent_usd']:.4f} spent; {budget}"
                     + ("" if plan["fits_budget"] else ": the run will stop at the cap before finishing") + ".")
+            for b in plan.get("batches", []):
+                c.print(f"  batch of judge '{b['judge']}': {b['requests']:,} requests, worst case "
+                        f"${b['worst_case_usd']:.4f} at the batch price")
             for note in plan["notes"] + list(cfg.notes):
                 c.print(Text("note: ", style="yellow") + Text(note))
         _emit(plan, json_out, show_plan)
@@ -162,7 +173,8 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
     payload = {"summary": summary.to_dict(), "database": str(cfg.database), "diagnostics": diag.to_dict()}
 
     def show(c):
-        c.print(f"{cfg.database}: {summary.completed} calls made now, {summary.already_done} already there, "
+        via = f" in {summary.batches} batch(es)" if summary.batches else ""
+        c.print(f"{cfg.database}: {summary.completed} calls made now{via}, {summary.already_done} already there, "
                 f"{summary.failed} failed after retries ({summary.retries} retries), of {summary.planned} planned; "
                 f"cost ${summary.cost_usd:.4f}; {summary.seconds:.1f} s.")
         for note in summary.notes + list(cfg.notes):
@@ -405,7 +417,9 @@ def _sim_components(path: Path) -> dict[str, float]:
 @click.option("--port", type=int, default=8765, show_default=True)
 @click.option("--fault", "faults", multiple=True, metavar="NAME=VALUE",
               help="Inject faults: rate_limit, server_error, timeout, empty, garbage (rates), cache=1, "
-                   "drift_after=N, latency_ms, timeout_s, retry_after, bad_request, forbidden (repeatable).")
+                   "drift_after=N, latency_ms, timeout_s, retry_after, bad_request, forbidden; the batch "
+                   "endpoints' batch_delay_s, batch_error, batch_expire (rates per line), batch_line_ms "
+                   "(repeatable).")
 @click.option("--require-key-env", metavar="NAME",
               help="Answer 401 unless a request carries the key held in this environment variable.")
 @click.option("--ledger", type=click.Path(dir_okay=False, path_type=str),

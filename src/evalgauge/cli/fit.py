@@ -251,6 +251,9 @@ def _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, ter
               "optimiser (needs --price).")
 @click.option("--price", "prices", multiple=True, metavar="JUDGE=USD",
               help="Price per call of each judge (in panel order), or one USD for every judge.")
+@click.option("--replicate-price", "replicate_prices", multiple=True, metavar="JUDGE=USD",
+              help="Price of each replicate after a cell's first call, when the provider's prompt cache makes it "
+                   "cheaper (as --price: per judge, or one USD for every judge).")
 @click.option("--best-of", type=click.IntRange(min=1), help="Best-of-K gaming surface at the observed design.")
 @click.option("--base-rate", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="Win rate for the gaming surface in Elo points (between 0 and 1).")
@@ -279,7 +282,8 @@ def _balance_on_engine(data, score, facets, nest, replicate, fixed, object_, ter
 @json_option("the plan")
 @user_errors
 @writes(("components_json", "gold_json"), json_out="--json")
-def plan(components_json, given, object_, grid, target_erho2, target_mdd, target_se, budget, prices, best_of,
+def plan(components_json, given, object_, grid, target_erho2, target_mdd, target_se, budget, prices,
+         replicate_prices, best_of,
          base_rate, ceiling_facet, separation, vary, limits, nest, fixed, gold_json, gold_cost, call_cost, sampling,
          estimand, json_out) -> None:
     """The D-study calculator: SE, E rho^2, Phi, MDD, ceiling, requirements and budget for proposed designs.
@@ -299,7 +303,8 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
     if gold_json is not None or gold_cost is not None or call_cost is not None:
         others = [name for name, value in (("COMPONENTS.json", components_json), ("--component", given),
                                            ("--target-erho2", target_erho2), ("--target-mdd", target_mdd),
-                                           ("--price", prices), ("--vary", vary)) if value]
+                                           ("--price", prices), ("--replicate-price", replicate_prices),
+                                           ("--vary", vary)) if value]
         if gold_json is None or others:
             raise click.UsageError("--gold plans gold labels against judge calls from an analysis with a gold slice; "
                                    + ("give --gold ANALYSIS.json." if gold_json is None else
@@ -322,17 +327,10 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
         if ceiling_facet != "judge" or "judge" in vc.levels:
             raise click.BadParameter(f"'{ceiling_facet}' is not a facet of these components other than the object "
                                      f"(facets: {choices}).", param_hint="--ceiling-facet")
-    price_map = {}
-    for item in prices:
-        key, sep, value = item.partition("=")
-        try:
-            price = float(value if sep else key)
-        except ValueError:
-            raise click.BadParameter(f"'{item}' should read JUDGE=USD or USD", param_hint="--price") from None
-        if not np.isfinite(price) or price < 0:
-            raise click.BadParameter(f"'{item}': a price is a non-negative number of USD per call.",
-                                     param_hint="--price")
-        price_map[key.strip() if sep else "*"] = price
+    price_map, repeat_map = _prices(prices, "--price"), _prices(replicate_prices, "--replicate-price")
+    if repeat_map and set(repeat_map) != set(price_map):
+        raise click.BadParameter("give a later replicate's price for each judge --price names (or one USD for "
+                                 "every judge with both).", param_hint="--replicate-price")
     if budget is not None and not price_map:
         raise click.BadParameter("a budget needs prices: add --price USD (per call) or --price JUDGE=USD.",
                                  param_hint="--budget")
@@ -353,7 +351,7 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
                     target_se=target_se, budget=budget, prices=price_map or None, best_of=best_of,
                     base_rate=base_rate, ceiling_facet=ceiling_facet, separation=separation,
                     vary=[f.strip() for f in vary.split(",") if f.strip()] if vary is not None else None,
-                    limits=caps or None)
+                    limits=caps or None, replicate_prices=repeat_map or None)
     payload = out.to_dict()
     _emit(payload, json_out, lambda c: print_plan(payload, c))
 
@@ -899,3 +897,18 @@ def _preset_payload(chosen) -> dict:
         row["range_from_rounding"] = list(chosen.check_range(check))
     return payload
 
+
+def _prices(given: tuple[str, ...], option: str) -> dict[str, float]:
+    """JUDGE=USD (or one USD for every judge) per call, as --price and --replicate-price take them."""
+    out = {}
+    for item in given:
+        key, sep, value = item.partition("=")
+        try:
+            price = float(value if sep else key)
+        except ValueError:
+            raise click.BadParameter(f"'{item}' should read JUDGE=USD or USD", param_hint=option) from None
+        if not np.isfinite(price) or price < 0:
+            raise click.BadParameter(f"'{item}': a price is a non-negative number of USD per call.",
+                                     param_hint=option)
+        out[key.strip() if sep else "*"] = price
+    return out

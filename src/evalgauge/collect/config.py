@@ -12,7 +12,7 @@ import json
 import math
 import string
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -38,6 +38,20 @@ class Judge:
     price_cached_input_per_mtok: float | None = None
     #: input tokens written to the prompt cache (None: Anthropic's 1.25 x the input price, else the input price)
     price_cache_write_per_mtok: float | None = None
+    #: a batch call's prices as a fraction of these (the providers' batch APIs charge half)
+    price_batch_factor: float = 0.5
+
+    def at_batch_price(self) -> Judge:
+        """This judge with every price a batch call's: the discount applies to input, cache reads and writes and
+        output alike (OpenAI's Batch API and Anthropic's Message Batches)."""
+        f = self.price_batch_factor
+
+        def scaled(value: float | None) -> float | None:
+            return None if value is None else value * f
+        return replace(self, price_input_per_mtok=self.price_input_per_mtok * f,
+                       price_output_per_mtok=self.price_output_per_mtok * f,
+                       price_cached_input_per_mtok=scaled(self.price_cached_input_per_mtok),
+                       price_cache_write_per_mtok=scaled(self.price_cache_write_per_mtok), price_batch_factor=1.0)
 
     @property
     def cached_price(self) -> float:
@@ -119,6 +133,13 @@ class RunConfig:
     reask: int = 0
     #: a stage of an adaptive run is part of its pool's factorial: it carries the pool's fingerprint
     fingerprint_override: str | None = field(default=None, compare=False)
+    #: the batch APIs ([run] batch): polling, batch size, and what becomes of failed lines
+    batch: bool = False
+    batch_poll_s: float = 30.0
+    batch_size: int | None = None
+    batch_failed: str = "rebatch"
+    #: the batches as files in this directory, for an offline runner (``vllm run-batch``), instead of an API
+    batch_dir: Path | None = None
 
     @property
     def pairwise(self) -> bool:
@@ -231,6 +252,12 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
         n_var = spec.pilot.variants if spec.pilot.variants is not None else len(variants)
         items, variants = items[:n_items], variants[:n_var]
         notes.append(f"pilot: the first {len(items)} items and {len(variants)} variants.")
+    if run.batch_dir:
+        for j in judges:
+            if j.provider != "openai":
+                raise DataError(f"{path}: judge '{j.name}': [run] batch_dir writes OpenAI's batch format (for "
+                                "`vllm run-batch`); an Anthropic judge's batches go through its Message Batches API "
+                                "(drop batch_dir, keep batch = true).")
     db = Path(database) if database else where / (run.database or f"{name}.sqlite")
     generation = spec.generation
     cfg = RunConfig(
@@ -245,7 +272,9 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
         sources=tuple(where / f for f in (spec.data.items, spec.data.responses) if f),
         protocol=scoring.protocol, pattern=scoring.pattern,
         variant_protocols=_variant_protocols(spec, variants, path),
-        output=scoring.output, reask=scoring.reask,
+        output=scoring.output, reask=scoring.reask, batch=run.batch or bool(run.batch_dir),
+        batch_poll_s=run.batch_poll_s, batch_size=run.batch_size, batch_failed=run.batch_failed,
+        batch_dir=where / run.batch_dir if run.batch_dir else None,
     )
     check_templates(cfg)
     check_output(cfg)
@@ -292,7 +321,7 @@ def _judge(j: JudgeSpec, k: int, path: Path, base_url: str | None, table: str, d
         name=name, model=j.model, provider=j.provider,
         base_url=base_url or j.base_url, api_key_env=j.api_key_env,
         max_tokens=j.max_tokens if j.max_tokens is not None else default_max_tokens, rpm=j.rpm, tpm=j.tpm,
-        **prices)
+        price_batch_factor=j.price_batch_factor, **prices)
 
 
 #: a judge's prices, USD per million tokens: input, output, input read from the prompt cache, written to it

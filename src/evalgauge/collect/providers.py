@@ -257,19 +257,35 @@ class OpenAIProvider(_HTTPProvider):
     #: (OpenAI, vLLM) or "json_object" with the schema beside it (llama-cpp-python's server)
     dialect: str | None = None
 
-    async def complete(self, prompt: str, system_prompt: str | None, temperature: float, *,
-                       history: tuple[tuple[str, str], ...] = (), output: Output | None = None) -> Completion:
-        """One chat completion; ``history``: earlier (answer, follow-up) turns of the same call (a re-ask)."""
+    def request(self, prompt: str, system_prompt: str | None, temperature: float, *,
+                history: tuple[tuple[str, str], ...] = (), output: Output | None = None,
+                dialect: str | None = None) -> dict:
+        """One chat completion's request body; ``history``: earlier (answer, follow-up) turns of the same call (a
+        re-ask). With ``output`` and a ``dialect`` the schema is in it (a batch line); without a dialect the
+        structured fields are added by :meth:`complete`, which finds the endpoint's dialect."""
         messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
             [{"role": "user", "content": prompt}]
         for answer, follow_up in history:
             messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": follow_up}]
         request = {"model": self.judge.model, "messages": messages, "temperature": temperature,
                    "max_tokens": self.judge.max_tokens}
+        if output is not None and dialect is not None:
+            request = {**_logprobs_fields(request, output), "response_format": _response_format(dialect, output.schema)}
+        return request
+
+    async def complete(self, prompt: str, system_prompt: str | None, temperature: float, *,
+                       history: tuple[tuple[str, str], ...] = (), output: Output | None = None) -> Completion:
+        """One chat completion; ``history``: earlier (answer, follow-up) turns of the same call (a re-ask)."""
+        request = self.request(prompt, system_prompt, temperature, history=history)
         if output is not None:
             body = await self._structured(request, output)
         else:
             body = await self._post(request)
+        return self.read(body, output)
+
+    def read(self, body: object, output: Output | None = None) -> Completion:
+        """The completion in a chat completion's answer (a synchronous reply or a batch line's body);
+        ProviderError when it is not one."""
         choices = body.get("choices") if isinstance(body, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         message = choice.get("message")
@@ -299,8 +315,7 @@ class OpenAIProvider(_HTTPProvider):
         a 500 whose message is a validation error on ``response_format.type``), so any HTTP error to the
         first dialect is followed by one try of the second; a refusal of both is fatal and names the feature,
         while a server error to both stays retryable (the endpoint may be down, not unable)."""
-        if output.kind == "logprobs":
-            request = {**request, "logprobs": True, "top_logprobs": output.top_logprobs}
+        request = _logprobs_fields(request, output)
         if self.dialect:
             return await self._post({**request, "response_format": _response_format(self.dialect, output.schema)})
         errors: list[ProviderError] = []
@@ -326,6 +341,12 @@ class OpenAIProvider(_HTTPProvider):
 def _said(exc: ProviderError | None) -> str:
     text = str(exc) if exc else ""
     return text[text.index(" The server said:"):] if " The server said:" in text else ""
+
+
+def _logprobs_fields(request: dict, output: Output) -> dict:
+    if output.kind == "logprobs":
+        return {**request, "logprobs": True, "top_logprobs": output.top_logprobs}
+    return request
 
 
 def _response_format(dialect: str, schema: dict) -> dict:
@@ -362,8 +383,9 @@ class AnthropicProvider(_HTTPProvider):
         super().__init__(judge, timeout, base.rstrip("/") + "/v1/messages",
                          {"x-api-key": api_key(judge), "anthropic-version": self.API_VERSION})
 
-    async def complete(self, prompt: str, system_prompt: str | None, temperature: float, *,
-                       history: tuple[tuple[str, str], ...] = (), output: Output | None = None) -> Completion:
+    def request(self, prompt: str, system_prompt: str | None, temperature: float, *,
+                history: tuple[tuple[str, str], ...] = (), output: Output | None = None) -> dict:
+        """One Messages request's body (a synchronous call's or a batch line's ``params``)."""
         messages = [{"role": "user", "content": prompt}]
         for answer, follow_up in history:
             messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": follow_up}]
@@ -378,7 +400,15 @@ class AnthropicProvider(_HTTPProvider):
             request["tools"] = [{"name": "record_verdict", "description": "Record the verdict.",
                                  "input_schema": output.schema}]
             request["tool_choice"] = {"type": "tool", "name": "record_verdict"}
-        body = await self._post(request)
+        return request
+
+    async def complete(self, prompt: str, system_prompt: str | None, temperature: float, *,
+                       history: tuple[tuple[str, str], ...] = (), output: Output | None = None) -> Completion:
+        body = await self._post(self.request(prompt, system_prompt, temperature, history=history, output=output))
+        return self.read(body, output)
+
+    def read(self, body: object, output: Output | None = None) -> Completion:
+        """The completion in a Messages answer (a synchronous reply or a batch result's ``message``)."""
         content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, list):
             raise malformed(self.judge, "no content list")

@@ -12,11 +12,13 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..errors import DataError
-from ..protocols import TRUNCATED, Verdict
-from ..store import CallRecord, RunStore, cell_key
+from ..protocols import TRUNCATED
+from ..store import RunStore, cell_key
+
+# a call's cost, output, verdict and row, shared with the batch collector
+from .calls import call_record, count_flags, output_spec, verdict_of, worst_case_cost
 from .config import Judge, RunConfig
-from .limits import text_limit, worst_case_input_tokens
-from .parsers import parse_score
+from .limits import text_limit
 from .providers import Output, ProviderError, make_provider
 from .reply import Vetted, redact, vet
 from .tasks import Task, build_tasks, check_templates, count_tasks, generation_prompt, prompt_hash
@@ -110,6 +112,9 @@ class RunSummary:
     database_error: str | None = None
     #: the signal that stopped the run (SIGTERM, SIGINT): the calls in flight were cancelled, the stored kept
     interrupted: str | None = None
+    #: batch collection: batches submitted by this run, and lines that came back failed or expired
+    batches: int = 0
+    batch_line_failures: int = 0
 
     @property
     def ok(self) -> bool:
@@ -122,12 +127,6 @@ class RunSummary:
         return {**self.__dict__, "ok": self.ok}
 
 
-
-
-def worst_case_cost(judge: Judge, prompt: str, system_prompt: str | None = None, history: tuple = ()) -> float:
-    """The most a call can cost: the worst-case input (with a re-ask's earlier turns, each token at the most the
-    prompt cache can charge for it) and all ``max_tokens`` out."""
-    return judge.worst_price(worst_case_input_tokens(prompt, system_prompt, history), judge.max_tokens)
 
 
 class JudgeGate:
@@ -191,6 +190,11 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
                             "(--database) to run the new configuration.")
         # keys are checked (and providers made) before anything is written or shown
         providers = providers or {j.name: make_provider(j, cfg.timeout_s) for j in cfg.judges}
+        if cfg.batch:
+            from .batch import batch_client
+
+            batch_clients = {j.name: batch_client(j, cfg.timeout_s, cfg.batch_dir, cfg.max_retries)
+                             for j in cfg.judges}
         gen_providers = {g.name: make_provider(g, cfg.timeout_s) for g in cfg.generators} if cfg.generators else {}
     except BaseException:
         store.close()
@@ -227,12 +231,18 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
                 for p in providers.values():
                     await p.close()
                 return summary
-        await _judge_all(cfg, store, summary, secrets, providers, done, limit, progress)
+        if cfg.batch:
+            await _batch_all(cfg, store, summary, secrets, providers, batch_clients, limit, progress)
+        else:
+            await _judge_all(cfg, store, summary, secrets, providers, done, limit, progress)
     except asyncio.CancelledError:
         if summary.interrupted is None:
             raise
         for p in (*providers.values(), *gen_providers.values()):
             await p.close()
+        if cfg.batch:
+            for c in batch_clients.values():
+                await c.close()
     finally:
         _restore_signals(handlers)
         store.close()
@@ -251,6 +261,40 @@ async def run_async(cfg: RunConfig, *, progress=None, providers=None, limit: int
                              "budget_usd to finish (completed calls are kept).")
     _flag_notes(summary)
     return summary
+
+
+async def _batch_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secrets: list[str], providers: dict,
+                     clients: dict, limit: int | None, progress) -> None:
+    """Phase two through the batch APIs (:mod:`.batch`); with ``batch_failed = "sync"`` the lines that failed
+    in their batch are then sent as synchronous calls."""
+    from .batch import collect_batches
+
+    start = time.monotonic()
+    try:
+        left = await collect_batches(cfg, store, summary, secrets, clients, limit, progress)
+    finally:
+        for c in clients.values():
+            await c.close()
+        summary.seconds = time.monotonic() - start
+    summary.cost_usd = store.cost()
+    if summary.batch_line_failures:
+        summary.notes.append(f"{summary.batch_line_failures} batch line(s) came back failed or expired"
+                             + (" and were sent again." if cfg.batch_failed == "rebatch" else "."))
+    if cfg.reask:
+        summary.notes.append("batch lines are not re-asked: an unreadable verdict is stored unscored (run without "
+                             "--batch to re-ask, or `evalgauge rescore`).")
+    if left and cfg.batch_failed == "sync" and not (summary.database_error or summary.interrupted
+                                                    or summary.stopped_by_budget):
+        summary.notes.append(f"{len(left)} call(s) whose batch line failed were sent synchronously "
+                             "([run] batch_failed = \"sync\").")
+        await _judge_all(cfg, store, summary, secrets, providers, store.done_keys(), None, progress)
+        summary.seconds = time.monotonic() - start
+    else:
+        for p in providers.values():
+            await p.close()
+        if left and not (summary.stopped_by_budget or summary.paused or summary.interrupted):
+            summary.notes.append(f"{len(left)} call(s) are still missing after their batch lines failed "
+                                 f"{cfg.max_retries + 1} time(s); run again to send them (see the failures table).")
 
 
 def _flag_notes(summary: RunSummary) -> None:
@@ -431,7 +475,7 @@ async def _judge_all(cfg: RunConfig, store: RunStore, summary: RunSummary, secre
                     summary.truncated += 1
                 elif record.finish_reason == "length":
                     summary.truncated_scored += 1
-                _count_flags(summary, record.flags)
+                count_flags(summary, record.flags)
             else:
                 _release(store, held)
                 _failed(store, summary, gates[task.judge], task.judge, task.key, at)
@@ -474,12 +518,6 @@ def _failed(store: RunStore, summary: RunSummary, gate: JudgeGate, name: str, ke
         summary.paused.setdefault(name, gate.dead or at.error or "")
     elif at.fatal or gate.dead:
         summary.fatal.setdefault(name, gate.dead or at.error or "")
-
-
-def _count_flags(summary: RunSummary, flags: str | None) -> None:
-    for flag in filter(None, (flags or "").split("; ")):
-        kind = flag.split(" (")[0]
-        summary.flagged[kind] = summary.flagged.get(kind, 0) + 1
 
 
 def _limiters(judges) -> dict[str, RateLimiter]:
@@ -574,34 +612,6 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
     return Attempt(None, attempts=attempts, error=last_error or "failed", fatal=connection_only and bool(last_error))
 
 
-def output_spec(cfg: RunConfig) -> Output | None:
-    """What the judges are asked to return beyond free text ([scoring] output)."""
-    from ..protocols import verdict_schema
-
-    if cfg.output == "text":
-        return None
-    return Output(cfg.output, verdict_schema(cfg.mode, cfg.scale_min, cfg.scale_max, cfg.choices, cfg.labels))
-
-
-def read_verdict(cfg: RunConfig, variant: str, text: str | None, tokens=None, cut: bool = False) -> Verdict:
-    """The verdict of a completion: a structured answer's ``score`` (with ``tokens``: the probability-weighted
-    score), else by the variant's protocol, else the scoring mode's parser. Reasoning blocks are never read.
-    ``cut``: the reply was cut at max_tokens, so only a verdict complete in its final form is read."""
-    from ..protocols import parse, read_structured, strip_reasoning
-
-    if cfg.output != "text":
-        v = read_structured(text, cfg.mode, scale_min=cfg.scale_min, scale_max=cfg.scale_max, choices=cfg.choices,
-                            tokens=tokens if cfg.output == "logprobs" else None, labels=cfg.labels)
-        return replace(v, rule=f"{cfg.output}: {v.rule}" if v.rule else None)
-    protocol, pattern = cfg.protocol_for(variant)
-    if protocol is None:
-        score, error = parse_score(strip_reasoning(text) if text else text, cfg.mode, scale_max=cfg.scale_max,
-                                   scale_min=cfg.scale_min, choices=cfg.choices, cut=cut, labels=cfg.labels)
-        return Verdict(score, error or "", None)
-    verdict = parse(text, protocol, scale_min=cfg.scale_min, scale_max=cfg.scale_max, pattern=pattern, cut=cut)
-    return replace(verdict, rule=f"{protocol}: {verdict.rule}" if verdict.rule else None)
-
-
 def reask_text(cfg: RunConfig, variant: str, reason: str) -> str:
     """The follow-up turn after an unreadable verdict: what went wrong and the form the verdict must take."""
     from ..protocols import verdict_form
@@ -631,11 +641,7 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
     first, latency = at, at.latency
     while True:
         completion = at.vetted.completion
-        verdict = read_verdict(cfg, task.variant.id, completion.text, completion.tokens,
-                               cut=completion.finish_reason == "length")
-        error = None if verdict.value is not None else verdict.reason or "no verdict"
-        if error is not None and completion.finish_reason == "length":
-            error = f"{TRUNCATED} ({judge.max_tokens} tokens) before a verdict: {error}"
+        verdict, error = verdict_of(cfg, judge, task, completion)
         if error is None or len(turns) >= cfg.reask:
             break
         follow_up = reask_text(cfg, task.variant.id, verdict.reason or "no verdict")
@@ -657,27 +663,9 @@ async def _call(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter, ta
         tokens_out += at.vetted.completion.output_tokens
         cached += at.vetted.cached_tokens
         written += at.vetted.cache_write_tokens
-    score = verdict.value
-    if score is not None and cfg.pairwise and task.position == "BA":
-        score = 1.0 - score  # the system was presented second: its win is a "B"
-    if score is not None and cfg.choice_keyed:  # the letter chosen against the item's answer key
-        score = float(cfg.choices[int(score)].upper() == (task.item.reference or "").strip().upper())
-    request = json.dumps({"model": judge.model, "temperature": task.temperature, "max_tokens": judge.max_tokens,
-                          "provider": judge.provider, "base_url": judge.base_url,
-                          "system_prompt": bool(cfg.system_prompt), "output": cfg.output})
-    dist = verdict.distribution
-    record = CallRecord(
-        key=task.key, item=task.item.id, category=task.item.category, system=task.system,
-        variant=task.variant.id, temperature=task.temperature, judge=task.judge, replicate=task.replicate,
-        position=task.position, prompt_hash=task.prompt_hash, request=request, completion=completion.text,
-        score=score, parse_error=error, model=completion.model, response_id=completion.response_id,
-        started_at=first.started, finished_at=time.time(), latency_s=latency,
-        input_tokens=tokens_in, output_tokens=tokens_out, cost_usd=cost,
-        flags="; ".join(dict.fromkeys(f for a in (first, at) for f in a.vetted.flags)),
-        rule=verdict.rule if score is not None else None, finish_reason=completion.finish_reason,
-        distribution=json.dumps({f"{v:g}": p for v, p in dist}) if dist else None,
-        spread=verdict.spread, reasks=len(turns), turns=json.dumps(turns) if turns else None,
-        cached_tokens=cached, cache_write_tokens=written)
+    flags = "; ".join(dict.fromkeys(f for a in (first, at) for f in a.vetted.flags))
+    record = call_record(cfg, judge, task, completion, verdict, error, started=first.started, latency=latency,
+                         tokens=(tokens_in, tokens_out, cached, written), cost=cost, flags=flags, turns=turns)
     return record, at
 
 
@@ -730,7 +718,7 @@ async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secret
         store.record_response((key, item.id, gen.name, prompt_hash(prompt), completion.text, completion.model,
                                completion.response_id, at.started, time.time(), at.latency, completion.input_tokens,
                                completion.output_tokens, cost), reservation)
-        _count_flags(summary, "; ".join(at.vetted.flags))
+        count_flags(summary, "; ".join(at.vetted.flags))
         summary.cost_usd += cost
         summary.generated += 1
         return True
@@ -762,16 +750,26 @@ def dry_run(cfg: RunConfig) -> dict:
             done, spent, generations = store.done_keys(), store.cost(), store.done_generations()
         finally:
             store.close()
-    judges = {j.name: j for j in cfg.judges}
+    judges = {j.name: j.at_batch_price() if cfg.batch else j for j in cfg.judges}
     to_send, worst = 0, 0.0
     if cfg.generators:  # responses not generated yet are priced at the longest a generator's reply is accepted
         known = _stored_responses(cfg)
         filler = {(i.id, g.name): known.get((i.id, g.name), "x" * text_limit(g.max_tokens))
                   for i in cfg.items for g in cfg.generators}
         cfg = replace(cfg, responses=filler)
-    for task in build_tasks(cfg, skip=done):
+    pending: set[str] = set()
+    if cfg.batch and cfg.database.exists():  # lines of batches still open are neither stored nor to send
+        store = RunStore(cfg.database)
+        try:
+            pending = store.pending_batch_keys() if store.has_table("batch_requests") else set()
+        finally:
+            store.close()
+    todo = []
+    for task in build_tasks(cfg, skip=done | pending):
         to_send += 1
         worst += worst_case_cost(judges[task.judge], task.prompt, cfg.system_prompt)
+        if cfg.batch:
+            todo.append(task)
     gen_todo = [(i, g) for i in cfg.items for g in cfg.generators if cell_key(i.id, g.name) not in generations]
     gen_worst = sum(worst_case_cost(g, generation_prompt(cfg, i)) for i, g in gen_todo)
     notes = []
@@ -780,10 +778,18 @@ def dry_run(cfg: RunConfig) -> dict:
                      "of the generator's max_tokens is accepted (the run refuses longer ones).")
     budget = None if cfg.budget_usd == float("inf") else cfg.budget_usd
     fits = budget is None or spent + worst + gen_worst <= budget
-    return {"config": str(cfg.path), "database": str(cfg.database), "planned": count_tasks(cfg),
+    plan = {"config": str(cfg.path), "database": str(cfg.database), "planned": count_tasks(cfg),
             "already_done": len(done), "to_send": to_send, "generations_to_send": len(gen_todo),
             "spent_usd": spent, "worst_case_usd": worst + gen_worst, "budget_usd": budget,
             "fits_budget": fits, "notes": notes}
+    if cfg.batch:
+        from .batch import batch_plan
+
+        plan["batches"] = batch_plan(cfg, todo)
+        if pending:
+            notes.append(f"{len(pending)} call(s) wait in batches submitted earlier: their results are read first.")
+        notes.append("priced at the batch price (price_batch_factor of each judge's prices).")
+    return plan
 
 
 def _stored_responses(cfg: RunConfig) -> dict[tuple[str, str], str]:
@@ -797,4 +803,5 @@ def _stored_responses(cfg: RunConfig) -> dict[tuple[str, str], str]:
 
 
 def run(cfg: RunConfig, **kw) -> RunSummary:
+    """Run (or resume) the factorial: synchronous calls, or the batch APIs with ``cfg.batch``."""
     return asyncio.run(run_async(cfg, **kw))

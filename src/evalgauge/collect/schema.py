@@ -62,6 +62,16 @@ class RunSpec(_Table):
     #: where the judges' prices come from: as written ("config"; an unset price is 0), or pydantic's
     #: genai-prices table for every price a judge does not set
     prices: Literal["config", "genai-prices"] = "config"
+    #: send the missing calls through the providers' batch APIs (half price, results within a day)
+    batch: bool = False
+    #: seconds between polls of a batch's state at first (doubling to 8 times this)
+    batch_poll_s: float = Field(30.0, gt=0, le=3600)
+    #: requests in one batch at most (default: the provider's limit, 50,000 OpenAI, 100,000 Anthropic)
+    batch_size: int | None = Field(None, ge=1, le=100_000)
+    #: lines a batch returns failed or expired: sent in the next batch, or as synchronous calls
+    batch_failed: Literal["rebatch", "sync"] = "rebatch"
+    #: exchange the batches as files in this directory (for an offline runner: ``vllm run-batch``)
+    batch_dir: str | None = None
 
 
 class DataSpec(_Table):
@@ -112,6 +122,8 @@ class JudgeSpec(_Table):
     # None: the input price (reads) or the provider's write rule; a table's price with [run] prices
     price_cached_input_per_mtok: float | None = Field(None, ge=0)
     price_cache_write_per_mtok: float | None = Field(None, ge=0)
+    #: a batch call's price as a fraction of the synchronous one (OpenAI's and Anthropic's batches: 0.5)
+    price_batch_factor: float = Field(0.5, ge=0, le=1)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
     # a limit below one request a minute waits for hours; the limiter keeps a log of a minute's requests
     rpm: float | None = Field(None, ge=1, le=1_000_000, allow_inf_nan=False)

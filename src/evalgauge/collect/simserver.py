@@ -56,7 +56,7 @@ from .tasks import render
 
 FAULTS = ("rate_limit", "server_error", "timeout", "empty", "garbage", "cache", "drift_after", "timeout_s",
           "latency_ms", "retry_after", "bad_request", "forbidden", "truncate", "think", "json_object_only",
-          "no_structured", "no_logprobs")
+          "no_structured", "no_logprobs", "batch_delay_s", "batch_error", "batch_expire", "batch_line_ms")
 
 
 @dataclass
@@ -271,73 +271,29 @@ def make_app(panel: SimPanel):
     """The aiohttp application: POST /v1/chat/completions (OpenAI) and /v1/messages (Anthropic)."""
     from aiohttp import web
 
-    async def handle(request: web.Request, protocol: str) -> web.Response:
-        try:
-            body = await request.json()
-        except Exception:
-            return web.json_response({"error": {"message": "invalid JSON"}}, status=400)
+    def refused(request: web.Request) -> web.Response | None:
         if panel.api_key is not None:
             sent = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
             if sent != panel.api_key:
                 return web.json_response({"error": {"message": "Incorrect API key provided.",
                                                     "type": "invalid_request_error"}}, status=401)
-        messages = body.get("messages") or []
-        texts = [_text(m.get("content")) for m in messages if isinstance(m, dict)]
-        if isinstance(body.get("system"), str | list):  # Anthropic's system prompt is a top-level field
-            texts.append(_text(body["system"]))
-        # the call's own prompt: the first user turn (a re-ask adds later ones)
-        prompt = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
-        model = str(body.get("model", ""))
-        temperature = float(body.get("temperature", 1.0))
+        return None
+
+    async def handle(request: web.Request, protocol: str) -> web.Response:
+        try:
+            body = await request.json()
+        except Exception:
+            return web.json_response({"error": {"message": "invalid JSON"}}, status=400)
+        if (no := refused(request)) is not None:
+            return no
         delay = panel.faults.get("latency_ms", 0.0)
         if delay:
             await asyncio.sleep(delay / 1000.0)
-        fmt = body.get("response_format")
-        if isinstance(fmt, dict) and panel.faults.get("no_structured"):
-            return web.json_response({"error": {"message": f"response_format type {fmt.get('type')!r} is not "
-                                                           "supported", "type": "invalid_request_error"}}, status=400)
-        if isinstance(fmt, dict) and panel.faults.get("json_object_only") and fmt.get("type") == "json_schema":
-            # as llama-cpp-python's server answers it: a 500 carrying the validation error
-            return web.json_response({"error": {"message": "1 validation error: ('body', 'response_format', 'type') "
-                                                           "Input should be 'text' or 'json_object'",
-                                                "type": "internal_server_error"}}, status=500)
-        structured = isinstance(fmt, dict) or bool(body.get("tools"))
-        status, headers, out = panel.respond(prompt, model, temperature, structured=structured,
-                                             logprobs=bool(body.get("logprobs")))
+        status, headers, out = answer(panel, protocol, body)
         if status == -1:
             await asyncio.sleep(panel.faults.get("timeout_s", 30.0))
             return web.json_response({"error": {"message": "late"}}, status=504)
-        if status != 200:
-            return web.json_response({"error": {"message": out.get("error", ""), "type": "sim"}}, status=status,
-                                     headers=headers)
-        p_tok = sum(_sim_tokens(t) for t in texts)
-        c_tok = max(1, len(out["text"]) // 4) if out["text"] else 0
-        finish = out.get("finish_reason", "stop")
-        read, written = panel.cache(protocol, model, body)
-        usage = {"protocol": protocol, "model": model, "input": p_tok, "cached": read, "written": written,
-                 "output": c_tok}
-        panel.account(usage)
-        if protocol == "anthropic":
-            content = [{"type": "text", "text": out["text"]}]
-            if body.get("tools") and out["text"].startswith("{"):
-                import json
-
-                content = [{"type": "tool_use", "id": "toolu_sim", "name": body["tools"][0].get("name", "tool"),
-                            "input": json.loads(out["text"])}]
-            return web.json_response({
-                "id": out["id"], "type": "message", "role": "assistant", "model": out["model"], "content": content,
-                "stop_reason": {"stop": "end_turn", "length": "max_tokens"}[finish],
-                "stop_sequence": None, "usage": {"input_tokens": p_tok - read - written, "output_tokens": c_tok,
-                                                 "cache_read_input_tokens": read,
-                                                 "cache_creation_input_tokens": written}})
-        choice = {"index": 0, "message": {"role": "assistant", "content": out["text"]}, "finish_reason": finish}
-        if out.get("tokens"):
-            choice["logprobs"] = {"content": out["tokens"]}
-        return web.json_response({
-            "id": out["id"], "object": "chat.completion", "created": int(time.time()), "model": out["model"],
-            "choices": [choice],
-            "usage": {"prompt_tokens": p_tok, "completion_tokens": c_tok, "total_tokens": p_tok + c_tok,
-                      "prompt_tokens_details": {"cached_tokens": read}}})
+        return web.json_response(out, status=status, headers=headers)
 
     async def openai_route(request):
         return await handle(request, "openai")
@@ -345,11 +301,68 @@ def make_app(panel: SimPanel):
     async def anthropic_route(request):
         return await handle(request, "anthropic")
 
-    app = web.Application()
+    app = web.Application(client_max_size=256 * 2**20)
     app.router.add_post("/v1/chat/completions", openai_route)
     app.router.add_post("/chat/completions", openai_route)
     app.router.add_post("/v1/messages", anthropic_route)
+    from .simbatch import add_batch_routes
+
+    add_batch_routes(app, panel, refused, answer)
     return app
+
+
+def answer(panel: SimPanel, protocol: str, body: dict, batch: bool = False) -> tuple[int, dict, dict]:
+    """(HTTP status, headers, JSON body) of one request on the protocol's route (-1: no answer in time); the
+    usage of an answered one goes to the ledger (``batch``: at the batch price)."""
+    messages = body.get("messages") or []
+    texts = [_text(m.get("content")) for m in messages if isinstance(m, dict)]
+    if isinstance(body.get("system"), str | list):  # Anthropic's system prompt is a top-level field
+        texts.append(_text(body["system"]))
+    # the call's own prompt: the first user turn (a re-ask adds later ones)
+    prompt = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    model = str(body.get("model", ""))
+    temperature = float(body.get("temperature", 1.0))
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and panel.faults.get("no_structured"):
+        return 400, {}, {"error": {"message": f"response_format type {fmt.get('type')!r} is not supported",
+                                   "type": "invalid_request_error"}}
+    if isinstance(fmt, dict) and panel.faults.get("json_object_only") and fmt.get("type") == "json_schema":
+        # as llama-cpp-python's server answers it: a 500 carrying the validation error
+        return 500, {}, {"error": {"message": "1 validation error: ('body', 'response_format', 'type') "
+                                   "Input should be 'text' or 'json_object'", "type": "internal_server_error"}}
+    structured = isinstance(fmt, dict) or bool(body.get("tools"))
+    status, headers, out = panel.respond(prompt, model, temperature, structured=structured,
+                                         logprobs=bool(body.get("logprobs")))
+    if status == -1:
+        return -1, {}, {}
+    if status != 200:
+        return status, headers, {"error": {"message": out.get("error", ""), "type": "sim"}}
+    p_tok = sum(_sim_tokens(t) for t in texts)
+    c_tok = max(1, len(out["text"]) // 4) if out["text"] else 0
+    finish = out.get("finish_reason", "stop")
+    read, written = panel.cache(protocol, model, body)
+    usage = {"protocol": protocol, "model": model, "input": p_tok, "cached": read, "written": written,
+             "output": c_tok, **({"batch": True} if batch else {})}
+    panel.account(usage)
+    if protocol == "anthropic":
+        content = [{"type": "text", "text": out["text"]}]
+        if body.get("tools") and out["text"].startswith("{"):
+            content = [{"type": "tool_use", "id": "toolu_sim", "name": body["tools"][0].get("name", "tool"),
+                        "input": json.loads(out["text"])}]
+        return 200, {}, {
+            "id": out["id"], "type": "message", "role": "assistant", "model": out["model"], "content": content,
+            "stop_reason": {"stop": "end_turn", "length": "max_tokens"}[finish],
+            "stop_sequence": None, "usage": {"input_tokens": p_tok - read - written, "output_tokens": c_tok,
+                                             "cache_read_input_tokens": read,
+                                             "cache_creation_input_tokens": written}}
+    choice = {"index": 0, "message": {"role": "assistant", "content": out["text"]}, "finish_reason": finish}
+    if out.get("tokens"):
+        choice["logprobs"] = {"content": out["tokens"]}
+    return 200, {}, {
+        "id": out["id"], "object": "chat.completion", "created": int(time.time()), "model": out["model"],
+        "choices": [choice],
+        "usage": {"prompt_tokens": p_tok, "completion_tokens": c_tok, "total_tokens": p_tok + c_tok,
+                  "prompt_tokens_details": {"cached_tokens": read}}}
 
 
 def serve(panel: SimPanel, host: str = "127.0.0.1", port: int = 8765, ready=None) -> None:

@@ -77,6 +77,8 @@ def print_plan(out: dict, console: Console) -> None:
         b = out["budget"]
         console.print(f"Best design within {b['budget']:g}: {b['counts']} x {b['replicates']:g} replicate(s), "
                       f"cost {b['cost']:.4g}, objective {b['objective']:.4g}.")
+        if b.get("priced"):
+            console.print(f"  {b['priced']}.")
     if "gaming" in out:
         g = out["gaming"]
         elo = f" = {g['inflation_elo']:.1f} Elo" if "inflation_elo" in g else ""
