@@ -438,3 +438,23 @@ def test_a_batch_with_cells_of_another_stage_waits_for_the_run_that_has_them(tmp
     assert len(store.calls()) == len(tasks) and {b["state"] for b in store.batches()} == {"ingested"}
     usage, batches = _ledger(ledger)
     assert len(batches) == 1 and store.cost() == pytest.approx(_bill(usage, {j.name: j for j in cfg.judges}))
+
+
+def test_a_batch_the_provider_refuses_whole_stops_the_run_with_its_reason(tmp_path, monkeypatch):
+    """OpenAI's "failed": the file did not validate. Sending it again fails the same way, so the run stops, says
+    why, and holds nothing: the lines were not run or billed."""
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    config = _batch_config(tmp_path, port, "openai", judges=1)
+    ledger = tmp_path / "ledger.jsonl"
+    server = Server(config, port, "batch_delay_s=0.05", "batch_invalid=1", extra=("--ledger", str(ledger)))
+    try:
+        cfg = load_config(config)
+        summary = run(cfg)
+    finally:
+        server.stop()
+    assert "does not support the batch API" in summary.fatal["batch API"] and summary.completed == 0
+    usage, batches = _ledger(ledger)
+    assert len(batches) == 1 and not usage
+    store = RunStore(cfg.database)
+    assert store.cost() == 0 and not store.pending_batch_keys()

@@ -16,7 +16,8 @@ from evalgauge.cli import main
 from evalgauge.errors import DataError
 from evalgauge.io import read_judgments
 from evalgauge.io.engine import reduce_battles
-from evalgauge.pairwise import _WithinBattles, count_battles
+from evalgauge.pairwise import count_battles
+from evalgauge.pairwise.bootstrap import _WithinBattles
 
 pytest.importorskip("duckdb")
 

@@ -147,7 +147,7 @@ def test_counts_from_codes_equal_counts_from_labels(monkeypatch):
         want = labels_route(data, w)
         same(count_battles(code_battles(data), w), want)
         with monkeypatch.context() as m:
-            m.setattr("evalgauge.pairwise._KEY_LIMIT", 2)
+            m.setattr("evalgauge.pairwise.data._KEY_LIMIT", 2)
             same(count_battles(code_battles(data), w), want)
     assert len(labels_route(frame, None).rows) < n  # judgments were merged into entries
 

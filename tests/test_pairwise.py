@@ -180,7 +180,7 @@ def test_analytic_information_equals_the_numerical_hessian():
     battles = Battles(systems, a, b, y, pd.DataFrame({"battle": np.arange(len(a))}))
     fit = fit_bt(battles, position=True)
     # the same fit's SEs from a numerical Hessian of the likelihood
-    import evalgauge.pairwise as pw
+    import evalgauge.pairwise.model as pw
 
     orig = pw._information
     try:
@@ -286,7 +286,7 @@ def test_connectivity_checks_agree_with_scipys_labelling():
 
 def test_pairs_shown_in_both_orders_on_the_grid_and_on_distinct_pairs():
     """The both-orders check gives a Python set's answer, on the small grid and on the distinct pairs."""
-    from evalgauge.pairwise import _shown_both_ways
+    from evalgauge.pairwise.agreement import _shown_both_ways
 
     rng = np.random.default_rng(5)
     for m in (2, 3, 10, 5000):

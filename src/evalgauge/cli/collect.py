@@ -418,7 +418,7 @@ def _sim_components(path: Path) -> dict[str, float]:
 @click.option("--fault", "faults", multiple=True, metavar="NAME=VALUE",
               help="Inject faults: rate_limit, server_error, timeout, empty, garbage (rates), cache=1, "
                    "drift_after=N, latency_ms, timeout_s, retry_after, bad_request, forbidden; the batch "
-                   "endpoints' batch_delay_s, batch_error, batch_expire (rates per line), batch_line_ms "
+                   "endpoints' batch_delay_s, batch_error, batch_expire (rates per line), batch_line_ms, batch_invalid "
                    "(repeatable).")
 @click.option("--require-key-env", metavar="NAME",
               help="Answer 401 unless a request carries the key held in this environment variable.")

@@ -65,6 +65,8 @@ class State:
     ended: bool
     counts: dict
     results: tuple[str, ...] = ()
+    #: why the provider refused the whole batch (OpenAI's "failed": the file did not validate)
+    refused: str | None = None
 
 
 class _BatchClient:
@@ -204,7 +206,13 @@ class OpenAIBatches(_BatchClient):
         counts = b.get("request_counts") if isinstance(b, dict) and isinstance(b.get("request_counts"), dict) else {}
         files = tuple(f"{self.base}/files/{b[k]}/content" for k in ("output_file_id", "error_file_id")
                       if isinstance(b, dict) and isinstance(b.get(k), str))
-        return State(status, status in _ENDED["openai"], counts, files)
+        refused = None
+        if status == "failed":  # the input did not validate: no line ran, and sending it again fails the same way
+            errors = b.get("errors") if isinstance(b, dict) and isinstance(b.get("errors"), dict) else {}
+            data = errors.get("data") if isinstance(errors.get("data"), list) else []
+            said = [str(e.get("message") or e.get("code")) for e in data if isinstance(e, dict)][:3]
+            refused = "; ".join(said) or "no reason given"
+        return State(status, status in _ENDED["openai"], counts, files, refused)
 
     def line(self, raw: dict) -> Line:
         cid = raw.get("custom_id")
@@ -525,6 +533,10 @@ async def _resume(cfg, store: RunStore, summary, secrets, clients, tasks, priced
                 store.batch_state(b["local_id"], "ingested")
             else:
                 deferred.add(b["local_id"])
+            if state.refused is not None:
+                raise ProviderError(f"judge '{b['judge']}': the provider refused batch {b['batch_id']} "
+                                    f"({state.refused}); its lines were not run or billed. Fix the cause (see "
+                                    "`evalgauge run --dry-run`) and run again.", retryable=False, fatal=True)
             ended = True
         if ended:
             poll.reset()

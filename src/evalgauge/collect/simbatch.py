@@ -6,9 +6,10 @@ are answered when it is next looked at, as the synchronous routes answer them (f
 answered line's usage goes to the ledger marked ``"batch": true`` (billed at the batch price; lines that errored or
 expired are not billed). Faults, rates per line: ``batch_error`` (the line fails: HTTP 500 in OpenAI's error file,
 ``errored`` on Anthropic's), ``batch_expire`` (the line expires: OpenAI's batch ends ``expired`` with the line in its
-error file; Anthropic's ``expired``); ``batch_line_ms`` streams the results that slowly (a line at a time). Every
-batch created is written to the ledger too (``{"batch": id, "custom_ids": [...]}``), the server's own record of
-what it was asked to run.
+error file; Anthropic's ``expired``); ``batch_line_ms`` streams the results that slowly (a line at a time);
+``batch_invalid`` (a rate per OpenAI batch) fails a batch's validation as a whole (status ``failed`` with its
+``errors``; nothing run or billed). Every batch created is written to the ledger too (``{"batch": id,
+"custom_ids": [...]}``), the server's own record of what it was asked to run.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def add_batch_routes(app, panel, refused, answer) -> None:
         n = len(state.order) + 1
         bid = f"batch_sim{n:05d}" if protocol == "openai" else f"msgbatch_sim{n:05d}"
         batch = {"id": bid, "protocol": protocol, "lines": lines, "created": time.time(), "metadata": metadata or {},
-                 "ends": time.time() + faults.get("batch_delay_s", 0.5), "results": None}
+                 "ends": time.time() + faults.get("batch_delay_s", 0.5), "results": None,
+                 "invalid": protocol == "openai" and panel._rng.random() < faults.get("batch_invalid", 0.0)}
         state.batches[bid] = batch
         state.order.append(bid)
         if panel.ledger:
@@ -49,6 +51,9 @@ def add_batch_routes(app, panel, refused, answer) -> None:
     def process(batch: dict) -> None:
         """Answer every line of a batch whose time has come (once)."""
         if batch["results"] is not None or time.time() < batch["ends"]:
+            return
+        if batch["invalid"]:  # the file did not validate: no line runs, none is billed
+            batch["results"] = ([], [])
             return
         rng = panel._rng
         ok, failed = [], []
@@ -74,6 +79,9 @@ def add_batch_routes(app, panel, refused, answer) -> None:
                 "request_counts": {"total": len(batch["lines"]), "completed": 0, "failed": 0}}
         if batch["results"] is None:
             return {**view, "status": "in_progress"}
+        if batch["invalid"]:
+            return {**view, "status": "failed", "errors": {"object": "list", "data": [
+                {"code": "invalid_request", "line": 1, "message": "The model 'x' does not support the batch API."}]}}
         ok, failed = batch["results"]
         expired = any(kind == "expired" for _, kind, _ in failed)
         return {**view, "status": "expired" if expired else "completed",
