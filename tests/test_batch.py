@@ -55,6 +55,17 @@ def _bill(usage: list[dict], judges: dict[str, Judge]) -> float:
     return total
 
 
+def _collect(config, port, *faults):
+    """The configuration run against a fresh serve-sim keeping its ledger: (config, summary, ledger path)."""
+    ledger = config.parent / "ledger.jsonl"
+    server = Server(config, port, *faults, extra=("--ledger", str(ledger)))
+    try:
+        cfg = load_config(config)
+        return cfg, run(cfg), ledger
+    finally:
+        server.stop()
+
+
 def test_custom_ids_are_stable_and_what_both_apis_accept():
     ids = {custom_id(f"q{i}|s|v|0|j|{r}|") for i in range(500) for r in (1, 2)}
     assert len(ids) == 1000 and all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", c) for c in ids)
@@ -115,13 +126,7 @@ def test_failed_lines_go_synchronously_when_the_config_says_so(tmp_path, monkeyp
     monkeypatch.setenv("SIM_KEY", KEY)
     port = free_port()
     config = _batch_config(tmp_path, port, "openai", extra='batch_failed = "sync"')
-    ledger = tmp_path / "ledger.jsonl"
-    server = Server(config, port, "batch_delay_s=0.1", "batch_error=0.2", extra=("--ledger", str(ledger)))
-    try:
-        cfg = load_config(config)
-        summary = run(cfg)
-    finally:
-        server.stop()
+    cfg, summary, ledger = _collect(config, port, "batch_delay_s=0.1", "batch_error=0.2")
     calls = RunStore(cfg.database).calls()
     usage, batches = _ledger(ledger)
     synchronous = [u for u in usage if not u.get("batch")]
@@ -140,13 +145,7 @@ def test_the_budget_holds_each_batch_at_its_worst_case(tmp_path, monkeypatch):
     worst = dry_run(cfg)["worst_case_usd"]
     text = config.read_text().replace("batch = true", f"batch = true\nbudget_usd = {worst / 3:.8f}")
     config.write_text(text)
-    ledger = tmp_path / "ledger.jsonl"
-    server = Server(config, port, "batch_delay_s=0.05", extra=("--ledger", str(ledger)))
-    try:
-        cfg = load_config(config)
-        summary = run(cfg)
-    finally:
-        server.stop()
+    cfg, summary, ledger = _collect(config, port, "batch_delay_s=0.05")
     usage, batches = _ledger(ledger)
     bill = _bill(usage, {j.name: j for j in cfg.judges})
     assert bill <= cfg.budget_usd and RunStore(cfg.database).cost() <= cfg.budget_usd
@@ -446,15 +445,35 @@ def test_a_batch_the_provider_refuses_whole_stops_the_run_with_its_reason(tmp_pa
     monkeypatch.setenv("SIM_KEY", KEY)
     port = free_port()
     config = _batch_config(tmp_path, port, "openai", judges=1)
-    ledger = tmp_path / "ledger.jsonl"
-    server = Server(config, port, "batch_delay_s=0.05", "batch_invalid=1", extra=("--ledger", str(ledger)))
-    try:
-        cfg = load_config(config)
-        summary = run(cfg)
-    finally:
-        server.stop()
+    cfg, summary, ledger = _collect(config, port, "batch_delay_s=0.05", "batch_invalid=1")
     assert "does not support the batch API" in summary.fatal["batch API"] and summary.completed == 0
     usage, batches = _ledger(ledger)
     assert len(batches) == 1 and not usage
     store = RunStore(cfg.database)
     assert store.cost() == 0 and not store.pending_batch_keys()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_results_file_cut_off_while_read_is_read_again_without_a_line_twice(tmp_path, monkeypatch, provider):
+    monkeypatch.setenv("SIM_KEY", KEY)
+    port = free_port()
+    config = _batch_config(tmp_path, port, provider, judges=1)
+    cfg, summary, ledger = _collect(config, port, "batch_delay_s=0.05", "batch_cut_after=10")
+    store = RunStore(cfg.database)
+    calls = store.calls()
+    assert summary.completed == count_tasks(cfg) == len(calls) == calls["key"].nunique() and not summary.paused
+    usage, batches = _ledger(ledger)
+    assert len(batches) == 1 and store.cost() == pytest.approx(_bill(usage, {j.name: j for j in cfg.judges}))
+    store.close()
+    # without retries the cut pauses the run, resumably: the ten lines read before it are kept
+    other = tmp_path / "no-retries"
+    other.mkdir()
+    config = _batch_config(other, port, provider, judges=1)
+    config.write_text(config.read_text().replace("max_retries = 8", "max_retries = 0"))
+    server = Server(config, port, "batch_delay_s=0.05", "batch_cut_after=10")
+    try:
+        cut = run(load_config(config))
+        rest = run(load_config(config))
+    finally:
+        server.stop()
+    assert "batch API" in cut.paused and cut.completed == 10 and rest.completed == count_tasks(cfg) - 10

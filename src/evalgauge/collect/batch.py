@@ -39,6 +39,8 @@ from .tasks import Task, build_tasks
 MAX_REQUESTS = {"openai": 50_000, "anthropic": 100_000}
 #: bytes of one batch's requests at most (OpenAI: a 200 MB file; Anthropic: 256 MB), with room
 MAX_BYTES = 180 * 2**20
+#: bytes of a batch endpoint's JSON answer at most (a batch's state, a page of the list of batches)
+ANSWER_BYTES = 16 * 2**20
 #: a batch's states at the provider that mean it has ended (its results can be read)
 _ENDED = {"openai": {"completed", "failed", "expired", "cancelled"}, "anthropic": {"ended"}}
 
@@ -101,37 +103,58 @@ class _BatchClient:
         a batch whose creation was not confirmed is looked for before it is sent again."""
         import aiohttp
 
-        from .providers import connection_error
+        from .providers import _json_or_text, connection_error, redirect_error
 
         session = self.provider._session or self.provider._open()
         headers = {k: v for k, v in self.provider._headers.items() if k != "Content-Type" or body is not None}
+        # a file up or down (up to 256 MB) may take longer than one call: the timeout is on each read instead
+        long = stream or form is not None
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.provider._timeout,
+                                        sock_read=self.provider._timeout) if long else None
         try:
             resp = await session.request(method, url, data=form if form is not None else (
                 json.dumps(body) if body is not None else None), headers=headers, proxy=self.provider._proxy,
-                allow_redirects=False)
+                allow_redirects=False, **({"timeout": timeout} if timeout else {}))
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             raise connection_error(self.judge, exc) from None
-        if resp.status >= 300:
-            raw = await resp.read()
-            resp.release()
-            try:
-                said = json.loads(raw)
-            except ValueError:
-                said = raw.decode("utf-8", "replace")
-            raise status_error(self.judge, resp.status, said, resp.headers)
-        if stream:
-            return resp
         try:
-            return json.loads(await resp.read())
+            if 300 <= resp.status < 400:  # not followed: the key header would go wherever it points
+                raise redirect_error(self.judge, url, resp.status, resp.headers.get("Location"))
+            if stream and resp.status < 300:
+                return resp
+            raw = await self._bounded(resp, url)
+        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            resp.release()
+            raise connection_error(self.judge, exc) from None
+        except BaseException:
+            resp.release()
+            raise
+        resp.release()
+        if resp.status >= 400:
+            raise status_error(self.judge, resp.status, _json_or_text(raw), resp.headers)
+        try:
+            return json.loads(raw)
         except ValueError:
             raise ProviderError(f"judge '{self.judge.name}': the batch endpoint {url} answered with no JSON",
                                 retryable=True) from None
-        finally:
-            resp.release()
+
+    async def _bounded(self, resp, url: str) -> bytes:
+        """A JSON answer's body, refused past :data:`ANSWER_BYTES` without reading the rest."""
+        chunks, size = [], 0
+        while chunk := await resp.content.read(1 << 16):
+            size += len(chunk)
+            if size > ANSWER_BYTES:
+                raise ProviderError(f"judge '{self.judge.name}': the batch endpoint {url[:120]} answered with more "
+                                    f"than {ANSWER_BYTES:,} bytes; not read further", retryable=False)
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def lines(self, url: str):
         """The JSON lines of a results file, read as they arrive (a line at most the bounded reply's size)."""
+        import aiohttp
+
         from .limits import body_limit
+        from .providers import connection_error
 
         resp = await self._get(url, stream=True)
         limit = body_limit(self.judge.max_tokens) + 4096
@@ -148,6 +171,9 @@ class _BatchClient:
                         yield raw
             if buffer.strip():
                 yield buffer
+        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            # cut off while reading: the lines recorded stay recorded, the rest are read on the next pass
+            raise connection_error(self.judge, exc) from None
         finally:
             resp.release()
 
@@ -196,7 +222,8 @@ class OpenAIBatches(_BatchClient):
                 if isinstance(meta, dict) and meta.get("evalgauge_batch") == local_id:
                     return _id_of(self.judge, b)
             last = data[-1].get("id") if isinstance(data, list) and data and isinstance(data[-1], dict) else None
-            url = f"{self.base}/batches?limit=100&after={last}" if page.get("has_more") and last else None
+            more = isinstance(page, dict) and page.get("has_more") is True
+            url = f"{self.base}/batches?limit=100&after={last}" if more and last else None
             pages += 1
         return None
 
@@ -314,6 +341,17 @@ class FileBatches(OpenAIBatches):
         ended = done >= wanted
         return State("completed" if ended else "waiting", ended, {"total": wanted, "completed": done},
                      (str(results),) if ended else ())
+
+    async def _bounded(self, resp, url: str) -> bytes:
+        """A JSON answer's body, refused past :data:`ANSWER_BYTES` without reading the rest."""
+        chunks, size = [], 0
+        while chunk := await resp.content.read(1 << 16):
+            size += len(chunk)
+            if size > ANSWER_BYTES:
+                raise ProviderError(f"judge '{self.judge.name}': the batch endpoint {url[:120]} answered with more "
+                                    f"than {ANSWER_BYTES:,} bytes; not read further", retryable=False)
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def lines(self, url: str):
         with open(url, "rb") as handle:
@@ -572,58 +610,75 @@ async def _confirm(store: RunStore, client: _BatchClient, b: dict, claimed: set[
 async def _ingest(cfg, store: RunStore, summary, secrets, client: _BatchClient, b: dict, state: State, tasks,
                   judge: Judge, progress) -> bool:
     """Record every line of an ended batch not yet recorded, each in its own transaction; a line of the batch
-    the results do not hold (a batch that failed or was cancelled) fails with the batch's status. False when
-    lines of cells this configuration does not have are left pending (for the run that has them)."""
+    the results do not hold (a batch that failed or was cancelled) fails with the batch's status. A results file
+    cut off while read is read again (its recorded lines skipped), with backoff, up to the client's retries. False
+    when lines of cells this configuration does not have are left pending (for the run that has them)."""
     waiting = store.batch_lines(b["local_id"])
-    output = output_spec(cfg)
     for url in state.results:
-        async for raw in client.lines(url):
+        for attempt in range(client.retries + 1):
             try:
-                parsed = json.loads(raw)
-            except ValueError:
-                continue  # a line that is not JSON cannot be matched to its request: its cell is asked again
-            line = client.line(parsed) if isinstance(parsed, dict) else Line("", None, "not an object")
-            if line.custom_id not in waiting:
-                continue  # recorded before a crash, or not this run's
-            key, reservation = waiting[line.custom_id]
-            task = tasks.get(key)
-            if task is None:
-                continue  # another stage's cell: left pending
-            del waiting[line.custom_id]
-            if line.body is None:
-                store.fail_batch_line(line.custom_id, key, reservation, redact(f"batch line: {line.error}", secrets))
-                summary.batch_line_failures += 1
-                continue
-            try:
-                vetted = vet(client.provider.read(line.body, output), judge, task.prompt, cfg.system_prompt, secrets)
-            except ProviderError as exc:  # billed, but not a usable completion: its worst case is spent
-                worst = worst_case_cost(judge, task.prompt, cfg.system_prompt)
-                store.fail_batch_line(line.custom_id, key, reservation, redact(str(exc), secrets), charged=worst)
-                summary.batch_line_failures += 1
-                summary.cost_usd += worst
-                continue
-            completion = vetted.completion
-            verdict, error = verdict_of(cfg, judge, task, completion)
-            record = call_record(cfg, judge, task, completion, verdict, error, started=b["created_at"],
-                                 latency=time.time() - b["created_at"], cost=vetted.cost(judge),
-                                 tokens=(completion.input_tokens, completion.output_tokens, vetted.cached_tokens,
-                                         vetted.cache_write_tokens), flags="; ".join(vetted.flags), batch=True)
-            try:
-                store.record_batch_line(line.custom_id, record, reservation)
-            except DataError as exc:
-                summary.database_error = str(exc)
-                return False
-            summary.completed += 1
-            summary.cost_usd += record.cost_usd
-            count_flags(summary, record.flags)
-            if progress is not None:
-                progress(summary)
+                async for raw in client.lines(url):
+                    if not _take(cfg, store, summary, secrets, client, b, raw, waiting, tasks, judge):
+                        return False
+                    if progress is not None:
+                        progress(summary)
+                break
+            except ProviderError as exc:
+                if not exc.retryable or attempt == client.retries:
+                    raise
+                await asyncio.sleep(min(30.0, 0.25 * 2**attempt))
     why = f"batch {b['batch_id']} ended '{state.status}' without this line's result"
     for cid, (key, reservation) in waiting.items():
         if key in tasks:
             store.fail_batch_line(cid, key, reservation, why)
             summary.batch_line_failures += 1
     return not any(key not in tasks for key, _ in waiting.values())
+
+
+def _take(cfg, store: RunStore, summary, secrets, client: _BatchClient, b: dict, raw: bytes, waiting: dict, tasks,
+          judge: Judge) -> bool:
+    """One result line: recorded through the reply gate, or failed (its cell asked again); False when the run
+    database can no longer be written."""
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return True  # a line that is not JSON cannot be matched to its request: its cell is asked again
+    line = client.line(parsed) if isinstance(parsed, dict) else Line("", None, "not an object")
+    if line.custom_id not in waiting:
+        return True  # recorded before a crash or an earlier read, or not this run's
+    key, reservation = waiting[line.custom_id]
+    task = tasks.get(key)
+    if task is None:
+        return True  # another stage's cell: left pending
+    del waiting[line.custom_id]
+    if line.body is None:
+        store.fail_batch_line(line.custom_id, key, reservation, redact(f"batch line: {line.error}", secrets))
+        summary.batch_line_failures += 1
+        return True
+    try:
+        vetted = vet(client.provider.read(line.body, output_spec(cfg)), judge, task.prompt, cfg.system_prompt,
+                     secrets)
+    except ProviderError as exc:  # billed, but not a usable completion: its worst case is spent
+        worst = worst_case_cost(judge, task.prompt, cfg.system_prompt)
+        store.fail_batch_line(line.custom_id, key, reservation, redact(str(exc), secrets), charged=worst)
+        summary.batch_line_failures += 1
+        summary.cost_usd += worst
+        return True
+    completion = vetted.completion
+    verdict, error = verdict_of(cfg, judge, task, completion)
+    record = call_record(cfg, judge, task, completion, verdict, error, started=b["created_at"],
+                         latency=time.time() - b["created_at"], cost=vetted.cost(judge),
+                         tokens=(completion.input_tokens, completion.output_tokens, vetted.cached_tokens,
+                                 vetted.cache_write_tokens), flags="; ".join(vetted.flags), batch=True)
+    try:
+        store.record_batch_line(line.custom_id, record, reservation)
+    except DataError as exc:
+        summary.database_error = str(exc)
+        return False
+    summary.completed += 1
+    summary.cost_usd += record.cost_usd
+    count_flags(summary, record.flags)
+    return True
 
 
 def batch_plan(cfg: RunConfig, tasks: list[Task]) -> list[dict]:

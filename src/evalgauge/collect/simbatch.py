@@ -8,7 +8,8 @@ expired are not billed). Faults, rates per line: ``batch_error`` (the line fails
 ``errored`` on Anthropic's), ``batch_expire`` (the line expires: OpenAI's batch ends ``expired`` with the line in its
 error file; Anthropic's ``expired``); ``batch_line_ms`` streams the results that slowly (a line at a time);
 ``batch_invalid`` (a rate per OpenAI batch) fails a batch's validation as a whole (status ``failed`` with its
-``errors``; nothing run or billed). Every batch created is written to the ledger too (``{"batch": id,
+``errors``; nothing run or billed); ``batch_cut_after=N`` drops the connection after N lines of each results file,
+the first time it is read. Every batch created is written to the ledger too (``{"batch": id,
 "custom_ids": [...]}``), the server's own record of what it was asked to run.
 """
 
@@ -121,11 +122,18 @@ def add_batch_routes(app, panel, refused, answer) -> None:
                      for k, (c, kind, e) in enumerate(failed)]
         return [json.dumps(line) + "\n" for line in lines]
 
+    cut: set[str] = set()
+
     async def stream(request, lines: list[str]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "application/jsonl"})
         await resp.prepare(request)
         pause = faults.get("batch_line_ms", 0.0) / 1000.0
-        for line in lines:
+        drop = int(faults.get("batch_cut_after", 0))
+        for k, line in enumerate(lines):
+            if drop and k == drop and request.path not in cut:  # the connection dropped, once per file
+                cut.add(request.path)
+                request.transport.close()
+                return resp
             await resp.write(line.encode("utf-8"))
             if pause:
                 await asyncio.sleep(pause)

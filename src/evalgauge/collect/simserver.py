@@ -57,7 +57,7 @@ from .tasks import render
 FAULTS = ("rate_limit", "server_error", "timeout", "empty", "garbage", "cache", "drift_after", "timeout_s",
           "latency_ms", "retry_after", "bad_request", "forbidden", "truncate", "think", "json_object_only",
           "no_structured", "no_logprobs", "batch_delay_s", "batch_error", "batch_expire", "batch_line_ms",
-          "batch_invalid")
+          "batch_invalid", "batch_cut_after")
 
 
 @dataclass
