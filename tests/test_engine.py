@@ -433,7 +433,7 @@ def test_labels_become_categories_across_batches():
     label, an empty one is missing, and the work grows with the labels once, not once per batch."""
     import pyarrow as pa
 
-    from evalgauge.io.engine import _label_codes
+    from evalgauge.io.engine.on_duckdb import _label_codes
 
     rng = np.random.default_rng(5)
     batches = [np.char.add("item-", rng.integers(0, 5_000 * (k + 1), 3_000).astype(str)) for k in range(12)]
@@ -513,9 +513,10 @@ def test_a_bad_score_is_named_from_the_scan_without_reading_the_files_again(tmp_
         numbers[name] = _parts(odd, tmp_path / name, 60)
     scans: list[bool] = []
     cells_sql = engine.cells_sql
-    monkeypatch.setattr(engine, "cells_sql", lambda *a, **k: scans.append(k.get("exact", False)) or cells_sql(*a, **k))
+    monkeypatch.setattr(engine.on_duckdb, "cells_sql",
+                        lambda *a, **k: scans.append(k.get("exact", False)) or cells_sql(*a, **k))
 
-    monkeypatch.setattr(engine, "first_bad_sql", never_searched)
+    monkeypatch.setattr(engine.checks, "first_bad_sql", never_searched)
     last = sorted(csv.glob("*.csv"))[-1]
     for folder, part in ((csv, last), (typed, typed / "part-3.parquet")):
         scans.clear()

@@ -72,7 +72,7 @@ def test_duckdb_running_out_of_memory_is_a_message_not_a_traceback(tmp_path, mon
     traceback: any step of the reduction that DuckDB cannot finish in its memory is named with what to do."""
     import duckdb
 
-    import evalgauge.io.engine as engine
+    import evalgauge.io.engine.on_duckdb as engine
 
     path = tmp_path / "j.csv"
     _base().to_csv(path, index=False)

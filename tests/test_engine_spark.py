@@ -108,7 +108,7 @@ def test_bad_input_on_spark_names_the_file_and_column(spark, tmp_path, monkeypat
     frame, _, texty, holes = bad_logs(tmp_path)  # the same datasets as DuckDB's checks
     with monkeypatch.context() as patched, pytest.raises(
             DataError, match=rf"^{texty / 'b.csv'}: column 'score' holds 'n\.a\.'"):
-        patched.setattr("evalgauge.io.engine.first_bad_sql", never_searched)  # named from the scan itself
+        patched.setattr("evalgauge.io.engine.checks.first_bad_sql", never_searched)  # named from the scan itself
         reduce_cells(texty, engine="spark", master="local[2]")
     with pytest.raises(DataError, match=r"7 of 480 judgment\(s\) have an empty 'score' \(the first in .*a\.parquet\)"):
         reduce_cells(holes, engine="spark", master="local[2]")
@@ -186,7 +186,7 @@ def test_scores_and_labels_on_spark_mean_what_they_mean_to_the_rows_reader(spark
     for comp in rows.components:
         assert fit.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-6, abs=1e-9)
     assert eg.fit(folder / "nan.parquet", object="system", drop_missing=True, engine="spark").components.n_obs == 94
-    monkeypatch.setattr("evalgauge.io.engine.first_bad_sql", never_searched)  # the exact scan carries them
+    monkeypatch.setattr("evalgauge.io.engine.checks.first_bad_sql", never_searched)  # the exact scan carries them
     with pytest.raises(DataError, match=r"inf\.parquet: column 'score' holds 'Infinity', which is not a number"):
         eg.fit(folder / "inf.parquet", object="system", engine="spark")
     with pytest.raises(DataError, match=r"huge\.parquet: column 'score' has 2 value\(s\) too large"):
