@@ -275,14 +275,19 @@ def test_no_module_imports_one_above_it_and_the_top_level_has_no_cycle():
 
 def _module_imports(path: Path, modules: set[str]) -> set[str]:
     """The evalgauge modules (dotted, within the package) a source file imports, at the top or inside functions:
-    a name imported from a package is its submodule when it is one."""
+    a name imported from a package is its submodule when it is one. Imports under ``if TYPE_CHECKING:`` are left
+    out: they name types for annotations and never run."""
     import ast
 
     rel = path.relative_to(SRC).with_suffix("").parts
     package = list(rel[:-1])
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.ImportFrom):
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                   for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or id(node) in typing_only:
             continue
         if node.level:
             base = package[: len(package) - node.level + 1] if node.level > 1 else package
