@@ -1,4 +1,4 @@
-"""The simultaneous critical value: Genz-Bretz QMC (evalgauge.mvt) against R's mvtnorm (stored values,
+"""The simultaneous critical value: Genz-Bretz QMC (evalgauge.inference.mvt) against R's mvtnorm (stored values,
 tests/fixtures/mvtnorm) and against the Monte Carlo quantile of 4,000 draws that compare() used.
 
 For all pairs of 4, 8 and 12 systems, normal and t with 10 df: our value, its reported relative error
@@ -19,7 +19,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "src")]
 
-from evalgauge.mvt import max_t_critical  # noqa: E402
+from evalgauge.inference.mvt import max_t_critical  # noqa: E402
 from test_mvt import _pairs_correlation  # noqa: E402
 
 

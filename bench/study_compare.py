@@ -26,7 +26,7 @@ from evalgauge.compare import compare
 from evalgauge.compare.pair_gstudy import item_bootstrap
 from evalgauge.design import Design, Facet
 from evalgauge.estimate import estimate_components
-from evalgauge.multiplicity import rank_sets
+from evalgauge.inference.multiplicity import rank_sets
 
 TRUTH = {"item": 0.30, "judge": 0.10, "system:item": 0.20, "system:judge": 0.03, "item:judge": 0.05,
          "residual": 0.25}

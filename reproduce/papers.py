@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from evalgauge import dstudy
+from evalgauge.audit.published import PRESETS
 from evalgauge.components import VarianceComponents
-from evalgauge.published import PRESETS
 
 ROWS: list[tuple[str, str, str, str, str]] = []  # (figure, paper, evalgauge, command, verdict)
 
@@ -150,10 +150,10 @@ def tee_tables() -> list[str]:
 
 def e2_bias(reps: int) -> list[str]:
     """TEE E.2 under the readings of its pilot design, each measured."""
-    from evalgauge import montecarlo as mc
     from evalgauge.design import Design, Facet, code_data
     from evalgauge.dstudy import divisor, is_tier2, project
     from evalgauge.estimate.anova import anova_from_coded
+    from evalgauge.simulate import montecarlo as mc
 
     paper = {"baseline": -0.9, "correlated": -2.0, "non-exchangeable": -1.6, "heavy-tails": -7.2,
              "heterogeneous": -2.3}
@@ -207,7 +207,7 @@ def e2_bias(reps: int) -> list[str]:
 
 def top1(reps: int) -> list[str]:
     """TEE sec. 3.3: the correct top-1 intervention in 98% of simulations (1,000 replicates, the default DGP)."""
-    from evalgauge.montecarlo import intervention_accuracy
+    from evalgauge.simulate.montecarlo import intervention_accuracy
 
     start = time.time()
     runs = {f: intervention_accuracy(reps, 0, fixed_levels=f) for f in (False, True)}
@@ -232,7 +232,7 @@ def top1(reps: int) -> list[str]:
 def e4_coverage(reps: int) -> list[str]:
     """TEE E.4 under two readings: the tool's default (temperature and judge effects drawn afresh in each study,
     Satterthwaite's t) and the paper's (Table 8's fixed levels {-0.15, 0, 0.15}, a Wald interval as lme4's)."""
-    from evalgauge.montecarlo import coverage_study
+    from evalgauge.simulate.montecarlo import coverage_study
 
     paper = {("A", 20): 45.0, ("A", 2000): 5.0, "B": 52.0, "C": 84.0, "D": 95.0, "E": 95.0}
     start = time.time()
@@ -487,7 +487,7 @@ def e3_scoring(reps: int) -> list[str]:
 
 def e5_ambiguity(reps: int) -> list[str]:
     """TEE E.5, Table 10: latent item ambiguity, Table 8's components on E.5's design."""
-    from evalgauge.montecarlo import ambiguity_study
+    from evalgauge.simulate.montecarlo import ambiguity_study
 
     start = time.time()
     table = ambiguity_study(reps=reps, seed=0)

@@ -138,8 +138,8 @@ def test_a_run_database_is_read_once(tmp_path, monkeypatch, command):
 
 
 CORE = ("data", "design", "components", "estimate", "dstudy", "inference", "compare", "pairwise", "simulate",
-        "montecarlo", "vocabulary", "errors", "mvt", "protocols", "display", "multiplicity", "audit", "published",
-        "kenward_roger", "planning", "scoring", "analysis", "labels", "robustness", "gold")
+        "vocabulary", "errors", "protocols", "display", "audit", "planning", "scoring", "analysis", "labels",
+        "robustness", "gold")
 EDGES = ("io", "collect", "report", "cli", "api", "outputs", "inputs")
 
 

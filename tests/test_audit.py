@@ -1,4 +1,4 @@
-"""`evalgauge audit` and the sizing paper's published presets (evalgauge.published, evalgauge.audit)."""
+"""`evalgauge audit` and the sizing paper's published presets (evalgauge.audit.published, evalgauge.audit)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from evalgauge import dstudy, vocabulary
 from evalgauge.audit import audit
+from evalgauge.audit.published import PRESETS, mdd95, preset
 from evalgauge.cli import main
 from evalgauge.components import VarianceComponents
 from evalgauge.errors import DesignError
-from evalgauge.published import PRESETS, mdd95, preset
 
 
 def test_preset_names_are_the_vocabulary():

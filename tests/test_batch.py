@@ -439,6 +439,7 @@ def test_a_batch_with_cells_of_another_stage_waits_for_the_run_that_has_them(tmp
     assert len(batches) == 1 and store.cost() == pytest.approx(_bill(usage, {j.name: j for j in cfg.judges}))
 
 
+@pytest.mark.subprocess
 def test_a_batch_the_provider_refuses_whole_stops_the_run_with_its_reason(tmp_path, monkeypatch):
     """OpenAI's "failed": the file did not validate. Sending it again fails the same way, so the run stops, says
     why, and holds nothing: the lines were not run or billed."""
@@ -453,6 +454,7 @@ def test_a_batch_the_provider_refuses_whole_stops_the_run_with_its_reason(tmp_pa
     assert store.cost() == 0 and not store.pending_batch_keys()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_a_results_file_cut_off_while_read_is_read_again_without_a_line_twice(tmp_path, monkeypatch, provider):
     monkeypatch.setenv("SIM_KEY", KEY)

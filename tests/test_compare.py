@@ -14,7 +14,7 @@ from evalgauge import dstudy
 from evalgauge.cli import main
 from evalgauge.compare import compare
 from evalgauge.estimate import estimate_components
-from evalgauge.multiplicity import holm, letters, rank_sets
+from evalgauge.inference.multiplicity import holm, letters, rank_sets
 from evalgauge.simulate import PRESETS, simulate
 
 
@@ -221,7 +221,7 @@ def test_the_report_says_first_what_one_judge_cannot_measure(tmp_path):
 def test_draws_with_almost_no_degrees_of_freedom_stay_finite():
     """A Satterthwaite df far below 1 (a fuzzed run database gave one) makes some chi-square draws exactly
     0; the multivariate-t draws must stay finite so the simultaneous critical value is huge, not NaN."""
-    from evalgauge.multiplicity import draws, max_t_quantile
+    from evalgauge.inference.multiplicity import draws, max_t_quantile
 
     rng = np.random.default_rng(1)
     z = draws(np.eye(3), 1e-3, 2000, rng)

@@ -98,7 +98,7 @@ def test_compare_command_takes_kenward_roger(tmp_path):
 
 def test_kenward_roger_beyond_its_size_is_refused_with_the_alternative():
     from evalgauge.errors import DesignError
-    from evalgauge.kenward_roger import MAX_ROWS, kenward_roger
+    from evalgauge.inference.kenward_roger import MAX_ROWS, kenward_roger
 
     with pytest.raises(DesignError, match="Satterthwaite"):
         kenward_roger(np.ones((MAX_ROWS + 1, 1)), [np.zeros(MAX_ROWS + 1, dtype=int)], np.array([1.0, 1.0]))

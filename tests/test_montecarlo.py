@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from evalgauge.cli import main
-from evalgauge.montecarlo import coverage_study, intervention_accuracy, projection_bias
+from evalgauge.simulate.montecarlo import coverage_study, intervention_accuracy, projection_bias
 
 
 @pytest.fixture(scope="module")

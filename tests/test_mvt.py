@@ -1,4 +1,4 @@
-"""The simultaneous critical value by Genz-Bretz quasi-Monte Carlo (evalgauge.mvt) against closed
+"""The simultaneous critical value by Genz-Bretz quasi-Monte Carlo (evalgauge.inference.mvt) against closed
 forms and R's mvtnorm."""
 
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from evalgauge.mvt import max_t_critical, simultaneous_critical
+from evalgauge.inference.mvt import max_t_critical, simultaneous_critical
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "mvtnorm" / "critical_values.json").read_text())
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES
-from evalgauge.multiplicity import rank_sets
+from evalgauge.inference.multiplicity import rank_sets
 
 HERE = FIXTURES / "csranks"
 REFERENCE = json.loads((HERE / "csranks_reference.json").read_text())

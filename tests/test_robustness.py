@@ -13,7 +13,7 @@ from evalgauge import robustness as rb
 from evalgauge.cli import main
 from evalgauge.design import code_data
 from evalgauge.estimate.anova import anova_from_coded
-from evalgauge.montecarlo import TABLE8
+from evalgauge.simulate.montecarlo import TABLE8
 from evalgauge.vocabulary import RESIDUAL
 
 

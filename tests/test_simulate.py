@@ -54,7 +54,7 @@ def test_with_counts_and_bad_specs():
 
 
 def test_the_latent_ambiguity_study_runs_and_says_what_it_computed():
-    from evalgauge.montecarlo import ambiguity_study, ambiguity_truth
+    from evalgauge.simulate.montecarlo import ambiguity_study, ambiguity_truth
 
     assert ambiguity_truth(2.0)["category:item:judge"] == pytest.approx(3 * 0.02)
     table = ambiguity_study([0.0, 2.0], reps=20, seed=1)
@@ -69,7 +69,7 @@ def test_latent_ambiguity_leaves_the_marginal_interactions_and_the_ranking_right
     little: +4.1% at gamma 0 over 1,000 studies), the intervention ranking's Spearman rho near 1,
     Satterthwaite's interval at least nominal less 2 points, and the Wald interval within 4.5 points (3 Monte
     Carlo standard errors) of the paper's 89-91%."""
-    from evalgauge.montecarlo import ambiguity_study
+    from evalgauge.simulate.montecarlo import ambiguity_study
 
     table = ambiguity_study(reps=400, seed=3)
     for row in table.itertuples():

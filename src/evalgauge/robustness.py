@@ -3,7 +3,7 @@
 Five studies on E.1's design (N = 50 items in C = 5 categories, V = 4 prompt variants, H = 3 temperatures,
 R = 5 calls; E.1 names no judge count, so Table 8's M = 3 judges, without which an item x variant x
 temperature effect would be the model's own cell term and no violation), Table 8's components, every facet
-random as in :mod:`evalgauge.montecarlo`:
+random as in :mod:`evalgauge.simulate.montecarlo`:
 
 * :func:`three_way_sweep`: an item x variant x temperature effect outside the two-way TEE model, its variance
   a fraction of the largest two-way component; Kendall's tau between the pilot's and the truth's D-study
@@ -35,7 +35,7 @@ import pandas as pd
 from .components import VarianceComponents
 from .design import Design, Facet
 from .estimate.anova import anova_from_cell_means
-from .montecarlo import CATEGORIES, MU, TABLE8, _map, component_bias
+from .simulate.montecarlo import CATEGORIES, MU, TABLE8, _map, component_bias
 from .vocabulary import RESIDUAL
 
 #: E.1's design: N = 50 items in C = 5 categories, V = 4, H = 3; M = 3 judges (Table 8's), R = 5
@@ -119,7 +119,7 @@ def _estimates(vc: VarianceComponents) -> dict[str, float]:
 
 
 def _worst_bias(runs: pd.DataFrame) -> dict:
-    """:func:`evalgauge.montecarlo.component_bias` against Table 8, without the per-component dict."""
+    """:func:`evalgauge.simulate.montecarlo.component_bias` against Table 8, without the per-component dict."""
     out = component_bias(runs, TABLE8)
     del out["rel_bias"]
     return out

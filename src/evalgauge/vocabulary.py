@@ -81,7 +81,7 @@ METHODS = ("auto", "anova", "reml")
 ENGINES = ("auto", "pandas", "duckdb", "spark")
 #: denominator degrees of freedom of the comparisons: lmerTest's Satterthwaite (default) or pbkrtest's Kenward-Roger
 DDF_METHODS = ("satterthwaite", "kenward-roger")
-#: The sizing paper's published item sets (`evalgauge audit --preset NAME`, evalgauge.published).
+#: The sizing paper's published item sets (`evalgauge audit --preset NAME`, evalgauge.audit.published).
 AUDIT_PRESETS = ("mt-bench", "arena-hard", "alpacaeval2", "screened", "pairwise")
 #: The simulation presets (`evalgauge simulate NAME`): TEE's Table 8 and the sizing paper's design.
 PRESET_NAMES = ("sizing", "tee")

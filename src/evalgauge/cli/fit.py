@@ -833,7 +833,7 @@ def audit_cmd(table, preset, components_json, given, object_, items, judges, rep
       evalgauge audit leaderboard.csv --components components.json
     """
     from ..audit import audit
-    from ..published import preset as get_preset
+    from ..audit.published import preset as get_preset
 
     sources = sum(bool(x) for x in (preset, components_json, given))
     if sources != 1:
@@ -887,7 +887,7 @@ def _read_small_table(path: Path):
 
 
 def _preset_payload(chosen) -> dict:
-    from ..published import mdd95
+    from ..audit.published import mdd95
 
     payload = chosen.to_dict()
     payload["floors"] = {"mdd_30_items": mdd95(chosen.values, 30),

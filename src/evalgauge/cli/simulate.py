@@ -89,7 +89,7 @@ def coverage_cmd(preset, scenarios, n_items, reps, seed, scheduler, fixed_levels
     Example:
       evalgauge simulate coverage --n 20,200,2000 --reps 300 --seed 11
     """
-    from ..montecarlo import coverage_study
+    from ..simulate.montecarlo import coverage_study
 
     result = coverage_study(_int_list(n_items, "--n"), scenarios.split(","), reps, seed, scheduler=scheduler,
                             fixed_levels=fixed_levels)
@@ -162,7 +162,7 @@ def bias_cmd(scenario, reps, items, seed, scheduler, json_out) -> None:
     Example:
       evalgauge simulate bias --scenario heavy-tails --reps 400
     """
-    from ..montecarlo import projection_bias
+    from ..simulate.montecarlo import projection_bias
 
     out = projection_bias(reps, seed, scenario, items, scheduler=scheduler)
     _emit(out, json_out, lambda c: c.print(
@@ -191,7 +191,7 @@ def interventions_cmd(reps, items, seed, fixed_levels, scheduler, json_out) -> N
     Example:
       evalgauge simulate interventions --reps 1000 --fixed-levels
     """
-    from ..montecarlo import intervention_accuracy
+    from ..simulate.montecarlo import intervention_accuracy
 
     out = intervention_accuracy(reps, seed, items, fixed_levels, scheduler=scheduler)
 
@@ -225,7 +225,7 @@ def ambiguity_cmd(gammas, reps, seed, scheduler, json_out) -> None:
     Example:
       evalgauge simulate ambiguity --reps 1000
     """
-    from ..montecarlo import ambiguity_study
+    from ..simulate.montecarlo import ambiguity_study
 
     try:
         values = [float(g) for g in gammas.split(",") if g.strip()]

@@ -18,7 +18,7 @@ Outputs (a :class:`Comparison`): the leaderboard with each system's own SE (its 
 and simultaneous pair intervals (max-|t| over the joint law of all differences, which share items and
 judges), Holm-adjusted p-values, a compact letter display of the groups the design cannot tell apart,
 rank confidence sets (Mogstad, Romano, Shaikh & Wilhelm, "Inference for Ranks", REStud 2024: marginal
-and simultaneous, with the stepdown refinement; :mod:`evalgauge.multiplicity`), the naive item-bootstrap
+and simultaneous, with the stepdown refinement; :mod:`evalgauge.inference.multiplicity`), the naive item-bootstrap
 interval beside each pair, each pair's own G-study of its paired differences, and for adjacent systems
 the probability of a rank inversion and the items or judges that would separate them at 80% power.
 

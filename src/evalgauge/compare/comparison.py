@@ -15,8 +15,8 @@ from .. import vocabulary
 from ..components import VarianceComponents
 from ..errors import DesignError
 from ..inference import bounded_interval, satterthwaite_df, score_bounds
-from ..multiplicity import draws, holm, letters, rank_sets
-from ..mvt import simultaneous_critical
+from ..inference.multiplicity import draws, holm, letters, rank_sets
+from ..inference.mvt import simultaneous_critical
 from ..results import Result, json_safe
 from .adjacent import adjacent_pairs
 from .covariance import mean_covariance
@@ -97,7 +97,7 @@ def compare(frame: pd.DataFrame, vc: VarianceComponents, *, score: str = "score"
     estimate. ``n_boot`` draws set the rank sets (from the joint law of the estimates) and the naive item
     bootstrap; ``pair_gstudies``: "adjacent" (neighbours in the ranking), "all" or "none". ``ddf``:
     "satterthwaite" (lmerTest's, the default) or "kenward-roger" (pbkrtest's adjusted covariance and df; always
-    through the GLS fit, up to :data:`evalgauge.kenward_roger.MAX_ROWS` judgments).
+    through the GLS fit, up to :data:`evalgauge.inference.kenward_roger.MAX_ROWS` judgments).
     """
     obj = _check(vc, level, n_boot, ddf, design)
     frame = frame.assign(__y=pd.to_numeric(frame[score], errors="coerce")).dropna(subset=["__y"])
@@ -247,8 +247,8 @@ def _pair_tests(est: _Estimates, vc: VarianceComponents, level: float) -> _Pairs
 
 def _simultaneous(est: _Estimates, pairs: _Pairs, level: float, seed: int | None):
     """The simultaneous critical value of all differences (max-|t| over their joint law, to 0.1%: the lattice rule
-    or Monte Carlo of :mod:`evalgauge.mvt`, not the quantile of the rank sets' draws, which leave it 1-2% off),
-    and each pair's simultaneous interval, never narrower than its own marginal one (a pair on fewer df than
+    or Monte Carlo of :mod:`evalgauge.inference.mvt`, not the quantile of the rank sets' draws, which leave it 1-2%
+    off), and each pair's simultaneous interval, never narrower than its own marginal one (a pair on fewer df than
     the family's)."""
     df = pairs.frame["df"].to_numpy()
     df_joint = float(np.median(df)) if np.all(np.isfinite(df)) else math.inf

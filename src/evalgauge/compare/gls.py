@@ -33,7 +33,7 @@ class GlsEstimates:
     beta_cov: np.ndarray
     varpar_cov: np.ndarray | None = None
     jacobian: np.ndarray | None = None
-    kenward_roger: Any = None  # evalgauge.kenward_roger.KenwardRoger when its df were asked for
+    kenward_roger: Any = None  # evalgauge.inference.kenward_roger.KenwardRoger when its df were asked for
 
     def df(self, weights: np.ndarray) -> np.ndarray:
         """Satterthwaite's df of the contrasts ``weights @ estimates`` (one per row of ``weights``), as lmerTest
@@ -86,7 +86,7 @@ def adjusted_estimates(frame: pd.DataFrame, design, obj: str, systems: list[str]
 
 def _kenward_roger(frame: pd.DataFrame, fit: VarianceComponents, names: list[str], fixed: tuple[str, ...]):
     """Kenward-Roger's quantities at the REML fit, from the judgments' rows (dense, as pbkrtest)."""
-    from ..kenward_roger import kenward_roger
+    from ..inference.kenward_roger import kenward_roger
 
     levels = {c: frame[c].astype(str) for c in fixed}
     parts = []

@@ -114,7 +114,7 @@ def compare_bt(fit: BTFit, tee: BTBootstrap, naive: BTBootstrap, level: float = 
     from scipy import stats
 
     from ..compare import Comparison
-    from ..multiplicity import holm, letters, max_t_quantile, rank_sets
+    from ..inference.multiplicity import holm, letters, max_t_quantile, rank_sets
 
     theta = fit.theta
     p = len(fit.systems)

@@ -3,7 +3,7 @@
 The max-|t| quantile over draws of the estimates' error (the simultaneous critical value of a bootstrap), the
 stepdown decisions and rank confidence sets of Mogstad, Romano, Shaikh & Wilhelm ("Inference for Ranks", REStud
 2024, Algorithm 3.1, as their package csranks computes them), Holm's adjustment and the compact letter display
-(Piepho 2004). The exact simultaneous critical value of a normal or t family is :mod:`evalgauge.mvt`'s.
+(Piepho 2004). The exact simultaneous critical value of a normal or t family is :mod:`evalgauge.inference.mvt`'s.
 
 This module is pure: arrays in, arrays out.
 """

@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri, stdtrit
 
-from . import dstudy, vocabulary
-from .components import VarianceComponents
-from .errors import DesignError
-from .results import Result, json_safe
+from .. import dstudy, vocabulary
+from ..components import VarianceComponents
+from ..errors import DesignError
+from ..results import Result, json_safe
 
 #: the method of an interval that is estimate +- q SE
 NORMAL = "normal"

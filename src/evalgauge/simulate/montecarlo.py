@@ -33,12 +33,12 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri
 
-from .design import Design, Facet, code_data
-from .errors import DesignError
-from .estimate.anova import anova_from_coded
-from .inference import theta_interval
-from .simulate import SimulationSpec, simulate
-from .vocabulary import RESIDUAL
+from ..design import Design, Facet, code_data
+from ..errors import DesignError
+from ..estimate.anova import anova_from_coded
+from ..inference import theta_interval
+from ..simulate import SimulationSpec, simulate
+from ..vocabulary import RESIDUAL
 
 #: TEE Table 8 (E.4): variance components of the coverage simulation
 TABLE8 = {
@@ -187,8 +187,8 @@ def projection_bias(reps: int = 200, seed: int = 0, scenario: str = "baseline", 
     """
     if scenario not in BIAS_SCENARIOS:
         raise DesignError(f"scenario must be one of {', '.join(BIAS_SCENARIOS)}.")
-    from .components import VarianceComponents
-    from .dstudy import project
+    from ..components import VarianceComponents
+    from ..dstudy import project
 
     target = target or {"item": 2 * pilot_items, "variant": 5}
     seeds = np.random.SeedSequence(seed).spawn(reps)
@@ -206,7 +206,7 @@ def projection_bias(reps: int = 200, seed: int = 0, scenario: str = "baseline", 
 
 
 def _projection_once(task) -> float:
-    from .dstudy import project
+    from ..dstudy import project
 
     pilot_items, seed, scenario, target = task
     rng = np.random.default_rng(seed)
@@ -270,8 +270,8 @@ def intervention_accuracy(reps: int = 200, seed: int = 0, pilot_items: int = 30,
     Returns the share of pilots whose first intervention is the truth's, and each intervention's mean projected
     % change beside the true one.
     """
-    from .components import VarianceComponents
-    from .dstudy import interventions
+    from ..components import VarianceComponents
+    from ..dstudy import interventions
 
     fixed = ("temperature", "judge") if fixed_levels else ()
     levels = {"category": CATEGORIES, "item": pilot_items, "variant": 3, "temperature": 3, "judge": 3}
@@ -290,7 +290,7 @@ def intervention_accuracy(reps: int = 200, seed: int = 0, pilot_items: int = 30,
 
 
 def _interventions_once(task) -> pd.DataFrame:
-    from .dstudy import interventions
+    from ..dstudy import interventions
 
     pilot_items, seed, fixed_levels = task
     rng = np.random.default_rng(seed)
@@ -326,7 +326,7 @@ def ambiguity_truth(gamma: float) -> dict[str, float]:
 def _ambiguity_once(task) -> dict:
     """One E.5 study: draw the factorial, fit the two-way TEE model (balanced ANOVA), and return theta-hat's
     coverage of mu, every component's estimate and the fitted intervention ranking."""
-    from .dstudy import interventions
+    from ..dstudy import interventions
 
     gamma, seed, level = task
     rng = np.random.default_rng(seed)
@@ -381,8 +381,8 @@ def ambiguity_study(gammas: Iterable[float] = (0.0, 0.5, 1.0, 2.0), reps: int = 
     bias| of a non-residual component against :func:`ambiguity_truth` (and the largest bias in Monte Carlo standard
     errors), the residual's relative bias (the 3-way pools into the model's cell term, not there), and the
     Spearman correlation of the mean projected intervention effects with the true ones."""
-    from .components import VarianceComponents
-    from .dstudy import interventions
+    from ..components import VarianceComponents
+    from ..dstudy import interventions
 
     levels = {"category": CATEGORIES, "item": AMBIGUITY_COUNTS["item"] * CATEGORIES, "variant": 3,
               "temperature": 2, "judge": 3}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from .errors import DesignError
+from ..errors import DesignError
 
 #: judgments above which the dense n x n computation is refused (five n x n work arrays: 640 MB at 4,000)
 MAX_ROWS = 4000

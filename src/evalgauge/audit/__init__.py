@@ -2,7 +2,7 @@
 
 A published leaderboard (system, score) or a list of reported improvements (claim, delta), with where known the
 items, judges and replicates behind each, is read against variance components: a fit, values given by hand, or
-a preset carrying the sizing paper's published components (:mod:`evalgauge.published`). For each claim and each
+a preset carrying the sizing paper's published components (:mod:`evalgauge.audit.published`). For each claim and each
 adjacent pair of the board:
 
     sigma2_delta = the relative error at that design (sizing eq. 2; TEE eq. 3 for any facets),
@@ -12,7 +12,7 @@ adjacent pair of the board:
 
 the last being the probability that a rerun at the same design orders the two the other way if the reported
 difference were the true one. For the board as a whole, the pairs the simultaneous intervals separate (max-|z|
-over every pair, :func:`evalgauge.mvt.simultaneous_critical`) give its separable groups (a compact letter
+over every pair, :func:`evalgauge.inference.mvt.simultaneous_critical`) give its separable groups (a compact letter
 display) and rank confidence sets (Mogstad et al. 2024): a board whose systems all share one group cannot rank
 at all at its design.
 
@@ -33,10 +33,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import dstudy
-from .components import VarianceComponents
-from .errors import DesignError
-from .results import Result, json_safe
+from .. import dstudy
+from ..components import VarianceComponents
+from ..errors import DesignError
+from ..results import Result, json_safe
 
 #: the columns a table is read by: a board has system and score, a list of claims has delta
 SYSTEM_COLUMNS = ("system", "model", "name")
@@ -221,8 +221,8 @@ def _audit_claims(labels, published, values, delta2, design, z, level, component
 
 
 def _audit_board(systems, published, scores, delta2, design, z, level, seed, components) -> Audit:
-    from .multiplicity import letters, rank_sets
-    from .mvt import covariance_root, error_draws, simultaneous_critical
+    from ..inference.multiplicity import letters, rank_sets
+    from ..inference.mvt import covariance_root, error_draws, simultaneous_critical
 
     order = np.argsort(-scores, kind="stable")
     systems, published, scores, delta2 = systems[order], published[order], scores[order], delta2[order]

@@ -30,9 +30,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .components import VarianceComponents
-from .errors import DesignError
-from .vocabulary import RESIDUAL
+from ..components import VarianceComponents
+from ..errors import DesignError
+from ..vocabulary import RESIDUAL
 
 Z95 = 1.959963984540054
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from .design import RESIDUAL, Design, Facet
-from .errors import DesignError
+from ..design import RESIDUAL, Design, Facet
+from ..errors import DesignError
 
 
 @dataclass(frozen=True)
