@@ -342,17 +342,6 @@ class FileBatches(OpenAIBatches):
         return State("completed" if ended else "waiting", ended, {"total": wanted, "completed": done},
                      (str(results),) if ended else ())
 
-    async def _bounded(self, resp, url: str) -> bytes:
-        """A JSON answer's body, refused past :data:`ANSWER_BYTES` without reading the rest."""
-        chunks, size = [], 0
-        while chunk := await resp.content.read(1 << 16):
-            size += len(chunk)
-            if size > ANSWER_BYTES:
-                raise ProviderError(f"judge '{self.judge.name}': the batch endpoint {url[:120]} answered with more "
-                                    f"than {ANSWER_BYTES:,} bytes; not read further", retryable=False)
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     async def lines(self, url: str):
         with open(url, "rb") as handle:
             for raw in handle:
