@@ -364,6 +364,14 @@ def test_batch_files_are_for_openai_compatible_judges(tmp_path):
     config = _batch_config(tmp_path, 1, "anthropic", extra='batch_dir = "batches"')
     with pytest.raises(DataError, match=r"judge 'j0'.*Message Batches API"):
         load_config(config)
+    from click.testing import CliRunner
+
+    from evalgauge.cli import main
+
+    config.write_text(config.read_text().replace('batch_dir = "batches"', ""))
+    out = CliRunner().invoke(main, ["run", str(config), "--batch-dir", str(tmp_path / "b"), "--no-progress"])
+    assert out.exit_code == 2 and "--batch-dir: judge 'j0'" in out.output and "Message Batches API" in out.output
+    assert not (tmp_path / "b").exists()
 
 
 @pytest.mark.subprocess

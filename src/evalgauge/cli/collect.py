@@ -119,6 +119,10 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
     if budget_usd is not None:
         cfg = replace(cfg, budget_usd=budget_usd)
     if batch or batch_dir:
+        if batch_dir:  # a configuration's own batch_dir was checked when it was read
+            from ..collect.config import check_batch_files
+
+            check_batch_files(cfg.judges, "--batch-dir")
         cfg = replace(cfg, batch=True, batch_dir=Path(batch_dir) if batch_dir else cfg.batch_dir)
     targets = [(q, v) for q, v in (("mdd95", target_mdd), ("erho2", target_erho2), ("se", target_se)) if v]
     if len(targets) > 1:

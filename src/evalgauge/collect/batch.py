@@ -23,14 +23,14 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from ..errors import DataError
 from ..store import RunStore
 from .calls import call_record, count_flags, output_spec, verdict_of, worst_case_cost
-from .config import Judge, RunConfig
+from .config import Judge, RunConfig, check_batch_files
 from .providers import AnthropicProvider, OpenAIProvider, ProviderError, make_provider, status_error
 from .reply import redact, vet
 from .tasks import Task, build_tasks
@@ -386,9 +386,7 @@ def batch_client(judge: Judge, timeout: float, directory: Path | None = None, re
     """The judge's batch endpoints, or with ``directory`` the batch files exchanged there (:class:`FileBatches`,
     OpenAI's format: for OpenAI-compatible judges)."""
     if directory is not None:
-        if judge.provider != "openai":
-            raise DataError(f"judge '{judge.name}': batch_dir writes OpenAI's batch format (for `vllm run-batch`); "
-                            "an Anthropic judge's batches go through its Message Batches API (drop batch_dir).")
+        check_batch_files((judge,), "--batch-dir")
         return FileBatches(judge, timeout, directory)
     kind = AnthropicBatches if judge.provider == "anthropic" else OpenAIBatches
     return kind(judge, timeout, retries)
@@ -676,7 +674,3 @@ def batch_plan(cfg: RunConfig, tasks: list[Task]) -> list[dict]:
     return [{"judge": name, "requests": len(chunk),
              "worst_case_usd": sum(worst_case_cost(priced[name], t.prompt, cfg.system_prompt) for t in chunk)}
             for name, chunk in plan_batches(cfg, tasks)]
-
-
-def with_batch(cfg: RunConfig, on: bool) -> RunConfig:
-    return replace(cfg, batch=True) if on else cfg

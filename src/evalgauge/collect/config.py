@@ -253,11 +253,7 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
         items, variants = items[:n_items], variants[:n_var]
         notes.append(f"pilot: the first {len(items)} items and {len(variants)} variants.")
     if run.batch_dir:
-        for j in judges:
-            if j.provider != "openai":
-                raise DataError(f"{path}: judge '{j.name}': [run] batch_dir writes OpenAI's batch format (for "
-                                "`vllm run-batch`); an Anthropic judge's batches go through its Message Batches API "
-                                "(drop batch_dir, keep batch = true).")
+        check_batch_files(judges, f"{path}: [run] batch_dir")
     db = Path(database) if database else where / (run.database or f"{name}.sqlite")
     generation = spec.generation
     cfg = RunConfig(
@@ -279,6 +275,15 @@ def load_config(path: str | Path, *, base_url: str | None = None, database: str 
     check_templates(cfg)
     check_output(cfg)
     return cfg
+
+
+def check_batch_files(judges, where: str) -> None:
+    """Batch files (``batch_dir``) are in OpenAI's batch format, for OpenAI-compatible judges (``vllm run-batch``)."""
+    for j in judges:
+        if j.provider != "openai":
+            raise DataError(f"{where}: judge '{j.name}': batch files are in OpenAI's batch format (for `vllm "
+                            "run-batch`); an Anthropic judge's batches go through its Message Batches API (drop the "
+                            "batch directory, keep batch = true).")
 
 
 def check_output(cfg: RunConfig) -> None:
