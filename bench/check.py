@@ -7,9 +7,9 @@ A case fails when it takes more than 25% more CPU (and 0.5 s more: start-up nois
 (and 20 MiB more) than stored, or when its numbers changed and ``CHANGELOG.md``'s "Unreleased" section does
 not name the case (in backticks). The digest is of the JSON the command writes (``--json -``, or the files it
 writes with ``-o``/``--out``), with the values that differ run to run left out (timings, dates, versions,
-paths) and every number rounded to 5 significant digits; a command that writes neither (an HTML report) has
-no digest. Commands under 20 s of CPU run three times, longer ones twice; the fastest run counts (on one
-machine, the same command's CPU varied by up to 20% between runs minutes apart).
+paths) and every number rounded to 5 significant digits (within 1e-12 of 0: 0); a command that writes
+neither (an HTML report) has no digest. Commands under 20 s of CPU run three times, longer ones twice; the
+fastest run counts (on one machine, the same command's CPU varied by up to 20% between runs minutes apart).
 
 Run: ``make bench-check`` (compare), ``make bench-record`` (store today's figures for a release), or
 ``python bench/check.py [--only ID,...] [--table PATH]``. Real files come from ``../shared/data`` when present;
@@ -101,13 +101,14 @@ def documented_commands() -> list[tuple[str, str]]:
 
 
 def _scrub(value):
-    """The numbers of a JSON value without what differs run to run, rounded to 5 significant digits."""
+    """The numbers of a JSON value without what differs run to run, rounded to 5 significant digits (within
+    1e-12 of 0, a quantity that is 0 but for rounding, as 0)."""
     if isinstance(value, dict):
         return {k: _scrub(v) for k, v in sorted(value.items()) if not VOLATILE.search(k)}
     if isinstance(value, list):
         return [_scrub(v) for v in value]
     if isinstance(value, float):
-        return float(f"{value:.5g}")
+        return 0.0 if abs(value) < 1e-12 else float(f"{value:.5g}")
     if isinstance(value, str):  # notes carry timings and paths: keep their words, not those
         return re.sub(r"\d+(\.\d+)? ?(s|ms|seconds)\b|/[^\s,;)]+", "", value)
     return value

@@ -10,7 +10,9 @@ from evalgauge.estimate.criterion import (
     _Cells,
     _LazyIndex,
     _pairs_product,
+    _pattern,
     _row_pairs,
+    _row_pattern,
     _RowPairs,
     _Segments,
 )
@@ -56,8 +58,10 @@ def test_a_lazy_index_is_the_index_it_stands_for(keep):
         assert np.array_equal(index[part], plain[part])
     weights = rng.normal(size=plain.size)
     assert np.array_equal(index.add(lambda part: weights[part], g * g), np.bincount(plain, weights, g * g))
-    kept = _Segments([gi, gj])
-    assert np.array_equal(kept[:], np.concatenate([gi, gj])) and np.array_equal(kept[kept.parts()[1]], gj)
+    kept = _Segments([gi, gj], [0, 5])
+    assert np.array_equal(kept[:], np.concatenate([gi, gj + 5])) and np.array_equal(kept[kept.parts()[1]], gj + 5)
+    # a shift past int32's range is made in 64 bits
+    assert kept.segment(0).dtype == np.int32 and _Segments([gi], [2**31]).segment(0).min() >= 2**31
 
 
 def test_tiled_cells_gather_and_sum_as_their_index_would():
@@ -71,6 +75,26 @@ def test_tiled_cells_gather_and_sum_as_their_index_would():
         assert np.array_equal(tiled.take_part(v, part), indexed.take_part(v, part))
     assert np.array_equal(tiled.sum(entries), indexed.sum(entries))
     assert np.array_equal(tiled.sum(entries), np.bincount(np.tile(np.arange(m), reps), entries, m))
+    # sums of v at the entries' cells into places: the same to the last bit as bincount over every entry
+    n = 5
+    index = rng.integers(0, n, reps * m).astype(np.int32)
+    for values in (None, entries):
+        whole = np.bincount(index, weights=np.tile(v, reps) * (1.0 if values is None else values), minlength=n)
+        assert np.array_equal(tiled.scatter(index, v, values, n), whole)
+        assert np.array_equal(indexed.scatter(index, v, values, n), whole)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_the_row_pattern_made_a_range_of_rows_at_a_time_is_the_whole_pattern(chunk):
+    rng = np.random.default_rng(3)
+    m, n_rows, width = 200, 37, 50
+    rows = rng.integers(0, n_rows, m).astype(np.int32)
+    cols = [rng.integers(0, 20, m).astype(np.int32), rng.integers(0, 8, m), rng.integers(0, 3, m).astype(np.int32)]
+    shifts = [0, 20, 40]
+    whole = _pattern(np.tile(rows, 3), np.concatenate([c + s for c, s in zip(cols, shifts, strict=True)]), width)
+    ranged = _row_pattern(rows, n_rows, cols, shifts, width, chunk=chunk)
+    for a, b in zip(whole, ranged, strict=True):
+        assert np.array_equal(a, b)
 
 
 def test_bincount_of_a_narrow_index_is_numpys():

@@ -116,10 +116,10 @@ class RemlProblem:
       (``segmented``) :class:`_LazyIndex`, made a segment at a time), ``*_cell`` (its cell: :class:`_Cells`)
       and ``*_val`` (its value, None for 1); ``sparse_ok`` and ``lg_row``/``lg_col``/``lg_nz``/``nz_*`` the
       sparse path's CSR pattern of A_LG (scalar blocks);
-    * the eliminated term's pattern ``t0_*``: B (its coupling to the rest) in CSR by its level ``t0_row``
-      (``t0_nz`` each scatter entry's place, ``t0_col``/``t0_cell``/``t0_val`` per entry, ``t0_l``/``t0_g``
-      the local and global entries with their rows, positions, columns and row pointers), ``t0_pairs`` the
-      pairs within a row (:class:`_RowPairs`, made on first use);
+    * the eliminated term's pattern ``t0_*``: B (its coupling to the rest) in CSR by its level, its local
+      entries then its global ones (``t0_lrow``/``t0_lcol``/``t0_lptr`` and ``t0_grow``/``t0_gcol``/``t0_gptr``:
+      rows, columns, row pointers); ``t0_nz`` each scatter entry's place in it, ``t0_col``/``t0_cell``/
+      ``t0_val`` per entry; ``t0_pairs`` the pairs within a row (:class:`_RowPairs`, made on first use);
     * ``_pinned``: a factorisation kept at one theta (bootstrap refits start there).
     """
 
@@ -257,6 +257,7 @@ class RemlProblem:
         slots_g += [(("x", j), np.full(m, self.gr + j), None if np.all(self.x[:, j] == 1.0) else self.x[:, j])
                     for j in range(self.p)]
         self.slots_l, self.slots_g = slots_l, slots_g
+        self.slots_l_of = dict(slots_l)  # a local term's position in its block at each cell
         b, bm, g = self.block_of_cell, self.bmax, self.g
         x_vals = any(xv is not None for _, _, xv in slots_g)  # values other than 1 anywhere?
 
@@ -321,9 +322,9 @@ class RemlProblem:
         self.lg_row = self.lg_col = None  # A_LG's rows and columns: the sparse path's (_sparse_pattern)
         self.nz_row = None  # the sparse path's pattern, made on its first use (_sparse_pattern)
         self.n0 = 0
+        self.rl_idx = cat([small(b * bm + pk, max(self.nb * bm, 1)) for _, pk in slots_l])
         if self.diag is not None:
             self._diagonal_pattern()
-        self.rl_idx = cat([small(b * bm + pk, max(self.nb * bm, 1)) for _, pk in slots_l])
         self.rl_cell = cells_of([cells for _ in slots_l])
         self.rg_idx, self.rg_cell, self.rg_val = scatter(nonzero(small(gi, max(g, 1)), xv) for _, gi, xv in slots_g)
         # which term owns each effect position (for theta scaling and per-term sums)
@@ -346,26 +347,35 @@ class RemlProblem:
         self.lev0 = self.levels[self.diag]
         self.blk0 = np.zeros(self.n0, dtype=np.int64)
         self.blk0[self.lev0] = self.block_of_cell
-        idx = _index_dtype(width)
-        cols = [(self.block_of_cell * bm + pk).astype(idx) for _, pk in self.slots_l]
-        cols += [(width_l + gi).astype(idx) for _, gi, _ in self.slots_g]
+        # a column per slot and cell: the local slots' columns are rl_idx's segments, the global ones the
+        # slots' own positions shifted past the local columns (kept anyway: no copy of either is made)
+        n_l = len(self.slots_l)
+        cols = [self.rl_idx[k * m:(k + 1) * m] for k in range(n_l)] + [gi for _, gi, _ in self.slots_g]
+        shifts = [0] * n_l + [width_l] * len(self.slots_g)
         if self.segmented:
             self.t0_cell = _Cells(None, len(cols), m)
-            self.t0_col = _Segments(cols)  # a column per slot and cell: the slots' own arrays, not a copy
+            self.t0_col = _Segments(cols, shifts)
         else:
             self.t0_cell = _Cells(np.tile(np.arange(m, dtype=_index_dtype(m)), len(cols)), len(cols), m)
-            self.t0_col = _Plain(np.concatenate(cols))
+            self.t0_col = _Plain(np.concatenate([(c + shift).astype(_index_dtype(width))
+                                                 for c, shift in zip(cols, shifts, strict=True)]))
         self.t0_val = None  # all ones unless X has a column other than the intercept
         if any(xv is not None for _, _, xv in self.slots_g):
             self.t0_val = np.concatenate([np.ones(m) for _ in self.slots_l]
                                          + [np.ones(m) if xv is None else xv for _, _, xv in self.slots_g])
-        self.t0_nz, self.t0_row, col = _pattern(self.t0_cell.take(self.lev0), self.t0_col[:], width)
-        is_l = col < width_l  # within a row the local columns come first
-        entry = _index_dtype(int(is_l.size))
-        self.t0_l, self.t0_g = np.flatnonzero(is_l).astype(entry), np.flatnonzero(~is_l).astype(entry)
-        self.t0_lrow, self.t0_lpos = self.t0_row[self.t0_l], col[self.t0_l] % max(bm, 1)
-        self.t0_lcol = col[self.t0_l]
-        self.t0_grow, self.t0_gcol = self.t0_row[self.t0_g], col[self.t0_g] - width_l
+        place, row, col = _row_pattern(self.lev0, self.n0, cols, shifts, width)
+        # the pattern's entries laid out local ones first, then global ones (each part in CSR order): F0's
+        # values are then its two matrices' own, and no map between the two layouts is kept
+        is_l = col < width_l
+        local, glob = np.flatnonzero(is_l), np.flatnonzero(~is_l)
+        layout = np.empty(is_l.size, dtype=place.dtype)
+        layout[local] = np.arange(local.size)
+        layout[glob] = local.size + np.arange(glob.size)
+        self.t0_nz = layout[place]
+        del place, layout
+        self.t0_lrow, self.t0_lcol = row[local], col[local]
+        self.t0_grow, self.t0_gcol = row[glob], col[glob] - width_l
+        del row, col, local, glob
         self.t0_lptr = _row_pointers(self.t0_lrow, self.n0)
         self.t0_gptr = _row_pointers(self.t0_grow, self.n0)
         self.t0_pairs = None  # pairs of global entries within a row, made on first use (_RowPairs)
@@ -402,8 +412,8 @@ class RemlProblem:
             pairs = int(np.sum(counts**2))
             kept_pairs = int(np.sum(counts[counts > _RowPairs.SHORT] ** 2))  # short rows keep no pairs
             memory += (8 * kept_pairs + 8 * self.t0_grow.size + 16 * nb * bm * g + 8 * 3 * min(pairs, 1 << 20)
-                       + 8 * 6 * self.t0_grow.size + 24 * self.t0_row.size)
-            flops += 40 * pairs + 2 * self.n0 * bm * bm * 4 + 20 * self.t0_row.size * bm
+                       + 8 * 6 * self.t0_grow.size + 24 * (self.t0_lrow.size + self.t0_grow.size))
+            flops += 40 * pairs + 2 * self.n0 * bm * bm * 4 + 20 * (self.t0_lrow.size + self.t0_grow.size) * bm
         return ModelSize(self.n_obs, self.m, int(sum(self.sizes)), g, nb, bm, float(flops), int(memory),
                          self.n_terms)
 
@@ -420,10 +430,10 @@ class RemlProblem:
         """M' (w * v) for a cell vector: the right-hand side of a solve, split eliminated term (scaled by
         ``s0``, its theta; empty without one)/local/global."""
         r_0 = s0 * _bincount(self.lev0, weights=wv, minlength=self.n0) if self.n0 else np.zeros(0)
-        r_g = s_g * _bincount(self.rg_idx, weights=_times(self.rg_cell.take(wv), self.rg_val), minlength=self.g)
+        r_g = s_g * self.rg_cell.scatter(self.rg_idx, wv, self.rg_val, self.g)
         if not self.nb:
             return r_0, np.zeros((0, 0)), r_g
-        r_l = s_l * _bincount(self.rl_idx, weights=self.rl_cell.take(wv), minlength=self.nb * self.bmax)
+        r_l = s_l * self.rl_cell.scatter(self.rl_idx, wv, None, self.nb * self.bmax)
         return r_0, r_l.reshape(self.nb, self.bmax), r_g
 
     def with_weights(self, weights: np.ndarray, response: np.ndarray) -> RemlProblem:
@@ -547,16 +557,17 @@ class RemlProblem:
                                    nb * bm * g).reshape(nb, bm, g)
             a_lg *= fac.s_lb[:, :, None] * s_g[None, None, :]
             if self.diag is not None:
-                fac.t0 = self._eliminate_diagonal(theta, w, s_l, s_g)
-                a_ll -= fac.t0.p_ll
-                a_lg -= fac.t0.p_lg
-                a_gg -= fac.t0.p_gg
-                fac.t0.p_ll = fac.t0.p_lg = fac.t0.p_gg = None  # taken from A: not kept with the factor
+                fac.t0 = self._eliminate_diagonal(theta, w, s_l, s_g, a_ll, a_lg, a_gg)
                 fac.logdet += float(np.sum(np.log(fac.t0.d)))
             chol_l = np.linalg.cholesky(a_ll)
             fac.linv = np.linalg.inv(chol_l)  # lower triangular
             fac.linv_t = np.swapaxes(fac.linv, 1, 2)
-            fac.f_blocks = fac.linv @ a_lg  # L^-1 A_LG, (nb, bm, g)
+            # L^-1 A_LG, (nb, bm, g), written over A_LG a chunk of blocks at a time (A_LG is not needed after):
+            # the two side by side were the peak of a large fit
+            step = max(1, _ENTRY_CHUNK // max(bm * g, 1))
+            for a in range(0, nb, step):
+                a_lg[a:a + step] = fac.linv[a:a + step] @ a_lg[a:a + step]
+            fac.f_blocks = a_lg
             fac.f_flat = fac.f_blocks.reshape(nb * bm, g)
             s_mat = a_gg - fac.f_flat.T @ fac.f_flat
             fac.logdet += 2.0 * float(np.sum(np.log(np.diagonal(chol_l, axis1=1, axis2=2))))
@@ -569,9 +580,10 @@ class RemlProblem:
                               "remove fixed terms whose levels never occur.") from None
         return fac
 
-    def _eliminate_diagonal(self, theta, w, s_l, s_g) -> _Diagonal:
-        """D (the eliminated term's diagonal of A), F0 = D^-1/2 B in its local and global columns, and the
-        products F0'F0 that its elimination takes from the rest of A (the local-local part within blocks)."""
+    def _eliminate_diagonal(self, theta, w, s_l, s_g, a_ll, a_lg, a_gg) -> _Diagonal:
+        """D (the eliminated term's diagonal of A) and F0 = D^-1/2 B in its local and global columns; the
+        products F0'F0 that its elimination takes from the rest of A (the local-local part within blocks) are
+        taken from ``a_ll``, ``a_lg`` and ``a_gg`` in place."""
         from scipy import sparse as sp
 
         nb, bm, g, n0 = self.nb, self.bmax, self.g, self.n0
@@ -579,21 +591,29 @@ class RemlProblem:
         d = s0**2 * _bincount(self.lev0, weights=w, minlength=n0) + 1.0
         s_rest = np.concatenate([s_l, s_g])
         # B's values summed into the pattern one slot at a time (np.add.at, in entry order: bincount's sums)
-        b = np.zeros(self.t0_row.size)
+        n_l = self.t0_lrow.size
+        b = np.zeros(n_l + self.t0_grow.size)
         for part in self.t0_col.parts():
             np.add.at(b, self.t0_nz[part], _times(self.t0_cell.take_part(w, part), _part(self.t0_val, part))
                       * s_rest[self.t0_col[part]])
         b *= s0
-        b /= np.sqrt(d)[self.t0_row]  # F0's values in the pattern, kept only as its local and global parts
-        f_l = sp.csr_matrix((b[self.t0_l], self.t0_lcol, self.t0_lptr), shape=(n0, nb * bm))
-        f_g = sp.csr_matrix((b[self.t0_g], self.t0_gcol, self.t0_gptr), shape=(n0, g))
-        del b
-        ll = (f_l.T @ f_l).tocoo()  # within blocks only: the term is nested in the grouping
-        p_ll = _bincount((ll.row // bm) * bm * bm + (ll.row % bm) * bm + ll.col % bm, weights=ll.data,
-                           minlength=nb * bm * bm).reshape(nb, bm, bm)
-        p_lg = (f_l.T @ f_g).toarray().reshape(nb, bm, g)
-        p_gg = (f_g.T @ f_g).toarray()
-        return _Diagonal(s0=s0, d=d, sqrt_d=np.sqrt(d), f_l=f_l, f_g=f_g, p_ll=p_ll, p_lg=p_lg, p_gg=p_gg)
+        sqrt_d = np.sqrt(d)
+        b[:n_l] /= sqrt_d[self.t0_lrow]  # F0's values: its local, then its global entries
+        b[n_l:] /= sqrt_d[self.t0_grow]
+        f_l = sp.csr_matrix((b[:n_l], self.t0_lcol, self.t0_lptr), shape=(n0, nb * bm))
+        f_g = sp.csr_matrix((b[n_l:], self.t0_gcol, self.t0_gptr), shape=(n0, g))
+        f_lt = f_l.T.tocsr()
+        ll = (f_lt @ f_l).tocoo()  # within blocks only: the term is nested in the grouping
+        a_ll -= _bincount((ll.row // bm) * bm * bm + (ll.row % bm) * bm + ll.col % bm, weights=ll.data,
+                          minlength=nb * bm * bm).reshape(nb, bm, bm)
+        # F0_L'F0_G a chunk of local rows at a time, each row's sums as in the whole product: the whole of it,
+        # sparse and then dense, was the peak of a large fit
+        flat = a_lg.reshape(nb * bm, g)
+        step = max(1, _ENTRY_CHUNK // 2 // max(g, 1))
+        for a in range(0, nb * bm, step):
+            flat[a:a + step] -= (f_lt[a:a + step] @ f_g).toarray()
+        a_gg -= (f_g.T @ f_g).toarray()
+        return _Diagonal(s0=s0, d=d, sqrt_d=sqrt_d, f_l=f_l, f_g=f_g)
 
     def _fitted(self, fac: _Factor, x_l: np.ndarray, x_g: np.ndarray, x_0: np.ndarray | None = None) -> np.ndarray:
         """M Lambda u + X beta at each cell (the cell term left out)."""
@@ -739,7 +759,8 @@ class RemlProblem:
         f_l, gf = fac.t0.f_l.data, fac.t0.f_g.data  # f at the local and at the global entries
         blk = self.blk0
         fl = np.zeros((n0, bm))
-        fl[self.t0_lrow, self.t0_lpos] = f_l
+        lpos = self.t0_lcol % max(bm, 1)
+        fl[self.t0_lrow, lpos] = f_l
         ge, gc = self.t0_grow, self.t0_gcol
         if n0 * bm * bm <= 4_000_000:
             z_l = np.einsum("epq,eq->ep", inv_ll[blk], fl)
@@ -753,7 +774,8 @@ class RemlProblem:
                     z_l[rows] = fl[rows] @ inv_ll[b].T
         if self.t0_pairs is None:
             self.t0_pairs = _RowPairs(self.t0_gptr, gc, self.g)
-        z_g = self.t0_pairs.product(gc, gf, sigma_inv)
+        z = np.empty(f_l.size + gf.size)  # in the pattern's layout: local entries, then global ones
+        z_g = self.t0_pairs.product(gc, gf, sigma_inv, out=z[f_l.size:])
         # the block-global coupling -hs at each global entry of f (a row of bm values), in chunks of
         # entries: all at once, two (entries x bm) arrays were most of a many-term fit's memory (SummEval's
         # 31 terms: 537,584 entries x 628 = 2.7 GB each)
@@ -771,16 +793,13 @@ class RemlProblem:
                 z_g[sl] -= np.einsum("np,np->n", hs_e, fl[ep])
                 first = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]])
                 z_l[ep[first]] -= np.add.reduceat(gf[sl, None] * hs_e, first, axis=0)
-        z_at_l = z_l[self.t0_lrow, self.t0_lpos]
-        del z_l, fl
-        # q = sum of f * z over each level's entries, local ones first as they lie in the pattern
+        z_at_l = z[:f_l.size]
+        z_at_l[:] = z_l[self.t0_lrow, lpos]
+        del z_l, fl, lpos
+        # q = sum of f * z over each level's entries, local ones first
         q = np.zeros(n0)
         np.add.at(q, self.t0_lrow, f_l * z_at_l)
         np.add.at(q, self.t0_grow, gf * z_g)
-        z = np.empty(f_l.size + gf.size)
-        z[self.t0_l] = z_at_l
-        del z_at_l
-        z[self.t0_g] = z_g
         return z, q
 
     def _diagonal_leverage(self, fac: _Factor, z: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -821,28 +840,39 @@ class RemlProblem:
     def _average_information(self, theta, fac: _Factor, x_l, x_g, fit, u_sq, r2: float, x_0=None) -> dict:
         """The average-information Hessian in theta and the information matrix of the variances."""
         # v_k: the cell-level vector Z_k u_k; Q_kl = v_k' P v_l = v_k'W v_l - (M'W v_k)' A^-1 (M'W v_l).
+        # The vectors are made when used, a term's over all cells for its half solve and all of them over a
+        # chunk of cells for v'W v: kept together with their weighted copy they were the peak of a large fit.
         m, dfree = self.m, self.n_obs - self.p
         resid = self.mean - fit
-        vecs = np.zeros((self.n_terms + 1, m))  # the terms', then the residual's (made in place: no copy)
         xl_flat = x_l.ravel() if self.nb else np.zeros(0)
-        for k in self.glob:
-            vecs[k] = x_g[self.g_off[k] + self.levels[k]]
-        for k, pk in self.slots_l:
-            vecs[k] = xl_flat[self.block_of_cell * self.bmax + pk]
-        if self.n0:
-            vecs[self.diag] = x_0[self.lev0]
-        if self.cell_term is not None:
-            vecs[self.cell_term] = theta[self.cell_term] * self.count * resid / fac.dc
-        # the residual's vector: cell means of the conditional residuals
-        vecs[-1] = resid / fac.dc
+        terms = self.n_terms + 1  # the terms', then the residual's (cell means of the conditional residuals)
+
+        def vector(k: int, cells: slice) -> np.ndarray:
+            if k == self.n_terms:
+                return resid[cells] / fac.dc[cells]
+            if k == self.cell_term:
+                return theta[k] * self.count[cells] * resid[cells] / fac.dc[cells]
+            if k == self.diag:
+                return x_0[self.lev0[cells]]
+            if k in self.g_off:
+                return x_g[self.g_off[k] + self.levels[k][cells]]
+            return xl_flat[self.block_of_cell[cells] * self.bmax + self.slots_l_of[k][cells]]
+
         halves = None
         s0 = self._s0(theta)
-        for k in range(self.n_terms + 1):
-            f0, fl, fg = fac.forward3(*self._rhs(fac.w * vecs[k], fac.s_l, fac.s_g, s0))
+        everything = slice(None)
+        for k in range(terms):
+            f0, fl, fg = fac.forward3(*self._rhs(fac.w * vector(k, everything), fac.s_l, fac.s_g, s0))
             if halves is None:
-                halves = np.empty((self.n_terms + 1, f0.size + fl.size + fg.size))
+                halves = np.empty((terms, f0.size + fl.size + fg.size))
             halves[k] = np.concatenate([f0, fl.ravel(), fg])
-        quad_all = (vecs * fac.w) @ vecs.T - halves @ halves.T
+        quad_all = None
+        for a in range(0, m, _CELL_CHUNK):
+            cells = slice(a, min(a + _CELL_CHUNK, m))
+            vecs = np.stack([vector(k, cells) for k in range(terms)])
+            part = (vecs * fac.w[cells]) @ vecs.T
+            quad_all = part if quad_all is None else quad_all + part
+        quad_all = quad_all - halves @ halves.T
         quad_all[-1, -1] += self.ss_within
         quad = quad_all[:-1, :-1]
         # Average information for phi = (sigma2_1..sigma2_K, sigma2): I_kl = y'P V_k P V_l P y / 2
@@ -919,16 +949,13 @@ class _Factor:
 @dataclass
 class _Diagonal:
     """The term eliminated before the blocks at one theta: A's diagonal for it (d), F0 = D^-1/2 B (its
-    values in the CSR pattern, and as local and global matrices), and F0'F0 by part."""
+    values as local and global matrices); F0'F0 is taken from the rest of A when it is made."""
 
     s0: float
     d: np.ndarray
     sqrt_d: np.ndarray
     f_l: object
     f_g: object
-    p_ll: np.ndarray | None  # the three are None once taken from A (_factorise)
-    p_lg: np.ndarray | None
-    p_gg: np.ndarray | None
 
 
 class _Cells:
@@ -961,6 +988,18 @@ class _Cells:
             return np.tile(v, self.reps) if whole else v if part.stop - part.start == self.m else \
                 np.tile(v, self.reps)[part]
         return v[self.index[part]]
+
+    def scatter(self, index: np.ndarray, v: np.ndarray, values: np.ndarray | None, n: int) -> np.ndarray:
+        """The sums into ``n`` places (``index``, each entry's) of v at the entries' cells times their values
+        (None: 1), added in entry order as ``np.bincount`` adds them; without an index a segment at a time,
+        so no copy of v for every entry is made."""
+        if self.index is not None:
+            return _bincount(index, weights=_times(v[self.index], values), minlength=n)
+        out = np.zeros(n)
+        for k in range(self.reps):
+            part = slice(k * self.m, (k + 1) * self.m)
+            np.add.at(out, index[part], _times(v, _part(values, part)))
+        return out
 
     def sum(self, values: np.ndarray) -> np.ndarray:
         """The entries' values summed per cell (in entry order, as ``np.bincount`` adds them)."""
@@ -1002,18 +1041,20 @@ class _Segmented:
 
 
 class _Segments(_Segmented):
-    """Segments kept as the arrays they are (the slots' own, not a concatenated copy)."""
+    """Segments kept as the arrays they are (arrays the problem keeps for other uses, not a concatenated
+    copy), each plus its shift when used (int64: the shifted values may pass the array's type)."""
 
-    def __init__(self, segments: list[np.ndarray]):
+    def __init__(self, segments: list[np.ndarray], shifts: list[int]):
         super().__init__([a.size for a in segments])
-        self.segments = segments
+        self.segments, self.shifts = segments, shifts
 
     @property
     def nbytes(self) -> int:
-        return sum(int(a.nbytes) for a in self.segments)
+        return 0  # views of arrays counted where they are kept
 
     def segment(self, k: int) -> np.ndarray:
-        return self.segments[k]
+        shift = self.shifts[k]
+        return self.segments[k] + np.int64(shift) if shift else self.segments[k]
 
 
 class _Plain(_Segmented):
@@ -1074,6 +1115,41 @@ def _pattern(rows: np.ndarray, cols: np.ndarray, width: int) -> tuple[np.ndarray
     return place.astype(small), (distinct // width).astype(small), (distinct % width).astype(small)
 
 
+def _row_pattern(rows: np.ndarray, n_rows: int, cols: list[np.ndarray], shifts: list[int], width: int,
+                 chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_pattern` of the entries (rows[c], cols[s][c] + shifts[s]) for every slot s and cell c, in
+    slot-major order, as ``_pattern(np.tile(rows, slots), np.concatenate(shifted cols), width)`` gives it,
+    made a range of rows at a time: the rows of distinct ranges are distinct, so the ranges' patterns laid
+    end to end are the whole one, and no 64-bit key, sort or inverse of every entry is made (they were the
+    peak of a large fit)."""
+    m, slots = rows.size, len(cols)
+    total = m * slots
+    small = _index_dtype(max(total, width, n_rows))
+    order = np.argsort(rows, kind="stable")  # the cells by row
+    sorted_rows = rows[order]
+    place = np.empty(total, dtype=small)
+    row_parts, col_parts = [], []
+    per_range = max(1, chunk // max(slots, 1))
+    lo, found = 0, 0
+    while lo < m:
+        hi = min(lo + per_range, m)
+        if hi < m:  # end at the start of a row, taking at least one whole row
+            hi = int(np.searchsorted(sorted_rows, sorted_rows[hi], side="left"))
+            if hi == lo:
+                hi = int(np.searchsorted(sorted_rows, sorted_rows[lo], side="right"))
+        cells = order[lo:hi]
+        key_rows = rows[cells].astype(np.int64) * width
+        keys = np.concatenate([key_rows + c[cells] + shift for c, shift in zip(cols, shifts, strict=True)])
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        for k in range(slots):
+            place[k * m + cells] = found + inverse[k * cells.size:(k + 1) * cells.size]
+        row_parts.append((distinct // width).astype(small))
+        col_parts.append((distinct % width).astype(small))
+        found += distinct.size
+        lo = hi
+    return place, np.concatenate(row_parts), np.concatenate(col_parts)
+
+
 def _row_pointers(sorted_rows: np.ndarray, n_rows: int) -> np.ndarray:
     """CSR row pointers of entries sorted by row."""
     return np.searchsorted(sorted_rows, np.arange(n_rows + 1))
@@ -1082,7 +1158,7 @@ def _row_pointers(sorted_rows: np.ndarray, n_rows: int) -> np.ndarray:
 #: the index and value arrays a problem keeps for every evaluation (the size estimate counts them)
 _SCATTER_ARRAYS = ("ll_idx", "ll_cell", "lg_idx", "lg_cell", "lg_val", "lg_row", "lg_col", "gg_idx", "gg_cell",
                    "gg_val", "rl_idx", "rl_cell", "rg_idx", "rg_cell", "rg_val", "t0_cell", "t0_col", "t0_val",
-                   "t0_nz", "t0_row", "t0_l", "t0_g", "t0_lrow", "t0_lpos", "t0_lcol", "t0_grow", "t0_gcol")
+                   "t0_nz", "t0_lrow", "t0_lcol", "t0_grow", "t0_gcol")
 
 
 def _bincount(idx: np.ndarray, weights: np.ndarray, minlength: int = 0) -> np.ndarray:
@@ -1180,8 +1256,13 @@ class _RowPairs:
             kept += int(self.long[0].nbytes) + sum(int(a.nbytes) for a in self.long[1])
         return kept
 
-    def product(self, cols: np.ndarray, vals: np.ndarray, mat: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
-        out = np.zeros(cols.size)
+    def product(self, cols: np.ndarray, vals: np.ndarray, mat: np.ndarray, chunk: int = 1 << 18,
+                out: np.ndarray | None = None) -> np.ndarray:
+        """The sums at every entry, written into ``out`` when given."""
+        if out is None:
+            out = np.zeros(cols.size)
+        else:
+            out[:] = 0.0
         for entries in self.groups:
             c = entries.shape[1]
             step = max(1, chunk // (c * c))
@@ -1200,6 +1281,9 @@ class _RowPairs:
 
 #: scatter entries (cells x slots^2) from which a problem keeps its scatters as segments (_Segmented)
 _SEGMENTED_ENTRIES = 1 << 22
+
+#: cells whose terms' vectors the average information forms at once (terms x cells values)
+_CELL_CHUNK = 1 << 16
 
 #: entries of the eliminated term's global pattern handled at once in its diagonal inverse (x bm values)
 _ENTRY_CHUNK = 1 << 21
