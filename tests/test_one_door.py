@@ -121,18 +121,45 @@ def test_the_report_has_the_sections_it_had(tmp_path):
     assert sections == json.loads(path.read_text())
 
 
+BINARY = str(ROOT / "tests" / "fixtures" / "reml" / "binary.parquet")
+
+
+def judged(path: Path) -> str:
+    """4 systems x 30 items x 3 judges x 2 replicates of 0/1 scores (logit = system + item + judge effects), one
+    judgment missing."""
+    rng = np.random.default_rng(8)
+    grid = pd.MultiIndex.from_product([range(4), range(30), range(3), [1, 2]],
+                                      names=["system", "item", "judge", "replicate"])
+    frame = grid.to_frame(index=False).iloc[1:]
+    logit = (rng.normal(0, 0.7, 4)[frame["system"]] + rng.normal(0, 1.5, 30)[frame["item"]]
+             + rng.normal(0, 0.5, 3)[frame["judge"]])
+    frame["score"] = (rng.random(len(frame)) < 1 / (1 + np.exp(-logit))).astype(int)
+    frame = frame.assign(system="s" + frame["system"].astype(str), item="i" + frame["item"].astype(str),
+                         judge="j" + frame["judge"].astype(str))
+    frame.to_csv(path, index=False)
+    return str(path)
+PENICILLIN_FACETS = [PENICILLIN, "--score", "diameter", "--facets", "plate,sample"]
+
+
 @pytest.mark.parametrize("args", [
     ["components", SIZING],
-    ["components", PENICILLIN, "--score", "diameter", "--facets", "plate,sample", "--engine", "duckdb"],
+    ["components", *PENICILLIN_FACETS, "--engine", "duckdb"],
     ["components", PASTES, "--score", "strength", "--facets", "batch,cask", "--nest", "batch/cask", "--replicate",
      "auto", "--bootstrap", "20", "--seed", "1"],
-    ["analyze", PENICILLIN, "--score", "diameter", "--facets", "plate,sample", "--object", "sample"],
+    ["components", "{judged}", "--by", "judge"],
+    ["components", BINARY, "--formula", "score ~ 1 + (1|system) + (1|item) + (1|judge)", "--glmm"],
+    ["analyze", *PENICILLIN_FACETS, "--object", "sample"],
+    ["analyze", "{judged}", "--by", "judge", "--glmm"],
     ["compare", ALPACA, "--drop-missing", "--bootstrap", "200"],
     ["pairwise", "{battles}", "--bootstrap", "0"],
-], ids=["components", "components-engine", "components-bootstrap", "analyze", "compare", "pairwise"])
+    ["pairwise", "{battles}", "--bootstrap", "0", "--engine", "duckdb"],
+    ["screen", SIZING, "--splits", "20"],
+], ids=["components", "components-engine", "components-bootstrap", "components-by", "components-glmm", "analyze",
+        "analyze-by-glmm", "compare", "pairwise", "pairwise-engine", "screen"])
 def test_every_command_that_fits_goes_through_the_one_door_once(monkeypatch, tmp_path, args):
-    """A command is read -> eg.fit -> verb -> render: it calls evalgauge.api.fit exactly once, and never an
-    estimator itself."""
+    """A command is read -> eg.fit -> verb -> render: it calls evalgauge.api.fit exactly once (``screen``
+    twice: it compares the components of all items with those of the items it keeps), and never an estimator
+    itself."""
     import evalgauge.estimate as estimate
 
     calls = []
@@ -148,10 +175,11 @@ def test_every_command_that_fits_goes_through_the_one_door_once(monkeypatch, tmp
         real = getattr(estimate, name)
         monkeypatch.setattr(estimate, name, lambda *a, _real=real, _name=name, **k: (
             outside.append(_name) if not calls else None, _real(*a, **k))[1])
-    args = [battles(tmp_path / "battles.csv") if a == "{battles}" else a for a in args]
+    made = {"{battles}": lambda: battles(tmp_path / "battles.csv"), "{judged}": lambda: judged(tmp_path / "j.csv")}
+    args = [made[a]() if a in made else a for a in args]
     out = CliRunner().invoke(main, [*args, "--json", "-"])
     assert out.exit_code == 0, out.output
-    assert len(calls) == 1 and outside == []
+    assert len(calls) == (2 if args[0] == "screen" else 1) and outside == []
 
 
 def small_run(db: Path) -> Path:

@@ -15,7 +15,7 @@ The numeric work is the same functions the CLI calls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,10 @@ class Fit:
     cells: Any = None  # the cell statistics an engine reduced the rows to (n, sum, sum_squares per cell)
     #: the engine that reduced the rows and its scan (name, rows, files, cells, empty_dropped), or None
     engine: dict | None = None
+    #: the components' parametric bootstrap: resamples, interval level and seed (:meth:`strata` fits alike)
+    n_boot: int = 0
+    level: float = 0.95
+    seed: int | None = None
 
     @property
     def formula(self) -> str:
@@ -174,9 +178,11 @@ class Fit:
 
         diagnostics, run_meta = run.info() if run is not None else (None, None)
         vc = self.components.with_sampling(sampling).with_estimand(estimand)
-        return derive(self._rows("analysis"), self._spec, vc, target_erho2=target_erho2,
-                      n_boot_compare=n_boot_compare, ddf=ddf, assumed=assume, diagnostics=diagnostics,
-                      run_meta=run_meta)
+        analysis = derive(self._rows("analysis"), self._spec, vc, target_erho2=target_erho2,
+                          n_boot_compare=n_boot_compare, ddf=ddf, assumed=assume, diagnostics=diagnostics,
+                          run_meta=run_meta)
+        analysis.fit = self
+        return analysis
 
     def report(self, path: str | Path, *, target_erho2: float = 0.8) -> Path:
         """The self-contained HTML report of :meth:`analysis` (written atomically)."""
@@ -219,6 +225,35 @@ class Fit:
         return LikelihoodRatio.of(drop, full.summary.criterion, reduced.summary.criterion, full.formula,
                                   reduced.formula)
 
+    def strata(self, facet: str, *, n_boot: int | None = None, level: float | None = None,
+               seed: int | None = None):
+        """The model fitted within each level of ``facet`` (TEE C.7: a heteroscedastic model, one set of
+        components per stratum) beside this fit as the pooled one: a
+        :class:`evalgauge.estimate.strata.StratifiedComponents`. The strata are fitted with this fit's method,
+        empty-score handling and bootstrap, or the bootstrap options given (then the pooled fit is made again with
+        them)."""
+        from .estimate.strata import estimate_by_stratum
+
+        mine = {"n_boot": self.n_boot, "level": self.level, "seed": self.seed}
+        asked = {k: mine[k] if v is None else v for k, v in (("n_boot", n_boot), ("level", level), ("seed", seed))}
+        spec = self._spec
+        return estimate_by_stratum(self._rows("strata"), facet, spec, method=self.method,
+                                   drop_missing=self.drop_missing, pooled=self.components if asked == mine else None,
+                                   **asked)
+
+    def glmm(self):
+        """Binary scores: the logit-link GLMM with this fit's random terms (Laplace, TEE section G) beside this
+        fit as the linear probability model, and whether the two rank the systems alike: a
+        :class:`evalgauge.estimate.glmm.GlmmCheck`."""
+        from .estimate.glmm import compare_lpm_glmm, fit_glmm_logit
+
+        rows = self._rows("glmm")
+        if self.drop_missing:
+            from .data import without_empty
+
+            rows, _ = without_empty(rows, self._spec.score)
+        return compare_lpm_glmm(self.components, fit_glmm_logit(rows, self._spec.mixed))
+
     def _rows(self, verb: str) -> Judgments:
         if self.judgments is None:
             raise DesignError(f"{verb}: this fit is of cell statistics an engine reduced the rows to; {verb} needs "
@@ -240,7 +275,8 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
         facets: str | list[str] | None = None, design: Design | ModelSpec | None = None, formula: str | None = None,
         method: str = "auto", drop_missing: bool = False, n_boot: int = 0, level: float = 0.95,
         seed: int | None = None, progress=None, engine: str = "auto", spark_master: str = "local[*]",
-        rows: str | None = None, encoding: str | None = None, sep: str | None = None, **design_options) -> Fit:
+        rows: str | None = None, encoding: str | None = None, sep: str | None = None, sums: bool = False,
+        **design_options) -> Fit:
     """Fit the variance components of ``judgments`` (anything :func:`read` accepts, or its result).
 
     The design comes from ``design`` (a :class:`~evalgauge.design.Design`, or a resolved
@@ -259,9 +295,17 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
     memory, ``"no"`` (only the components are wanted) also reduces a file on DuckDB when reading it would take
     long, ``"need"`` always reads them. A fit of cells has the components and what derives from them (``plan``,
     ``ceiling``, ``interval``; ``Fit.engine`` says what the engine did); ``compare`` and ``report`` need the rows.
+
+    With ``sums``, ``judgments`` are cell statistics already reduced elsewhere (a frame of the facets' columns
+    with each cell's ``n``, ``sum`` and ``sum_squares`` of the score, as an engine writes them): they are fitted
+    as they are, under ``design`` or the design their columns imply
+    (:func:`evalgauge.estimate.estimate_from_sums`).
     """
     from .estimate import estimate_components, resolve_model
     from .io.engine import engine_for
+
+    if sums:
+        return _fit_sums(judgments, design, progress=progress, **design_options)
 
     needs_rows = design is not None or formula or n_boot or method != "auto"
     chosen = engine_for(engine, judgments, rows="need" if needs_rows else (rows or "prefer"))
@@ -281,7 +325,7 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
     spec = resolve_model(judgments, design, formula, object=object, facets=facets, **design_options)
     vc = estimate_components(judgments, spec, method=method, drop_missing=drop_missing, n_boot=n_boot, level=level,
                              seed=seed, progress=progress)
-    return Fit(judgments, spec.design, vc, drop_missing, spec, method)
+    return Fit(judgments, spec.design, vc, drop_missing, spec, method, n_boot=n_boot, level=level, seed=seed)
 
 
 def analyze(data: Any, design: Design | ModelSpec | None = None, *, run=None, method: str = "auto",
@@ -389,7 +433,6 @@ def _fit_on_engine(data: Any, engine: str, master: str, drop_missing: bool, *, r
                    text: dict | None = None, **design_options) -> Fit:
     """The rows reduced to cells by DuckDB or Spark (:func:`evalgauge.io.engine.reduce_cells`), the cells fitted;
     the engine's scan kept on the fit (``Fit.engine``)."""
-    from .estimate import cells_design, estimate_from_sums
     from .io.engine import reduce_cells
 
     unsupported = [name for name, value in refused.items() if value]
@@ -405,10 +448,22 @@ def _fit_on_engine(data: Any, engine: str, master: str, drop_missing: bool, *, r
                                replicate=design_options.pop("replicate", None), facets=chosen, **(text or {}),
                                preload=("pandas", "evalgauge.estimate", "evalgauge.analysis.gstudy"))
     source = "the Spark frame" if not isinstance(data, (str, Path)) else str(data)
-    design = cells_design(cells, score=score, **design_options)
+    fitted = _fit_sums(cells, None, score=score, source=source, progress=progress, **design_options)
+    return replace(fitted, drop_missing=drop_missing, engine={"name": engine, **info})
+
+
+def _fit_sums(cells: Any, design: Design | ModelSpec | None, *, score: str = "score", source: str = "the cells",
+              progress=None, **design_options) -> Fit:
+    """A fit of cell statistics (``n``, ``sum``, ``sum_squares`` per cell) under ``design`` or the one their
+    columns imply."""
+    from .estimate import cells_design, estimate_from_sums
+
+    if isinstance(design, ModelSpec):
+        design = design.design
+    if design is None:
+        design = cells_design(cells, score=score, **design_options)
     vc = estimate_from_sums(cells, score=score, source=source, design=design, progress=progress)
-    return Fit(None, design, vc, drop_missing, ModelSpec(design=design), "auto", cells=cells,
-               engine={"name": engine, **info})
+    return Fit(None, design, vc, False, ModelSpec(design=design), "auto", cells=cells)
 
 
 def _is_battle_log(judgments: Judgments) -> bool:

@@ -51,6 +51,8 @@ class Analysis(Result):
     bounds: tuple | None = None
     #: conditional modes of the facets' levels with intervals, the items judged most apart, Q-Q data (C.6)
     effects: dict | None = None
+    #: the fit it was derived from (:class:`evalgauge.api.Fit`), for its other verbs (strata, GLMM); not written
+    fit: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         out = {

@@ -110,11 +110,13 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
 def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", reference: str | None = None,
                           baseline: str | None = None, position: bool = True, n_boot: int = 200,
                           seed: int | None = 0, components: bool | None = None,
-                          progress=None) -> PairwiseAnalysis:
+                          progress=None, fitter=None) -> PairwiseAnalysis:
     """The same analysis from judgments reduced to counts (an engine over the files, :mod:`evalgauge.io.engine`):
     Bradley-Terry, both Elo scales, both bootstraps and position bias, equal to :func:`analyze_pairwise` on the
     rows; from an engine's distinct judgments (``counts.judgments_counted``, item, judge and variant kept) also
-    the win indicators' components, from their cell statistics (``components`` and ``progress`` as there).
+    the win indicators' components, from their cell statistics (``components`` and ``progress`` as there;
+    ``fitter(cells, design, progress=...)`` fits them: the command line's fits through
+    :func:`evalgauge.api.fit` with ``sums=True``, :func:`evalgauge.estimate.estimate_from_sums` when None).
     Human agreement needs the rows."""
     for name, param in ((baseline, "baseline"), (reference, "reference")):
         if name is not None and name not in counts.systems:
@@ -127,7 +129,8 @@ def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", r
             baseline = result.fit.reference  # two systems: one's win indicator mirrors the other's
         result.components = _win_components_from_cells(counts.judgments_counted, baseline, result.notes,
                                                        result.payload, progress,
-                                                       budget=None if components else COMPONENTS_AUTO_SECONDS)
+                                                       budget=None if components else COMPONENTS_AUTO_SECONDS,
+                                                       fitter=fitter)
     return result
 
 
@@ -324,9 +327,13 @@ def _within_budget(fit, design, notes, payload, progress, budget: float | None) 
 
 
 def _win_components_from_cells(judgments, baseline, notes, payload, progress=None,
-                               budget: float | None = None) -> VarianceComponents | None:
+                               budget: float | None = None, fitter=None) -> VarianceComponents | None:
     """The same components from an engine's distinct judgments (:func:`win_indicator_cells`)."""
-    from ..estimate import estimate_from_sums
+    if fitter is None:
+        from ..estimate import estimate_from_sums
+
+        def fitter(cells, design, progress=None):
+            return estimate_from_sums(cells, design=design, progress=progress)
 
     empty = [c for c in ("item", "judge", "variant") if c in judgments and judgments[c].isna().any()]
     if empty:
@@ -337,8 +344,8 @@ def _win_components_from_cells(judgments, baseline, notes, payload, progress=Non
         cells, design = win_indicator_cells(judgments, baseline)
     except DesignError:
         return None
-    return _within_budget(lambda sized: estimate_from_sums(cells, design=design, progress=sized), design, notes,
-                          payload, progress, budget)
+    return _within_budget(lambda sized: fitter(cells, design, progress=sized), design, notes, payload, progress,
+                          budget)
 
 
 def _components_payload(fit, design, notes, payload) -> VarianceComponents | None:

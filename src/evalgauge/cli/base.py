@@ -63,17 +63,8 @@ code_data = _lazy(".design", "code_data")
 infer_design = _lazy(".design", "infer_design")
 
 
-estimate_components = _lazy(".estimate", "estimate_components")
-
-
 #: the one door to a fit (:func:`evalgauge.api.fit`): every command that fits components goes through it
 fit = _lazy(".api", "fit")
-
-
-glmm_check = _lazy(".estimate.glmm", "glmm_check")
-
-
-estimate_by_stratum = _lazy(".estimate.strata", "estimate_by_stratum")
 
 
 simulate = _lazy(".simulate", "simulate")

@@ -20,7 +20,7 @@ from .base import (
     _scan_line,
     _write_frame,
     engine_options,
-    estimate_components,
+    fit,
     json_option,
     main,
     pd,
@@ -66,9 +66,9 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
                "split_half_rho": result.split_half_rho, "split_half_range": list(result.split_half_range),
                "per_item": result.per_item.to_dict(orient="records")}
     selected_rows = frame[frame[item].astype(str).isin(result.selected)]
-    for label, rows in (("all", frame), ("selected", selected_rows)):
+    for label, rows in (("all", frame), ("selected", selected_rows)):  # two row sets: two fits
         try:
-            vc = estimate_components(rows, drop_missing=True)
+            vc = fit(rows, drop_missing=True).components
             payload[f"components_{label}"] = {c.name: c.variance for c in vc.components}
             payload[f"share_{label}"] = {c.name: vc.share(c.name) for c in vc.components}
         except EvalGaugeError as exc:
@@ -201,6 +201,12 @@ def _win_progress():
     return _fit_progress(what="the win indicators' components (--no-components leaves them out): ")
 
 
+def _fit_cell_components(cells, design, progress=None):
+    """The win indicators' cell statistics (an engine's counts) fitted through the one door
+    (:func:`evalgauge.api.fit` with ``sums=True``)."""
+    return fit(cells, design=design, sums=True, progress=progress).components
+
+
 def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, master: str, text: dict, **options):
     """`pairwise --engine duckdb|spark`: the log counted over the files, the analysis on the counts (the
     agreement with a human vote column from its distinct votes' counts)."""
@@ -211,7 +217,7 @@ def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, mast
                                   preload=("pandas", "evalgauge.analysis.pairwise"), **text)
     from ..analysis.pairwise import analyze_battle_counts
 
-    result = analyze_battle_counts(counts, source=data, **options)
+    result = analyze_battle_counts(counts, source=data, fitter=_fit_cell_components, **options)
     if "human_agreement" in info:
         result.payload["human_agreement"] = info.pop("human_agreement")
     if info.get("item_column") not in (None, "item"):

@@ -45,9 +45,7 @@ from .base import (
     code_data,
     design_options,
     engine_options,
-    estimate_by_stratum,
     fit,
-    glmm_check,
     json_option,
     main,
     np,
@@ -102,16 +100,18 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
         return
     data, _ = _load(data, keep=keep, **read)
     model = _model(data, formula, score, facets, nest, replicate, fixed, object_, terms, max_order)
+    # the GLMM check compares the linear model's components with the logit GLMM's: no bootstrap of either
+    fitted = fit(data, design=model, method=method, drop_missing=drop_missing, progress=_fit_progress(),
+                 **({} if glmm else boot))
     if glmm:
-        check = glmm_check(data, model, method=method)
+        check = fitted.glmm()
         _emit(check.to_dict(), json_out, lambda c: print_glmm(check, c))
         return
     if by:
-        strata = estimate_by_stratum(data, by, model, method=method, drop_missing=drop_missing, **boot)
+        strata = fitted.strata(by)
         _emit(strata.to_dict(), json_out, lambda c: print_strata(strata, c))
         return
-    result = fit(data, design=model, method=method, drop_missing=drop_missing, progress=_fit_progress(),
-                 **boot).components
+    result = fitted.components
     from ..analysis.gstudy import components_summary, judgments_bounds
 
     bounds = judgments_bounds(data, model.score, None) if hasattr(data, "frame") else None
@@ -593,12 +593,12 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     if by is None and model is not None and model.design is not None:  # different measures: each on its own too
         by = next((f.name for f in model.design.facets
                    if f.role == "fixed" and f.name.lower() in vocabulary.CONSTRUCT_NAMES), None)
-    if by and not pairwise_rows:
-        strata = estimate_by_stratum(data, by, model, method=method, drop_missing=drop_missing)
+    if by and not pairwise_rows:  # the strata without a bootstrap, beside the analysis's own fit
+        strata = result.fit.strata(by, n_boot=0, level=0.95, seed=None)
         payload["by_stratum"] = strata.to_dict()
         extra.append(lambda c: print_strata(strata, c))
     if glmm and not pairwise_rows:
-        check = glmm_check(data, model, method=method)
+        check = result.fit.glmm()
         payload["glmm"] = check.to_dict()
         extra.append(lambda c: print_glmm(check, c))
     gold = None

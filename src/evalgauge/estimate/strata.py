@@ -62,8 +62,10 @@ class StratifiedComponents(Result):
 
 
 def estimate_by_stratum(data, stratum: str, design: Design | None = None, *, formula: str | None = None,
-                        method: str = "auto", **options) -> StratifiedComponents:
-    """Fit the model within each level of ``stratum`` (TEE C.7), and once pooled.
+                        method: str = "auto", pooled: VarianceComponents | None = None,
+                        **options) -> StratifiedComponents:
+    """Fit the model within each level of ``stratum`` (TEE C.7), and once pooled (``pooled``: the pooled fit
+    already made with the same model and options, e.g. :meth:`evalgauge.api.Fit.strata`'s own).
 
     ``options`` are passed to :func:`evalgauge.estimate.estimate_components`
     (``drop_missing``, ``n_boot``, ``level``, ``seed``) or, without a design or
@@ -77,7 +79,8 @@ def estimate_by_stratum(data, stratum: str, design: Design | None = None, *, for
     fit_options = {k: options.pop(k) for k in ("drop_missing", "n_boot", "level", "seed") if k in options}
     notes: list[str] = []
     spec = resolve_model(judgments, design, formula, **options)
-    pooled = estimate_components(judgments, spec, method=method, **fit_options)
+    if pooled is None:
+        pooled = estimate_components(judgments, spec, method=method, **fit_options)
     if spec.formula is not None:
         within_formula = _without_stratum(spec.mixed, stratum, notes).formula()
         within_design = None
