@@ -698,3 +698,34 @@ def test_a_fit_stopped_on_a_zero_component_whose_release_lowers_the_criterion_re
     fit = eg.fit(frame, drop_missing=True)
     assert fit.components.converged
     assert fit.components.reml.criterion == pytest.approx(164.413497, abs=1e-5)
+
+
+def test_a_small_problem_is_fitted_on_one_blas_thread_and_the_callers_threads_come_back(small_unbalanced):
+    """Every evaluation of a small problem (the optimiser's and the covariance's and derivatives' after it) runs on
+    one BLAS thread: worker threads spinning after each small product doubled a real file's CPU. The caller's own
+    setting is in force again when the fit returns."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from evalgauge.estimate import optimise as opt
+    from evalgauge.estimate.reml import fit_reml
+
+    def blas() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    seen = []
+    real = opt.RemlProblem.evaluate
+
+    def counted(self, *a, **k):
+        seen.append(blas())
+        return real(self, *a, **k)
+
+    if not blas():
+        pytest.skip("no BLAS library threadpoolctl can see")
+    frame, model = small_unbalanced
+    with threadpool_limits(limits=2, user_api="blas"):
+        outer = blas()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(opt.RemlProblem, "evaluate", counted)
+            fit_reml(frame, model, derivatives=True)
+        assert blas() == outer
+    assert seen and all(threads == {1} for threads in seen)

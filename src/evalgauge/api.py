@@ -150,8 +150,9 @@ class Fit:
 
         vc = with_assumed(self.components, assume) if assume else self.components
         vc = vc.with_estimand(estimand)
-        return compare_fitted(self._rows("compare"), self._spec, vc, level=level, n_boot=n_boot, seed=seed, ddf=ddf,
-                              pair_gstudies=pair_gstudies)
+        with _small_blas():
+            return compare_fitted(self._rows("compare"), self._spec, vc, level=level, n_boot=n_boot, seed=seed,
+                                  ddf=ddf, pair_gstudies=pair_gstudies)
 
     def pairwise(self, *, reference: str | None = None, baseline: str | None = None, position: bool = True,
                  n_boot: int = 200, seed: int | None = 0, human: str | None = None):
@@ -178,9 +179,10 @@ class Fit:
 
         diagnostics, run_meta = run.info() if run is not None else (None, None)
         vc = self.components.with_sampling(sampling).with_estimand(estimand)
-        analysis = derive(self._rows("analysis"), self._spec, vc, target_erho2=target_erho2,
-                          n_boot_compare=n_boot_compare, ddf=ddf, assumed=assume, diagnostics=diagnostics,
-                          run_meta=run_meta)
+        with _small_blas():
+            analysis = derive(self._rows("analysis"), self._spec, vc, target_erho2=target_erho2,
+                              n_boot_compare=n_boot_compare, ddf=ddf, assumed=assume, diagnostics=diagnostics,
+                              run_meta=run_meta)
         analysis.fit = self
         return analysis
 
@@ -464,6 +466,15 @@ def _fit_sums(cells: Any, design: Design | ModelSpec | None, *, score: str = "sc
         design = cells_design(cells, score=score, **design_options)
     vc = estimate_from_sums(cells, score=score, source=source, design=design, progress=progress)
     return Fit(None, design, vc, False, ModelSpec(design=design), "auto", cells=cells)
+
+
+def _small_blas():
+    """One BLAS thread for the verbs that derive from a fit: their matrices are small, and worker threads spinning
+    after each small product cost as much CPU again and slow the work in between (a REML refit inside sets its
+    own, :func:`evalgauge.estimate.optimise.blas_threads`)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _is_battle_log(judgments: Judgments) -> bool:

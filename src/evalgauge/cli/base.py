@@ -211,9 +211,11 @@ def main() -> None:
     prompt wording, which temperature, which items, repeated calls) so that
     intervals count every source of error, not only item sampling.
     """
+    from ..machine import keep_freed_memory
     from ..outputs import exit_on_terminate
 
     exit_on_terminate()
+    keep_freed_memory()  # fits allocate the same large arrays at every evaluation: reuse them, not fresh pages
 
 
 def json_option(what: str = "the result", help_text: str | None = None) -> Callable:

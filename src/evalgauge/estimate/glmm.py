@@ -23,7 +23,6 @@ import pandas as pd
 from scipy.optimize import minimize
 from scipy.special import expit, xlogy
 from scipy.stats import spearmanr
-from threadpoolctl import threadpool_limits
 
 from ..components import Component, FitSummary, VarianceComponents
 from ..data import as_judgments, numeric_scores
@@ -33,7 +32,7 @@ from ..vocabulary import RESIDUAL
 from .cells import cell_data, fixed_matrix, grouping_candidates, random_structure
 from .criterion import RemlProblem
 from .model import MixedModel
-from .optimise import SINGLE_THREAD_BELOW
+from .optimise import blas_threads
 
 LEVEL1 = math.pi**2 / 3
 
@@ -109,7 +108,7 @@ def fit_glmm_logit(data, model: MixedModel) -> VarianceComponents:
     theta = np.full(problem.n_terms, 0.5)
     # BLAS threads only where the dense part is large enough to use them (idle threads spinning between
     # small products cost more than they give; measured in bench/bench_glmm.py)
-    with threadpool_limits(limits=1 if problem.g < SINGLE_THREAD_BELOW else None, user_api="blas"):
+    with blas_threads(problem.g):
         res = _minimise_off_the_boundary(laplace, theta)
     theta = np.maximum(res.x, 0.0)
     if not res.success:

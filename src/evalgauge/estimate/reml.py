@@ -27,10 +27,12 @@ Three reductions make it fast without changing the criterion:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .. import machine
 from ..data import as_judgments
@@ -39,7 +41,7 @@ from ..vocabulary import RESIDUAL
 from .cells import CellData, cell_data, fixed_matrix, grouping_candidates, random_structure, term_levels, total_levels
 from .criterion import Evaluation, ModelSize, ModelTooLarge, RemlProblem
 from .model import MixedModel
-from .optimise import RemlFit, optimise
+from .optimise import RemlFit, blas_threads, optimise
 
 __all__ = ["CellData", "Evaluation", "ModelSize", "ModelTooLarge", "RemlFit", "RemlProblem", "bootstrap_workers",
            "cell_data", "fit_reml", "fixed_matrix", "optimise", "random_structure", "term_levels"]
@@ -49,6 +51,18 @@ __all__ = ["CellData", "Evaluation", "ModelSize", "ModelTooLarge", "RemlFit", "R
 # From data to VarianceComponents
 # ---------------------------------------------------------------------------
 
+def _restoring_blas(func):
+    """``func`` with the caller's BLAS threads restored when it returns, whatever it set in between."""
+
+    @functools.wraps(func)
+    def restoring(*args, **kwargs):
+        with threadpool_limits(limits=None, user_api="blas"):
+            return func(*args, **kwargs)
+
+    return restoring
+
+
+@_restoring_blas
 def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
              fixed_facets: tuple[str, ...] = (), method_reason: str = "REML (requested)",
              facet_order: tuple[str, ...] | None = None, n_boot: int = 0, level: float = 0.95,
@@ -82,6 +96,9 @@ def fit_reml(data, model: MixedModel, *, object_facet: str | None = None,
     problem = RemlProblem(cells.n_obs, cells.count, cells.mean, cells.ss_within, x, levels, sizes, cell_term,
                           grouping_candidates(cells, terms))
     size = problem.size()
+    # every evaluation of the problem (the optimiser's, the covariance's, the derivatives') on the BLAS threads it
+    # runs fastest on: one for a small dense part; the caller's are restored on return (_restoring_blas)
+    blas_threads(problem.g)
     limit = machine.available_memory() if max_memory is None else max_memory
     if limit and size.memory > 0.7 * limit:
         raise ModelTooLarge(size, limit)
