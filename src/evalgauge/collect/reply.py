@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields, replace
 from .config import Judge
 from .limits import MAX_BYTES_PER_TOKEN, text_limit, worst_case_input_tokens
 from .providers import Completion, ProviderError
+from .schema import _KEY_PATTERN, looks_like_key
 
 #: The fewest UTF-8 bytes a prompt token takes, at most (for the floor of a plausible input count).
 PROMPT_BYTES_PER_TOKEN_MAX = 32
@@ -52,8 +53,6 @@ class Vetted:
 
 def redact(text: str, secrets: list[str]) -> str:
     """``text`` without the run's secret values or anything that looks like an API key."""
-    from .schema import _KEY_PATTERN, looks_like_key
-
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
@@ -65,10 +64,11 @@ def _utf8_safe(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _identifier(value: str | None, secrets: list[str]) -> str | None:
-    if value is None:
-        return None
-    return _CONTROL.sub("", redact(_utf8_safe(value), secrets))[:ID_LIMIT] or None
+def _identifier(value: str, secrets: list[str]) -> tuple[str | None, bool]:
+    """An identifier made safe, and whether anything key-shaped was taken out of it."""
+    safe = _utf8_safe(value)
+    redacted = redact(safe, secrets)
+    return _CONTROL.sub("", redacted)[:ID_LIMIT] or None, redacted != safe
 
 
 def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | None,
@@ -92,9 +92,9 @@ def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | 
     # every other text field (model, response id, finish reason, and any added later) is an identifier
     raw = {f.name: getattr(completion, f.name) for f in fields(completion)
            if f.name != "text" and isinstance(getattr(completion, f.name), str)}
-    identifiers = {name: _identifier(value, secrets) for name, value in raw.items()}
-    if "key-shaped text redacted" not in flags and any(redact(_utf8_safe(v), secrets) != _utf8_safe(v)
-                                                        for v in raw.values()):
+    safe_ids = {name: _identifier(value, secrets) for name, value in raw.items()}
+    identifiers = {name: value for name, (value, _) in safe_ids.items()}
+    if "key-shaped text redacted" not in flags and any(taken for _, taken in safe_ids.values()):
         flags.append("key-shaped text redacted")
     in_bound = worst_case_input_tokens(prompt, system_prompt, history)
     sent = len(prompt.encode("utf-8", "surrogatepass")) + sum(len((a + f).encode("utf-8", "surrogatepass"))
