@@ -25,6 +25,7 @@ from .design import Design
 from .errors import DesignError
 from .estimate.spec import ModelSpec
 from .io import read_judgments
+from .results import Result
 
 
 def read(data: Any, *, encoding: str | None = None, sep: str | None = None,
@@ -47,7 +48,7 @@ def read(data: Any, *, encoding: str | None = None, sep: str | None = None,
 
 
 @dataclass(frozen=True)
-class Fit:
+class Fit(Result):
     """A fitted G-study that remembers itself: the judgments, the model it fitted (``spec``: a design or an
     lme4-style formula), the method asked for, the variance components and how the fit went (``summary``), with
     the verbs. A verb that needs an optimum raises :class:`evalgauge.errors.ConvergenceError` on a fit that did

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..results import Result
+
 CELL = ["item", "system", "variant", "temperature", "judge", "position"]
 
 
 @dataclass(frozen=True)
-class Diagnostics:
+class Diagnostics(Result):
     calls: int
     cells: int
     cached_cells: int
@@ -128,7 +130,7 @@ MISSING_FACETS = ("system", "variant", "judge", "temperature", "position")
 
 
 @dataclass(frozen=True)
-class MissingAnswers:
+class MissingAnswers(Result):
     """Calls stored without a score (parse failures and truncations), where they fall and whether their rate
     depends on any facet.
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..components import VarianceComponents
 from ..errors import DesignError
+from ..results import Result
 from ..vocabulary import RESIDUAL
 
 Z95 = 1.959963984540054
@@ -60,7 +61,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Preset:
+class Preset(Result):
     """One item set's relative-error components (0-5 scale) derived from the paper's printed figures."""
 
     name: str

@@ -48,6 +48,7 @@ from ..planning import (
     plan_stage,
     price_words,
 )
+from ..results import Result
 from .config import RunConfig
 
 
@@ -155,7 +156,7 @@ def _stage_dict(stage: Stage) -> dict:
 
 
 @dataclass
-class AdaptiveResult:
+class AdaptiveResult(Result):
     target: Target
     stages: list[Stage]
     outcome: str  # "met", "unreachable", "not confirmed", "stages exhausted", "budget", "awaiting --yes", "stopped"

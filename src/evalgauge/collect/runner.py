@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import DataError
 from ..protocols import TRUNCATED
+from ..results import Result
 from ..store import RunStore, cell_key
 
 # a call's cost, output, verdict and row, shared with the batch collector
@@ -81,7 +82,7 @@ class RateLimiter:
 
 
 @dataclass
-class RunSummary:
+class RunSummary(Result):
     planned: int
     already_done: int
     completed: int = 0

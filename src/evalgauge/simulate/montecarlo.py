@@ -37,6 +37,7 @@ from ..design import Design, Facet, code_data
 from ..errors import DesignError
 from ..estimate.anova import anova_from_coded
 from ..inference import theta_interval
+from ..results import Result
 from ..simulate import SimulationSpec, simulate
 from ..vocabulary import RESIDUAL
 
@@ -105,7 +106,7 @@ def _replicate(task: tuple) -> list[dict]:
 
 
 @dataclass(frozen=True)
-class CoverageResult:
+class CoverageResult(Result):
     results: pd.DataFrame  # scenario, n, coverage, mean_se, mc_se, reps
     raw: pd.DataFrame
 
