@@ -256,3 +256,15 @@ def test_the_reader_never_opens_a_run_configuration(tmp_path):
     diagnostics, meta = old.with_design(design).info()
     assert meta["variants"] == design["variants"]
     assert not any("before runs recorded" in n for n in diagnostics.get("design_notes", []))
+
+
+def test_a_fit_of_cell_sums_is_the_engine_fit_and_refuses_what_needs_rows(tmp_path):
+    """eg.fit(cells, sums=True) fits cell statistics reduced elsewhere as the engine path fits its own, and says
+    which options need the rows instead of ignoring them."""
+    from evalgauge.errors import DesignError
+
+    on_engine = api.fit(PENICILLIN, score="diameter", facets="plate,sample", engine="duckdb")
+    again = api.fit(on_engine.cells, design=on_engine.design, sums=True)
+    assert again.components.to_dict() == on_engine.components.to_dict()
+    with pytest.raises(DesignError, match="n_boot, method need"):
+        api.fit(on_engine.cells, design=on_engine.design, sums=True, n_boot=10, method="reml")

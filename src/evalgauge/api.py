@@ -246,7 +246,7 @@ class Fit(Result):
 
     def glmm(self):
         """Binary scores: the logit-link GLMM with this fit's random terms (Laplace, TEE section G) beside this
-        fit as the linear probability model, and whether the two rank the systems alike: a
+        fit as the linear probability model, and whether the two rank the components' shares alike: a
         :class:`evalgauge.estimate.glmm.GlmmCheck`."""
         from .estimate.glmm import compare_lpm_glmm, fit_glmm_logit
 
@@ -308,6 +308,11 @@ def fit(judgments: Any, *, object: str | None = None,  # noqa: A002 - the G-theo
     from .io.engine import engine_for
 
     if sums:
+        needs_rows = [name for name, value in (("formula", formula), ("n_boot", n_boot), ("method", method != "auto"),
+                                               ("drop_missing", drop_missing)) if value]
+        if needs_rows:
+            raise DesignError(f"fit(sums=True) fits the cells' statistics as they are; {', '.join(needs_rows)} "
+                              "need(s) the rows.")
         return _fit_sums(judgments, design, progress=progress, **design_options)
 
     needs_rows = design is not None or formula or n_boot or method != "auto"
