@@ -475,12 +475,12 @@ def _fit_sums(cells: Any, design: Design | ModelSpec | None, *, score: str = "sc
 
 
 def _small_blas():
-    """One BLAS thread for the verbs that derive from a fit: their matrices are small, and worker threads spinning
-    after each small product cost as much CPU again and slow the work in between (a REML refit inside sets its
-    own, :func:`evalgauge.estimate.optimise.blas_threads`)."""
-    from threadpoolctl import threadpool_limits
+    """One BLAS thread for the verbs that derive from a fit, whose matrices are small: the REML fit's own policy
+    (:func:`evalgauge.estimate.optimise.blas_threads`) for a problem with no dense part; a refit inside sets its
+    own threads and restores these."""
+    from .estimate.optimise import blas_threads
 
-    return threadpool_limits(limits=1, user_api="blas")
+    return blas_threads(0)
 
 
 def _is_battle_log(judgments: Judgments) -> bool:
