@@ -9,7 +9,10 @@ collector with 256 calls in flight:
   across a 100,000-call run (target: flat, the last sample within 20 % of the
   one at 20,000 calls).
 
-Run: `python bench/bench_collector.py [--calls 100000]`.
+With ``--against COMMIT``, that commit's collector (its ``src`` from git) runs beside the tree's, alternating,
+and the ratio of their collector CPU per call is printed (target: at most 1.00x).
+
+Run: `python bench/bench_collector.py [--calls 100000] [--against COMMIT]`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -25,6 +29,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
+
+from release import ROOT, environment, source_of
 
 TARGET_RATE = 500.0
 TARGET_CLIENT_MS = 1.0
@@ -75,15 +81,15 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=100_000)
-    args = parser.parse_args()
+def collect(calls: int, source: Path | None = None) -> tuple[list[tuple], float]:
+    """One collector run of ``calls`` against a fresh serve-sim (the tree's); the collector imported from
+    ``source`` (an earlier version's ``src``) when given. (calls, seconds, RSS, collector CPU s, server CPU s)
+    sampled every tenth of the run, and the run's wall time."""
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         port = free_port()
         per_item = 4 * 5
-        config = write_config(tmp, port, max(1, args.calls // per_item))
+        config = write_config(tmp, port, max(1, calls // per_item))
         server = subprocess.Popen([sys.executable, "-m", "evalgauge.cli", "serve-sim", str(config), "--port",
                                    str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -93,18 +99,16 @@ def main() -> None:
                         break
                 time.sleep(0.05)
             runner = subprocess.Popen([sys.executable, "-m", "evalgauge.cli", "run", str(config), "--no-progress"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment(source))
             db = tmp / "bench.sqlite"
             samples = []  # (calls, seconds, rss, client CPU s, server CPU s)
             t0 = time.monotonic()
-            step = min(10_000, max(1_000, args.calls // 10))
+            step = min(10_000, max(1_000, calls // 10))
             next_mark = step
             while runner.poll() is None:
                 time.sleep(0.25)
                 if not db.exists():
                     continue
-                import sqlite3
-
                 try:
                     n = sqlite3.connect(db).execute("SELECT COUNT(*) FROM calls").fetchone()[0]
                 except sqlite3.Error:
@@ -113,10 +117,29 @@ def main() -> None:
                     samples.append((n, time.monotonic() - t0, rss_mib(runner.pid), cpu_seconds(runner.pid),
                                     cpu_seconds(server.pid)))
                     next_mark += step
-            total = time.monotonic() - t0
+            return samples, time.monotonic() - t0
         finally:
             server.terminate()
             server.wait()
+
+
+def per_call_ms(samples: list[tuple]) -> tuple[float, float] | None:
+    """Collector and server CPU per call in the steady state: from the first mark (imports and start-up done)
+    to the last."""
+    if len(samples) < 2:
+        return None
+    (n0, _, _, c0, s0), (n1, _, _, c1, s1) = samples[0], samples[-1]
+    return 1000 * (c1 - c0) / (n1 - n0), 1000 * (s1 - s0) / (n1 - n0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=100_000)
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="also run that commit's collector, alternating with the tree's (twice each), and print "
+                             "the ratio of their CPU per call")
+    args = parser.parse_args()
+    samples, total = collect(args.calls)
     print(f"collector against serve-sim on loopback, 256 in flight, {args.calls:,} calls in {total:.1f} s")
     first = next((s for s in samples if s[0] >= 10_000), samples[-1] if samples else None)
     if first:
@@ -124,10 +147,10 @@ def main() -> None:
         print(f"  throughput over the first {first[0]:,} calls: {rate:.0f} calls/s "
               f"(target > {TARGET_RATE:g}: {'MET' if rate > TARGET_RATE else 'NOT MET'})")
     print(f"  overall: {args.calls / total:.0f} calls/s")
-    if len(samples) >= 2:  # steady state: from the first mark (imports and start-up done) to the last
-        (n0, _, _, c0, s0), (n1, _, _, c1, s1) = samples[0], samples[-1]
-        client, server_ms = 1000 * (c1 - c0) / (n1 - n0), 1000 * (s1 - s0) / (n1 - n0)
-        print(f"  CPU per call, calls {n0:,} to {n1:,}: collector {client:.2f} ms "
+    steady = per_call_ms(samples)
+    if steady:
+        client, server_ms = steady
+        print(f"  CPU per call, calls {samples[0][0]:,} to {samples[-1][0]:,}: collector {client:.2f} ms "
               f"(target <= {TARGET_CLIENT_MS:g} ms: {'MET' if client <= TARGET_CLIENT_MS else 'NOT MET'}), "
               f"serve-sim {server_ms:.2f} ms")
     for n, secs, rss, _, _ in samples:
@@ -141,6 +164,31 @@ def main() -> None:
         print(f"  memory from {ref[0]:,} to {during[-1][0]:,} calls: {100 * growth:+.1f}% "
               f"(target flat, within 20%: {'MET' if abs(growth) < 0.2 else 'NOT MET'}); the last line is after "
               "the run, with the integrity diagnostics reading every call")
+    if args.against:
+        against(args.calls, args.against, steady)
+
+
+def against(calls: int, commit: str, first: tuple[float, float] | None) -> None:
+    """The tree's collector CPU per call beside ``commit``'s, alternating runs, the lower of each counted."""
+    with tempfile.TemporaryDirectory(dir=ROOT, prefix=".bench-release-") as releases:
+        source, why = source_of(commit, Path(releases))
+        if source is None:
+            print(f"  no comparison: {why}")
+            return
+        tree = [first[0]] if first else []
+        theirs = []
+        for side in ("theirs", "tree", "theirs"):
+            steady = per_call_ms(collect(calls, source if side == "theirs" else None)[0])
+            if steady:
+                (theirs if side == "theirs" else tree).append(steady[0])
+    if not tree or not theirs:
+        print(f"  no comparison: a run with {calls:,} calls gave too few samples")
+        return
+    ratio = min(tree) / min(theirs)
+    print(f"  collector CPU per call, same session, lower of two runs each: tree {min(tree):.3f} ms, {commit} "
+          f"{min(theirs):.3f} ms: {ratio:.2f}x (target: at most its earlier cost, 1.00x: "
+          f"{'MET' if ratio <= 1.0 else 'NOT MET'})")
+
 
 if __name__ == "__main__":
     main()

@@ -1,19 +1,25 @@
 """The regression guard on whole commands: every runnable command of the README and the guides, and the real
 files users bring, each run as its own process; its CPU (user + system, of the child, from the OS), its peak
-memory (the child's maximum resident set) and a digest of the numbers it writes, against the figures stored
-for the last release (``bench/baseline.json``).
+memory (the child's maximum resident set) and a digest of the numbers it writes, against the last release.
 
-A case fails when it takes more than 25% more CPU (and 0.5 s more: start-up noise) or 25% more peak memory
-(and 20 MiB more) than stored, or when its numbers changed and ``CHANGELOG.md``'s "Unreleased" section does
-not name the case (in backticks). The digest is of the JSON the command writes (``--json -``, or the files it
-writes with ``-o``/``--out``), with the values that differ run to run left out (timings, dates, versions,
-paths) and every number rounded to 5 significant digits (within 1e-12 of 0: 0); a command that writes
-neither (an HTML report) has no digest. Commands under 20 s of CPU run three times, longer ones twice; the
-fastest run counts (on one machine, the same command's CPU varied by up to 20% between runs minutes apart).
+The release is the commit ``bench/baseline.json`` was recorded with. Its package source is taken from git
+(``git archive``) and every case is run with it too, in the same session, on the same files and Python, the
+two alternating: a case fails when it takes more than 25% more CPU (and 0.5 s more: start-up noise) or 25% more
+peak memory (and 20 MiB more) than the release's code did just before, or when its numbers differ from the
+release's and ``CHANGELOG.md``'s "Unreleased" section does not name the case (in backticks). A machine that is
+slower, loaded, or rounds the last digits otherwise moves both alike. Where git or that commit is not at hand
+(a source archive, a shallow clone), the figures stored in ``bench/baseline.json`` stand in, and it says so.
+
+The digest is of the JSON the command writes (``--json -``, or the files it writes with ``-o``/``--out``), with
+the values that differ run to run left out (timings, dates, versions, paths) and every number rounded to 5
+significant digits (within 1e-12 of 0: 0); a command that writes neither (an HTML report) has no digest.
+Commands under 20 s of CPU run three times, longer ones twice, each way; the fastest run counts (on one machine,
+the same command's CPU varied by up to 20% between runs minutes apart).
 
 Run: ``make bench-check`` (compare), ``make bench-record`` (store today's figures for a release), or
-``python bench/check.py [--only ID,...] [--table PATH]``. Real files come from ``../shared/data`` when present;
-their cases are skipped, and said, without it.
+``python bench/check.py [--only ID,...] [--table PATH] [--stored]`` (``--stored``: against the stored figures,
+without running the release's code). Real files come from ``../shared/data`` when present; their cases are
+skipped, and said, without it.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
+
+from release import environment, source_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -150,9 +159,10 @@ def outputs_of(argv: list[str], cwd: Path) -> list[Path]:
     return out
 
 
-def run_once(argv: list[str], cwd: Path) -> tuple[float, float, str, int, str]:
-    """(CPU s, peak MiB, stdout, exit code, stderr tail) of one run of ``python -m evalgauge argv``."""
-    env = {**os.environ, "COLUMNS": "120", "PYTHONHASHSEED": "0"}
+def run_once(argv: list[str], cwd: Path, source: Path | None = None) -> tuple[float, float, str, int, str]:
+    """(CPU s, peak MiB, stdout, exit code, stderr tail) of one run of ``python -m evalgauge argv``; with
+    ``source``, the package imported from that ``src`` folder instead of the installed one."""
+    env = environment(source, {**os.environ, "COLUMNS": "120", "PYTHONHASHSEED": "0"})
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([sys.executable, "-m", "evalgauge", *argv], cwd=cwd, stdout=out, stderr=err, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -163,21 +173,41 @@ def run_once(argv: list[str], cwd: Path) -> tuple[float, float, str, int, str]:
                 err.read().decode(errors="replace")[-400:])
 
 
-def measure(case_id: str, argv: list[str], cwd: Path) -> dict:
-    for path in outputs_of(argv, cwd):  # a command refuses to replace an output a previous repeat wrote
-        path.unlink(missing_ok=True)
-    cpu, mem, stdout, code, err = run_once(argv, cwd)
-    runs = [(cpu, mem)]
-    if code == 0:
-        for _ in range(2 if cpu < REPEAT_BELOW else 1):
-            for path in outputs_of(argv, cwd):
+class Run(NamedTuple):
+    cpu_s: float
+    peak_mib: float
+    code: int
+    err: str
+    digest: str | None
+
+
+def measure(case_id: str, argv: list[str], cwd: Path, reference: Path | None = None) -> dict:
+    """A case's figures (fastest run) with the installed code; with ``reference`` (a release's ``src``), also
+    the release's figures under ``"reference"``, the two run alternately so that both see the same machine."""
+    sides = {"now": None, **({"reference": reference} if reference is not None else {})}
+    runs: dict[str, list[Run]] = {side: [] for side in sides}
+    for _ in range(3):
+        for side, source in sides.items():
+            done = runs[side]
+            if done and (done[-1].code != 0 or len(done) >= (3 if done[0].cpu_s < REPEAT_BELOW else 2)):
+                continue
+            for path in outputs_of(argv, cwd):  # a command refuses to replace an output a previous run wrote
                 path.unlink(missing_ok=True)
-            c, m, stdout, code, err = run_once(argv, cwd)
-            runs.append((c, m))
-    if code not in (0, 3):  # balance exits 3 on an incomplete block by design
-        return {"id": case_id, "error": f"exit {code}: {err.strip()[-300:]}"}
-    return {"id": case_id, "cpu_s": round(min(c for c, _ in runs), 3), "peak_mib": round(min(m for _, m in runs), 1),
-            "digest": digest(stdout, outputs_of(argv, cwd)), "runs": len(runs)}
+            cpu, mem, stdout, code, err = run_once(argv, cwd, source)
+            done.append(Run(cpu, mem, code, err, digest(stdout, outputs_of(argv, cwd)) if code in (0, 3) else None))
+    now = {"id": case_id, **_figures(runs["now"])}
+    if reference is not None:
+        now["reference"] = _figures(runs["reference"])
+    return now
+
+
+def _figures(runs: list[Run]) -> dict:
+    """The fastest run's CPU and the smallest peak of a side's runs, the last run's digest, or its failure."""
+    last = runs[-1]
+    if last.code not in (0, 3):  # balance exits 3 on an incomplete block by design
+        return {"error": f"exit {last.code}: {last.err.strip()[-300:]}"}
+    return {"cpu_s": round(min(r.cpu_s for r in runs), 3), "peak_mib": round(min(r.peak_mib for r in runs), 1),
+            "digest": last.digest, "runs": len(runs)}
 
 
 def cases(tmp: Path) -> list[tuple[str, list[str], Path | None]]:
@@ -215,16 +245,27 @@ def verdict(now: dict, then: dict | None, explained: set[str]) -> list[str]:
     return bad
 
 
+def against(now: dict, then: dict | None) -> tuple[dict | None, str]:
+    """What a case is judged against: the release's code run here when it ran, else the stored figures."""
+    ref = now.get("reference")
+    if ref is not None and "error" not in ref:
+        return ref, "release here"
+    return then, "stored"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", action="store_true", help="store today's figures as the baseline")
     parser.add_argument("--only", help="case ids (or prefixes), comma-separated")
     parser.add_argument("--table", type=Path, help="also write the results as a markdown table to this file")
+    parser.add_argument("--stored", action="store_true",
+                        help="judge against the stored figures only, without running the release's code")
     args = parser.parse_args()
     stored = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"cases": {}}
     explained = unreleased_mentions()
-    results, failed, skipped = [], [], []
-    with tempfile.TemporaryDirectory() as tmp_name:
+    results, failed, skipped, said_why = [], [], [], set()
+    with tempfile.TemporaryDirectory() as tmp_name, \
+            tempfile.TemporaryDirectory(dir=ROOT, prefix=".bench-release-") as releases:
         tmp = Path(tmp_name)
         for name in ("tests", "examples"):  # the documented commands' relative paths
             (tmp / name).symlink_to(ROOT / name)
@@ -235,11 +276,22 @@ def main() -> int:
             if missing is not None:
                 skipped.append(f"{cid}: {missing} is not present")
                 continue
+            then = stored["cases"].get(cid)
+            source = None
+            if then is not None and not (args.record or args.stored):
+                source, why = source_of(then.get("commit") or stored.get("commit"), Path(releases))
+                if why and why not in said_why:
+                    said_why.add(why)
+                    print(f"note: {why}: judged against the stored figures")
             started = time.perf_counter()
-            now = measure(cid, argv, tmp)
+            now = measure(cid, argv, tmp, source)
             now["wall_s"] = round(time.perf_counter() - started, 1)
-            problems = [] if args.record else verdict(now, stored["cases"].get(cid), explained)
-            bad = [p for p in problems if not p.startswith("new")]
+            base, label = against(now, then)
+            problems = [] if args.record else verdict(now, base, explained)
+            if "error" in now.get("reference", {}):
+                problems.append(f"the release's code failed here ({now['reference']['error'][:80]}): "
+                                "judged against the stored figures")
+            bad = [p for p in problems if not p.startswith(("new", "the release's"))]
             if bad:
                 failed.append(cid)
             results.append((now, problems))
@@ -247,10 +299,11 @@ def main() -> int:
             if "error" in now:
                 print(f"{cid:<62} {said}")
             else:
-                then = stored["cases"].get(cid) or {}
-                print(f"{cid:<62} {now['cpu_s']:7.2f} s  {now['peak_mib']:6.0f} MiB  "
-                      f"(stored {then.get('cpu_s', float('nan')):.2f} s, {then.get('peak_mib', float('nan')):.0f} "
-                      f"MiB)  {said}", flush=True)
+                base = base or {}
+                ratio = now["cpu_s"] / base["cpu_s"] if base.get("cpu_s") else float("nan")
+                print(f"{cid:<62} {now['cpu_s']:7.2f} s  {now['peak_mib']:6.0f} MiB  ({label} "
+                      f"{base.get('cpu_s', float('nan')):.2f} s, {base.get('peak_mib', float('nan')):.0f} MiB; "
+                      f"CPU {ratio:.2f}x)  {said}", flush=True)
     for line in skipped:
         print(f"skipped {line}")
     if args.table:
@@ -279,14 +332,19 @@ def main() -> int:
 
 
 def _write_table(path: Path, results, stored) -> None:
-    lines = ["| case | CPU (s) | peak (MiB) | stored CPU | stored peak | verdict |", "|---|---|---|---|---|---|"]
+    """Today's figures beside what each case was judged against (the release's code run here, or stored)."""
+    lines = ["| case | CPU (s) | peak (MiB) | against | its CPU (s) | its peak (MiB) | CPU ratio | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     for now, problems in results:
-        then = stored["cases"].get(now["id"]) or {}
         if "error" in now:
-            lines.append(f"| `{now['id']}` | | | | | {now['error'][:60]} |")
+            lines.append(f"| `{now['id']}` | | | | | | | {now['error'][:60]} |")
             continue
-        lines.append(f"| `{now['id']}` | {now['cpu_s']:.2f} | {now['peak_mib']:.0f} | {then.get('cpu_s', '')} | "
-                     f"{then.get('peak_mib', '')} | {'; '.join(problems) or 'ok'} |")
+        base, label = against(now, stored["cases"].get(now["id"]))
+        base = base or {}
+        ratio = f"{now['cpu_s'] / base['cpu_s']:.2f}" if base.get("cpu_s") else ""
+        lines.append(f"| `{now['id']}` | {now['cpu_s']:.2f} | {now['peak_mib']:.0f} | {label} | "
+                     f"{base.get('cpu_s', '')} | {base.get('peak_mib', '')} | {ratio} | "
+                     f"{'; '.join(problems) or 'ok'} |")
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import check  # noqa: E402
+import release  # noqa: E402
 
 THEN = {"cpu_s": 2.0, "peak_mib": 200.0, "digest": "abc"}
 
@@ -54,3 +55,43 @@ def test_every_documented_command_and_real_file_is_a_case_with_a_stable_name(tmp
     stored = json.loads(check.BASELINE.read_text())["cases"]
     missing = [i for i in ids if i not in stored]
     assert not missing, f"cases without stored figures (make bench-record): {missing}"
+
+
+def test_a_case_is_judged_against_the_release_run_here_when_it_ran():
+    stored = {"cpu_s": 1.0, "peak_mib": 150.0, "digest": "old"}
+    here = {"cpu_s": 1.8, "peak_mib": 200.0, "digest": "abc"}  # a slower machine, another last digit
+    now = _now(cpu_s=1.9, peak_mib=215.0, digest="abc", reference=here)
+    base, label = check.against(now, stored)
+    assert (base, label) == (here, "release here")
+    assert check.verdict(now, base, set()) == []  # against the stored figures it would fail three times
+    assert len(check.verdict(now, stored, set())) == 3
+    failed = _now(reference={"error": "exit 2: no such option"})
+    assert check.against(failed, stored) == (stored, "stored")
+    assert check.against(_now(), stored) == (stored, "stored")
+
+
+def test_the_release_source_comes_from_git_or_says_why_not(tmp_path):
+    src, why = release.source_of("HEAD", tmp_path)
+    assert why == "" and (src / "evalgauge" / "__init__.py").is_file()
+    assert release.source_of("HEAD", tmp_path)[0] == src  # unpacked once
+    src, why = release.source_of("0" * 40, tmp_path)
+    assert src is None and "not in this clone" in why
+    assert release.source_of(None, tmp_path) == (None, "the stored figures name no commit")
+
+
+def test_measure_runs_both_sides_alternately_and_keeps_the_fastest(tmp_path, monkeypatch):
+    calls = []
+
+    def fake(argv, cwd, source=None):
+        calls.append(source)
+        cpu = 2.0 if source is None else 1.0
+        return cpu + 0.1 * len(calls), 100.0, '{"x": 1}', 0, ""
+
+    monkeypatch.setattr(check, "run_once", fake)
+    release = tmp_path / "src"
+    now = check.measure("case-a", ["analyze", "x.csv"], tmp_path, release)
+    assert calls == [None, release] * 3
+    assert now["cpu_s"] == 2.1 and now["reference"]["cpu_s"] == 1.2 and now["runs"] == 3
+    assert now["digest"] == now["reference"]["digest"] is not None
+    calls.clear()
+    assert "reference" not in check.measure("case-a", ["analyze", "x.csv"], tmp_path) and calls == [None] * 3
