@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import replace
+from functools import lru_cache
 
-from ..protocols import TRUNCATED, Verdict
+from ..protocols import TRUNCATED, Verdict, parse, read_structured, strip_reasoning, verdict_schema
 from ..store import CallRecord
 from .config import Judge, RunConfig
 from .limits import worst_case_input_tokens
@@ -25,8 +26,6 @@ def worst_case_cost(judge: Judge, prompt: str, system_prompt: str | None = None,
 
 def output_spec(cfg: RunConfig) -> Output | None:
     """What the judges are asked to return beyond free text ([scoring] output)."""
-    from ..protocols import verdict_schema
-
     if cfg.output == "text":
         return None
     return Output(cfg.output, verdict_schema(cfg.mode, cfg.scale_min, cfg.scale_max, cfg.choices, cfg.labels))
@@ -36,8 +35,6 @@ def read_verdict(cfg: RunConfig, variant: str, text: str | None, tokens=None, cu
     """The verdict of a completion: a structured answer's ``score`` (with ``tokens``: the probability-weighted
     score), else by the variant's protocol, else the scoring mode's parser. Reasoning blocks are never read.
     ``cut``: the reply was cut at max_tokens, so only a verdict complete in its final form is read."""
-    from ..protocols import parse, read_structured, strip_reasoning
-
     if cfg.output != "text":
         v = read_structured(text, cfg.mode, scale_min=cfg.scale_min, scale_max=cfg.scale_max, choices=cfg.choices,
                             tokens=tokens if cfg.output == "logprobs" else None, labels=cfg.labels)
@@ -62,10 +59,8 @@ def call_record(cfg: RunConfig, judge: Judge, task: Task, completion, verdict: V
         score = 1.0 - score  # the system was presented second: its win is a "B"
     if score is not None and cfg.choice_keyed:  # the letter chosen against the item's answer key
         score = float(cfg.choices[int(score)].upper() == (task.item.reference or "").strip().upper())
-    asked = {"model": judge.model, "temperature": task.temperature, "max_tokens": judge.max_tokens,
-             "provider": judge.provider, "base_url": judge.base_url, "system_prompt": bool(cfg.system_prompt),
-             "output": cfg.output}
-    request = json.dumps({**asked, "batch": True} if batch else asked)
+    request = _request_text(judge.model, task.temperature, judge.max_tokens, judge.provider, judge.base_url,
+                            bool(cfg.system_prompt), cfg.output, batch)
     dist = verdict.distribution
     tokens_in, tokens_out, cached, written = tokens
     return CallRecord(
@@ -79,6 +74,15 @@ def call_record(cfg: RunConfig, judge: Judge, task: Task, completion, verdict: V
         distribution=json.dumps({f"{v:g}": p for v, p in dist}) if dist else None,
         spread=verdict.spread, reasks=len(turns or ()), turns=json.dumps(turns) if turns else None,
         cached_tokens=cached, cache_write_tokens=written)
+
+
+@lru_cache(maxsize=256)  # the same for every call of a judge at a temperature
+def _request_text(model: str, temperature: float, max_tokens: int, provider: str, base_url: str | None,
+                  system_prompt: bool, output: str, batch: bool) -> str:
+    """What was asked, as stored with each call (the request's settings, never its key or prompt)."""
+    asked = {"model": model, "temperature": temperature, "max_tokens": max_tokens, "provider": provider,
+             "base_url": base_url, "system_prompt": system_prompt, "output": output}
+    return json.dumps({**asked, "batch": True} if batch else asked)
 
 
 def verdict_of(cfg: RunConfig, judge: Judge, task: Task, completion) -> tuple[Verdict, str | None]:

@@ -13,6 +13,7 @@ import math
 import string
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -145,13 +146,14 @@ class RunConfig:
     def pairwise(self) -> bool:
         return self.mode == "pairwise"
 
-    @property
+    @cached_property  # read on every stored call: once per configuration, not once per call and item
     def choice_keyed(self) -> bool:
         """A choice run whose every item has its answer key (``reference``, one of the choices): each verdict
         is scored correct (1) or incorrect (0); without a key for every item the letters are classes."""
+        if self.mode != "choice" or not self.items:
+            return False
         letters = {c.upper() for c in self.choices}
-        return self.mode == "choice" and bool(self.items) and all(
-            (i.reference or "").strip().upper() in letters for i in self.items)
+        return all((i.reference or "").strip().upper() in letters for i in self.items)
 
     def protocol_for(self, variant: str) -> tuple[str | None, str | None]:
         """The verdict protocol and pattern of a variant's calls (None: the scoring mode's parser)."""

@@ -34,9 +34,15 @@ def worst_case_input_tokens(prompt: str, system_prompt: str | None = None, histo
     about 4 bytes a token, CJK 1.5-3, emoji 1-4, so this never undercounts and overcounts by at most
     about 4x.
     """
-    n = len(prompt.encode("utf-8")) + 2 * MESSAGE_OVERHEAD_TOKENS
+    n = utf8_bytes(prompt) + 2 * MESSAGE_OVERHEAD_TOKENS
     for answer, follow_up in history:  # a re-ask's earlier turns: two more messages each
-        n += len(answer.encode("utf-8")) + len(follow_up.encode("utf-8")) + 2 * MESSAGE_OVERHEAD_TOKENS
+        n += utf8_bytes(answer) + utf8_bytes(follow_up) + 2 * MESSAGE_OVERHEAD_TOKENS
     if system_prompt:
-        n += len(system_prompt.encode("utf-8")) + MESSAGE_OVERHEAD_TOKENS
+        n += utf8_bytes(system_prompt) + MESSAGE_OVERHEAD_TOKENS
     return n
+
+
+def utf8_bytes(text: str) -> int:
+    """The UTF-8 length of ``text`` (a lone surrogate counted as its 3 bytes), without encoding ASCII text,
+    whose length it is (``isascii`` is one flag of the string, not a scan)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import DataError
 from .config import Judge
+from .limits import body_limit
 
 #: the fewest tokens a prompt prefix must have for the providers' prompt caches (OpenAI's and Anthropic's)
 CACHE_MIN_TOKENS = 1024
@@ -206,8 +207,6 @@ class _HTTPProvider:
     async def _post(self, body: dict) -> object:
         """The parsed answer to one request (JSON, or its text when it is not JSON); ProviderError on failure."""
         import aiohttp
-
-        from .limits import body_limit
 
         session = self._session or self._open()
         limit = body_limit(self.judge.max_tokens)
@@ -455,6 +454,8 @@ async def _read_bounded(resp, limit: int, judge: Judge) -> bytes:
                                 f"{judge.max_tokens}; not read further or stored, the cell is asked again on "
                                 "resume.", retryable=False, billed=resp.status < 400)
         chunks.append(chunk)
+        if resp.content.at_eof():  # the whole body is in: no further read (and no further await) for its end
+            break
     return b"".join(chunks)
 
 

@@ -1,21 +1,22 @@
 """A provider's reply is untrusted: the one place it is made safe to store, show and charge for.
 
 Every completion, judge or generating system, passes through :func:`vet` before it is parsed, priced
-or written: the run's secret values and anything key-shaped are redacted from every text field it carries
-(the completion, model id, response id and finish reason: a server may echo the Authorization header into
-any of them); lone UTF-16 surrogates (valid JSON, not
-valid UTF-8) become U+FFFD; identifiers lose control characters and are bounded; a text longer than
-``max_tokens`` tokens can decode to is refused; and the token counts charged are the server's only
-when they are plausible for this request, otherwise the worst case the request allows.
+or written: the run's secret values and known providers' key shapes are redacted from every text field it carries
+(the completion, model id, response id and finish reason: a server may echo the Authorization header into any of
+them), and from the completion any long random token that looks like a key (ids are such tokens by design and keep
+theirs); lone UTF-16 surrogates (valid JSON, not valid UTF-8) become U+FFFD; identifiers lose control characters
+and are bounded; a text longer than ``max_tokens`` tokens can decode to is refused; and the token counts charged
+are the server's only when they are plausible for this request, otherwise the worst case the request allows.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
+from functools import cache, lru_cache
 
 from .config import Judge
-from .limits import MAX_BYTES_PER_TOKEN, text_limit, worst_case_input_tokens
+from .limits import MAX_BYTES_PER_TOKEN, text_limit, utf8_bytes, worst_case_input_tokens
 from .providers import Completion, ProviderError
 from .schema import _KEY_PATTERN, looks_like_key
 
@@ -51,24 +52,40 @@ class Vetted:
         return judge.price(self.input_tokens, self.output_tokens, self.cached_tokens, self.cache_write_tokens)
 
 
-def redact(text: str, secrets: list[str]) -> str:
-    """``text`` without the run's secret values or anything that looks like an API key."""
+def redact(text: str, secrets: list[str] | tuple[str, ...], *, shapes: bool = True) -> str:
+    """``text`` without the run's secret values or a known provider's key; with ``shapes``, nor any long random
+    token that looks like a key."""
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
     text = _KEY_PATTERN.sub("***", text)
+    if not shapes:
+        return text
     return _TOKENISH.sub(lambda m: "***" if looks_like_key(m.group()) else m.group(), text)
+
+
+@cache
+def _other_fields(kind: type) -> tuple[str, ...]:
+    """A completion type's fields other than its text."""
+    return tuple(f.name for f in fields(kind) if f.name != "text")
 
 
 def _utf8_safe(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _identifier(value: str, secrets: list[str]) -> tuple[str | None, bool]:
-    """An identifier made safe, and whether anything key-shaped was taken out of it."""
-    safe = _utf8_safe(value)
-    redacted = redact(safe, secrets)
-    return _CONTROL.sub("", redacted)[:ID_LIMIT] or None, redacted != safe
+@lru_cache(maxsize=1024)  # a model name or finish reason repeats on every call of a judge
+def _identifier(value: str, secrets: tuple[str, ...]) -> tuple[str | None, bool]:
+    """An identifier made safe, and whether anything key-shaped was taken out of it.
+
+    Without the long-random-token rule: a provider's response ids are such tokens by design
+    (``chatcmpl-B9MBs8CjcvOU2jLn4n570S5ZBFtAa``, ``gen-…``, ``req_…``), and taken as keys every id of a run would
+    read "***", each call would be flagged, and the diagnostics would see one id repeated on every call (a cache).
+    The key a server can echo is the one the run sent it, removed exactly, or a known provider's key shape."""
+    plain = value.isascii() and value.isprintable()  # no surrogate and no control character to take out
+    safe = value if plain else _utf8_safe(value)
+    redacted = redact(safe, secrets, shapes=False)
+    return (redacted if plain else _CONTROL.sub("", redacted))[:ID_LIMIT] or None, redacted != safe
 
 
 def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | None,
@@ -76,31 +93,31 @@ def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | 
     """The completion made safe (see the module's docstring); ProviderError when its text is too long."""
     flags: list[str] = []
     text = completion.text
+    size = 0
     if text is not None:
-        size = len(text.encode("utf-8", "surrogatepass"))
+        size = utf8_bytes(text)
         if size > text_limit(judge.max_tokens):
             raise ProviderError(
                 f"judge '{judge.name}': a completion of {size:,} bytes, more than max_tokens = {judge.max_tokens} "
                 f"tokens can be (at most {text_limit(judge.max_tokens):,}); not stored, the cell is asked again on "
                 "resume.", retryable=False, billed=True)
-        safe_text = _utf8_safe(text)
+        safe_text = text if text.isascii() else _utf8_safe(text)
         if safe_text != text:
             flags.append("lone surrogates replaced")
         text = redact(safe_text, secrets)
         if text != safe_text:
             flags.append("key-shaped text redacted")
     # every other text field (model, response id, finish reason, and any added later) is an identifier
-    raw = {f.name: getattr(completion, f.name) for f in fields(completion)
-           if f.name != "text" and isinstance(getattr(completion, f.name), str)}
-    safe_ids = {name: _identifier(value, secrets) for name, value in raw.items()}
-    identifiers = {name: value for name, (value, _) in safe_ids.items()}
+    held = tuple(secrets)
+    safe_ids = {name: _identifier(value, held) for name in _other_fields(type(completion))
+                if isinstance(value := getattr(completion, name), str)}
+    identifiers = {name: value for name, (value, _) in safe_ids.items() if value != getattr(completion, name)}
     if "key-shaped text redacted" not in flags and any(taken for _, taken in safe_ids.values()):
         flags.append("key-shaped text redacted")
     in_bound = worst_case_input_tokens(prompt, system_prompt, history)
-    sent = len(prompt.encode("utf-8", "surrogatepass")) + sum(len((a + f).encode("utf-8", "surrogatepass"))
-                                                              for a, f in history)
-    in_floor = (sent + len((system_prompt or "").encode("utf-8"))) // PROMPT_BYTES_PER_TOKEN_MAX
-    out_floor = len((text or "").encode("utf-8")) // MAX_BYTES_PER_TOKEN
+    sent = utf8_bytes(prompt) + sum(utf8_bytes(a) + utf8_bytes(f) for a, f in history)
+    in_floor = (sent + utf8_bytes(system_prompt or "")) // PROMPT_BYTES_PER_TOKEN_MAX
+    out_floor = (size if text is completion.text else utf8_bytes(text or "")) // MAX_BYTES_PER_TOKEN
     tokens_in, tokens_out = completion.input_tokens, completion.output_tokens
     cached, written = completion.cached_tokens, completion.cache_write_tokens
     worst = not in_floor <= tokens_in <= in_bound or not out_floor <= tokens_out <= judge.max_tokens \
@@ -109,5 +126,5 @@ def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | 
         said = f"{tokens_in} in" + (f" ({cached} cached, {written} written)" if cached or written else "")
         flags.append(f"implausible usage ({said}, {tokens_out} out); charged at the worst case")
         tokens_in, tokens_out, cached, written = in_bound, judge.max_tokens, 0, 0
-    safe = replace(completion, text=text, **identifiers)
+    safe = replace(completion, text=text, **identifiers) if identifiers or text is not completion.text else completion
     return Vetted(safe, tokens_in, tokens_out, tuple(flags), cached, written, worst)
