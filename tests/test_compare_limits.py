@@ -129,6 +129,7 @@ def test_one_systems_score_below_one_df_is_not_printed_as_an_interval(monkeypatc
 
     import evalgauge as eg
     from evalgauge import inference
+    from evalgauge.analysis import gstudy
     from evalgauge.report import terminal
     from evalgauge.simulate import simulate as _simulate
     from evalgauge.simulate import sizing_preset
@@ -136,9 +137,9 @@ def test_one_systems_score_below_one_df_is_not_printed_as_an_interval(monkeypatc
     vc = eg.fit(_simulate(sizing_preset(systems=4, items=10, judges=2, replicates=1), seed=1),
                 object="system").components
     real = inference.object_interval
-    monkeypatch.setattr(inference, "object_interval", lambda *a, **k: _replace(real(*a, **k), df=0.5))
+    monkeypatch.setattr(gstudy, "object_interval", lambda *a, **k: _replace(real(*a, **k), df=0.5))
     console = Console(record=True, width=200)
-    terminal.print_components(vc, console)
+    terminal.print_components(gstudy.summarize_components(vc), console)
     text = console.export_text()
     assert "One system's score: not estimable at this design (Satterthwaite df 0.5" in text
     assert "One system's score: 95% CI" not in text

@@ -289,12 +289,44 @@ def single_run(judgments: Judgments, spec: ModelSpec, *, level: float = 0.95, as
                                assumed=assumed, one_level=one_level)
 
 
-def components_summary(result: VarianceComponents, bounds=None) -> dict:
-    """The result's JSON plus theta-hat's intervals (inside ``bounds``, :func:`judgments_bounds`), Var(theta-hat)
-    shares and bootstrapped derived numbers."""
-    from ..inference import bootstrap_derived, default_sampling_facet, object_interval
+@dataclass
+class ComponentsSummary(Result):
+    """A fit's components with what a reader asks of them next: theta-hat's interval (inside the scores'
+    bounds; ``theta_unavailable`` says why there is none), the object's score interval, each component's share
+    of Var(theta-hat) and, with a bootstrap, the derived numbers' intervals. What ``components`` prints and
+    writes, built once for both."""
 
-    payload = result.to_dict()
+    components: VarianceComponents
+    theta: ThetaInterval | None
+    theta_unavailable: str | None
+    object_score: ObjectInterval | None
+    #: component -> share of Var(theta-hat) at the observed design (None where it takes no part)
+    shares: dict[str, float | None]
+    derived: pd.DataFrame | None = None
+
+    def to_dict(self) -> dict:
+        payload = self.components.to_dict()
+        payload["theta"] = self.theta.to_dict() if self.theta is not None else {"unavailable": self.theta_unavailable}
+        if self.object_score is not None:
+            payload["object_score"] = self.object_score.to_dict()
+        for comp in payload["components"]:
+            comp["share_var_theta"] = self.shares.get(comp["component"])
+        if self.derived is not None:
+            payload["derived"] = self.derived.to_dict(orient="records")
+        return json_safe(payload)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per component with its share of Var(theta-hat)."""
+        return self.components.to_frame().assign(
+            share_var_theta=lambda f: f["component"].map(self.shares))
+
+
+def summarize_components(result: VarianceComponents, bounds=None) -> ComponentsSummary:
+    """The summary of a fit's components (:class:`ComponentsSummary`); theta-hat's interval inside ``bounds``
+    (:func:`judgments_bounds`)."""
+    from ..inference import bootstrap_derived, default_sampling_facet
+
+    theta, unavailable = None, None
     try:
         theta = theta_interval(result, bounds=bounds)
         if theta.df < 1:  # never printed as a result
@@ -302,20 +334,24 @@ def components_summary(result: VarianceComponents, bounds=None) -> dict:
                 f"theta-hat's interval rests on {theta.df:.2g} degree(s) of freedom (Satterthwaite): the components "
                 "that dominate it are barely estimated (too few levels of a facet, or a fit at its limits). More "
                 "levels of the dominant facets, or a smaller model (`max_order`=2), would make it estimable.")
-        payload["theta"] = theta.to_dict()
     except DesignError as exc:
-        payload["theta"] = {"unavailable": str(exc)}
+        theta, unavailable = None, str(exc)
     sampled = default_sampling_facet(result)
-    if result.object and sampled and sampled != result.object:
-        payload["object_score"] = object_interval(result, sampling_facet=sampled).to_dict()
+    score = (object_interval(result, sampling_facet=sampled)
+             if result.object and sampled and sampled != result.object else None)
     shares = dstudy.project(result, object="").shares()
-    for comp in payload["components"]:
-        comp["share_var_theta"] = shares.get(comp["component"])
     judge = result.role("judge")
+    derived = None
     if result.draws is not None and result.object and judge:  # the derived rows include the one-judge ceiling
-        table = bootstrap_derived(result, facet=judge)
-        payload["derived"] = table.to_dict(orient="records")
-    return json_safe(payload)
+        derived = bootstrap_derived(result, facet=judge)
+    return ComponentsSummary(result, theta, unavailable, score, {c.name: shares.get(c.name)
+                                                                for c in result.components}, derived)
+
+
+def components_summary(result: VarianceComponents, bounds=None) -> dict:
+    """The JSON of :func:`summarize_components`: the result's JSON plus theta-hat's intervals, Var(theta-hat)
+    shares and bootstrapped derived numbers."""
+    return summarize_components(result, bounds).to_dict()
 
 
 def object_scores(frame: pd.DataFrame, obj: str, score: str, interval: ObjectInterval) -> pd.DataFrame:

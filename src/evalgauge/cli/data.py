@@ -176,7 +176,9 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, best_of, 
             c.print(f"Slot-A advantage in win rate: {100 * pb['slot_a_advantage']:+.1f} points on average, sd "
                     f"{100 * pb['spread_sd']:.1f} across systems, max {100 * pb['max']:+.1f} (sizing sec. 5.4).")
         if comps is not None:
-            print_components(comps, c)
+            from ..analysis.gstudy import summarize_components
+
+            print_components(summarize_components(comps), c)
             if "human_agreement" in payload:
                 h = payload["human_agreement"]
                 c.print(f"Agreement with the human votes: {100 * h['overall']:.1f}% of {h['n']} judgments; "

@@ -112,11 +112,11 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
         _emit(strata.to_dict(), json_out, lambda c: print_strata(strata, c))
         return
     result = fitted.components
-    from ..analysis.gstudy import components_summary, judgments_bounds
+    from ..analysis.gstudy import judgments_bounds, summarize_components
 
     bounds = judgments_bounds(data, model.score, None) if hasattr(data, "frame") else None
-    payload = components_summary(result, bounds)
-    _emit(payload, json_out, lambda c: print_components(result, c, bounds))
+    summary = summarize_components(result, bounds)
+    _emit(summary.to_dict(), json_out, lambda c: print_components(summary, c))
 
 
 def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_out, gold=None,
@@ -166,14 +166,14 @@ def _components_on_engine(data, score, facets, nest, fixed, object_, terms, max_
     fitted = fit(data, engine=engine, spark_master=master, drop_missing=drop_missing, score=score, facets=facets,
                  nest=nest, fixed=fixed, object=object_, terms=terms, max_order=max_order, replicate=replicate,
                  sep=read.get("sep"), encoding=read.get("encoding"), progress=_fit_progress())
-    from ..analysis.gstudy import components_summary
+    from ..analysis.gstudy import summarize_components
     from ..inference import cells_bounds
 
-    result, info = fitted.components, fitted.engine
-    bounds = cells_bounds(fitted.cells)
-    payload = components_summary(result, bounds)
+    info = fitted.engine
+    summary = summarize_components(fitted.components, cells_bounds(fitted.cells))
+    payload = summary.to_dict()
     payload["engine"] = info
-    _emit(payload, json_out, lambda c: (print_components(result, c, bounds), c.print(
+    _emit(payload, json_out, lambda c: (print_components(summary, c), c.print(
         f"engine: {engine} reduced {info['rows']:,} judgments in {info['files']} file(s) to {info['cells']:,} cells"
         + (f"; {info['empty_dropped']} empty score(s) dropped" if info["empty_dropped"] else "") + ".")))
 
@@ -619,6 +619,8 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
             extra.append(lambda c: c.print(f"Gold units written to {Path(gold_export).resolve()} (DSL's and ppi_py's "
                                            "layout)."))
 
+    from ..analysis.gstudy import summarize_components
+
     def show(c):
         missing = (result.diagnostics or {}).get("missing_answers")
         if missing and missing.get("headline"):  # before any mean: the means rest on different subsets
@@ -632,7 +634,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
             c.print("Judges' within-call spread (the SD of each call's distribution over the scale, output = "
                     "\"logprobs\"; the judge's own uncertainty, not counted in the components): " + ", ".join(
                         f"{r['judge']} {r['mean_spread']:.3g} (mean of {r['calls']} calls)" for r in spread) + ".")
-        print_components(result.components, c, result.bounds)
+        print_components(summarize_components(result.components, result.bounds), c)
         print_effects(result.effects, c, exclude=result.components.object if result.comparison is not None else None)
         if result.ceiling:
             print_ceiling(result, c)

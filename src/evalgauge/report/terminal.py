@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..results import json_safe
 from ..vocabulary import MIN_DF
 from .text import (
     ceiling_sentence,
@@ -22,7 +23,7 @@ from .text import (
 )
 
 if TYPE_CHECKING:
-    from ..components import VarianceComponents
+    from ..analysis.gstudy import ComponentsSummary
 
 
 def print_coverage(result, console: Console) -> None:
@@ -187,8 +188,9 @@ def print_object_scores(interval, scores, console, limit: int = 20) -> None:
         console.print(f"({len(scores) - limit} more in --json and the report)")
 
 
-def print_components(result: VarianceComponents, console: Console, bounds=None) -> None:
-    """The components table, then the design line and any notes; theta-hat's interval inside ``bounds``."""
+def print_components(summary: ComponentsSummary, console: Console) -> None:
+    """The components table, then theta-hat's interval, the design line and any notes."""
+    result = summary.components
     table = Table(title=f"Variance components ({result.method}, {result.n_obs} observations)")
     ci = result.intervals is not None
     columns = [("component", "left"), ("kind", "left"), ("variance", "right"), ("SE", "right")]
@@ -198,36 +200,32 @@ def print_components(result: VarianceComponents, console: Console, bounds=None) 
                 ("mean square", "right")]
     for col, justify in columns:
         table.add_column(col, justify=justify)
-    from ..analysis.gstudy import components_summary
-
-    payload = components_summary(result, bounds)
-    for c, comp in zip(result.components, payload["components"], strict=True):
+    for c in result.components:
         name = c.name + (f" (= {c.confounded_with} + e)" if c.confounded_with else "")
         row = [name, c.kind, f"{c.variance:.6g}", number(c.se, ".3g")]
         if ci:
             row.append("—" if c.ci_low != c.ci_low else f"[{c.ci_low:.4g}, {c.ci_high:.4g}]")
-        share_theta = comp.get("share_var_theta")
+        share_theta = summary.shares.get(c.name)
         share = result.share(c.name)
         row += ["—" if share != share else f"{100 * share:.1f}%",
                 "—" if share_theta is None else f"{100 * share_theta:.1f}%",
                 number(c.df, "g"), number(c.mean_square, ".6g")]
         table.add_row(*row)
     console.print(table)
-    theta = payload["theta"]
-    if "unavailable" in theta and "degree(s) of freedom" in theta["unavailable"]:
-        console.print(Text("theta-hat: no interval: ", style="bold yellow") + Text(theta["unavailable"]))
-    if "estimate" in theta:
-        console.print(theta_sentence(theta))
-    if "object_score" in payload:
-        o = payload["object_score"]
-        if "estimate" in theta:
-            console.print(f"({theta_of_objects_sentence(o['object'])})")
-        console.print(object_score_sentence(o, MIN_DF))
-    if "derived" in payload:
+    said = summary.theta_unavailable
+    if said and "degree(s) of freedom" in said:
+        console.print(Text("theta-hat: no interval: ", style="bold yellow") + Text(said))
+    if summary.theta is not None:  # the sentences the HTML report shares take the JSON's fields
+        console.print(theta_sentence(summary.theta.to_dict()))
+    if summary.object_score is not None:
+        if summary.theta is not None:
+            console.print(f"({theta_of_objects_sentence(summary.object_score.object)})")
+        console.print(object_score_sentence(summary.object_score.to_dict(), MIN_DF))
+    if summary.derived is not None:
         derived = Table(title="Derived numbers with parametric-bootstrap intervals")
         for col in ("quantity", "estimate", "low", "high"):
             derived.add_column(col, justify="left" if col == "quantity" else "right")
-        for r in payload["derived"]:
+        for r in json_safe(summary.derived.to_dict(orient="records")):
             # an infinite requirement (JSON null) means the target is out of reach in that draw
             missing = "never" if r["quantity"].endswith("_needed") else "—"
             cells = [missing if r[k] is None else number(r[k], ".4g") for k in ("estimate", "low", "high")]
@@ -257,7 +255,9 @@ def print_components(result: VarianceComponents, console: Console, bounds=None) 
 
 def print_glmm(check, console: Console) -> None:
     """LPM and logit-GLMM components side by side with their ranks (TEE section G, Table 11)."""
-    print_components(check.lpm, console)
+    from ..analysis.gstudy import summarize_components
+
+    print_components(summarize_components(check.lpm), console)
     table = Table(title="Robustness check for binary scores: linear probability model vs logit GLMM")
     for col in ("component", "LPM variance", "LPM share of Var(theta-hat)", "LPM rank", "GLMM variance (logit)",
                 "GLMM share", "GLMM rank"):

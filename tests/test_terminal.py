@@ -1,0 +1,63 @@
+"""The terminal renderers (report/terminal.py): each takes its typed result and renders what it holds,
+computing nothing itself."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+import evalgauge as eg
+from evalgauge.analysis import gstudy
+from evalgauge.analysis.gstudy import ComponentsSummary, components_summary, summarize_components
+from evalgauge.report.terminal import print_components
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def penicillin():
+    frame = pd.read_csv(FIXTURES / "lme4" / "Penicillin.csv")
+    return eg.fit(frame, score="diameter", facets=["plate", "sample"], object="sample").components
+
+
+def _text(render) -> str:
+    console = Console(record=True, width=160)
+    render(console)
+    return console.export_text()
+
+
+def test_the_summary_is_typed_and_its_json_is_the_commands(penicillin):
+    summary = summarize_components(penicillin)
+    assert isinstance(summary, ComponentsSummary) and summary.theta is not None
+    assert summary.to_dict() == components_summary(penicillin)
+    assert set(summary.shares) == {c.name for c in penicillin.components}
+    frame = summary.to_frame()
+    assert list(frame["component"]) == [c.name for c in penicillin.components]
+    assert frame["share_var_theta"].notna().any()
+
+
+def test_print_components_renders_the_summary_without_computing_it(penicillin, monkeypatch):
+    summary = summarize_components(penicillin)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the renderer computed a summary")
+
+    for name in ("summarize_components", "components_summary", "theta_interval", "object_interval"):
+        monkeypatch.setattr(gstudy, name, refuse)
+    text = _text(lambda c: print_components(summary, c))
+    assert "Variance components (" in text and "sample" in text and "plate" in text
+    for c in penicillin.components:
+        share = summary.shares[c.name]
+        if share is not None:
+            assert f"{100 * share:.1f}%" in text
+    assert "theta-hat" in text
+
+
+def test_a_missing_theta_interval_is_said_with_its_reason(penicillin):
+    summary = summarize_components(penicillin)
+    said = "theta-hat's interval rests on 0.5 degree(s) of freedom (Satterthwaite): more levels"
+    blank = ComponentsSummary(penicillin, None, said, None, summary.shares)
+    text = _text(lambda c: print_components(blank, c))
+    assert "theta-hat: no interval:" in text and "0.5 degree(s)" in text
+    assert blank.to_dict()["theta"] == {"unavailable": said}
