@@ -61,3 +61,32 @@ def test_a_missing_theta_interval_is_said_with_its_reason(penicillin):
     text = _text(lambda c: print_components(blank, c))
     assert "theta-hat: no interval:" in text and "0.5 degree(s)" in text
     assert blank.to_dict()["theta"] == {"unavailable": said}
+
+
+def test_print_preset_renders_the_preset_and_its_json_carries_the_same_floors():
+    from evalgauge.audit.published import preset
+    from evalgauge.report.terminal import print_preset
+
+    chosen = preset("mt-bench")
+    floors = chosen.floors()
+    assert floors["ceiling"] == pytest.approx(0.6, abs=5e-3) and floors["mdd_30_items"] == pytest.approx(0.63, abs=5e-3)
+    payload = chosen.to_dict()
+    assert payload["floors"] == floors
+    assert all(lo <= row["reproduced"] <= hi for row in payload["checks"] for lo, hi in [row["range_from_rounding"]])
+    text = _text(lambda c: print_preset(chosen, c))
+    assert f"{floors['mdd_30_items']:.3g} at 30 items" in text and text.count("Reproduces") == len(chosen.checks)
+
+
+def test_print_plan_renders_the_typed_plan():
+    from evalgauge.components import VarianceComponents
+    from evalgauge.dstudy import plan
+    from evalgauge.report.terminal import print_plan
+
+    vc = VarianceComponents.from_values({"system": 0.08, "system:judge": 0.01, "system:item": 0.3, "residual": 0.2},
+                                        {"system": 12, "item": 100, "judge": 2}, 1, object="system")
+    out = plan(vc, {"item": [100, 500], "judge": [1, 3]}, target_erho2=0.8, budget=50, prices={"*": 0.01},
+               best_of=5)
+    text = _text(lambda c: print_plan(out, c))
+    assert f"E rho^2 = {out.ceiling.erho2:.4g}" in text and f"Best design within {out.budget.budget:g}" in text
+    assert "Best-of-5 gaming surface" in text and all(str(r) in text for r in out.requirements)
+    assert text.count("\n") > len(out.designs)

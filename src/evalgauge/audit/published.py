@@ -97,12 +97,21 @@ class Preset(Result):
             out.append(check.compute(self.derive(shifted)))
         return min(out), max(out)
 
+    def floors(self) -> dict[str, float]:
+        """One judge, one run: the MDD_95 at 30 items and at the native count (sizing eq. 3), and the
+        single-judge ceiling E rho^2 = sigma2_s / (sigma2_s + sigma2_sj) (sizing eq. 4)."""
+        v = self.values
+        return {"mdd_30_items": mdd95(v, 30), "mdd_native_items": mdd95(v, self.native_items),
+                "ceiling": v["system"] / (v["system"] + v["system:judge"])}
+
     def to_dict(self) -> dict:
         return {"name": self.name, "title": self.title, "native_items": self.native_items, "scale": list(self.scale),
                 "components": dict(self.values), "source": self.source, "assumption": self.assumption,
                 "inputs": {k: {"value": f.value, "where": f.where} for k, f in self.inputs.items()},
                 "checks": [{"what": c.what, "printed": c.figure.value, "where": c.figure.where,
-                            "reproduced": c.compute(self.values)} for c in self.checks]}
+                            "reproduced": c.compute(self.values), "range_from_rounding": list(self.check_range(c))}
+                           for c in self.checks],
+                "floors": self.floors()}
 
 
 def _delta(v: dict[str, float], items: float, judges: float = 1, reps: float = 1) -> float:

@@ -352,8 +352,7 @@ def plan(components_json, given, object_, grid, target_erho2, target_mdd, target
                     base_rate=base_rate, ceiling_facet=ceiling_facet, separation=separation,
                     vary=[f.strip() for f in vary.split(",") if f.strip()] if vary is not None else None,
                     limits=caps or None, replicate_prices=repeat_map or None)
-    payload = out.to_dict()
-    _emit(payload, json_out, lambda c: print_plan(payload, c))
+    _emit(out.to_dict(), json_out, lambda c: print_plan(out, c))
 
 
 def _gold_plan(path, grid, limits, budget, target_se, gold_cost, call_cost, json_out) -> None:
@@ -844,8 +843,7 @@ def audit_cmd(table, preset, components_json, given, object_, items, judges, rep
     if table is None:
         if chosen is None:
             raise click.UsageError("give a TABLE to audit (or --preset NAME alone to see a preset).")
-        payload = _preset_payload(chosen)
-        _emit(payload, json_out, lambda c: print_preset(payload, c))
+        _emit(chosen.to_dict(), json_out, lambda c: print_preset(chosen, c))
         return
     if chosen is not None:
         vc = chosen.components(items=items, judges=judges or 1, replicates=replicates or 1)
@@ -886,18 +884,6 @@ def _read_small_table(path: Path):
     suffix = path.suffix.lower().lstrip(".")
     kind = {"tsv": "tsv", "jsonl": "jsonl", "parquet": "parquet"}.get(suffix, "csv")
     return read_table(path, kind)
-
-
-def _preset_payload(chosen) -> dict:
-    from ..audit.published import mdd95
-
-    payload = chosen.to_dict()
-    payload["floors"] = {"mdd_30_items": mdd95(chosen.values, 30),
-                         "mdd_native_items": mdd95(chosen.values, chosen.native_items),
-                         "ceiling": chosen.values["system"] / (chosen.values["system"] + chosen.values["system:judge"])}
-    for check, row in zip(chosen.checks, payload["checks"], strict=True):
-        row["range_from_rounding"] = list(chosen.check_range(check))
-    return payload
 
 
 def _prices(given: tuple[str, ...], option: str) -> dict[str, float]:

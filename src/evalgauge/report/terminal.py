@@ -24,6 +24,8 @@ from .text import (
 
 if TYPE_CHECKING:
     from ..analysis.gstudy import ComponentsSummary
+    from ..audit.published import Preset
+    from ..dstudy import Plan
 
 
 def print_coverage(result, console: Console) -> None:
@@ -39,9 +41,11 @@ def print_coverage(result, console: Console) -> None:
                   "Satterthwaite's t; Wald: the same SE with the normal quantile (as an lme4 fit, which gives no df).")
 
 
-def print_plan(out: dict, console: Console) -> None:
-    rows = out["designs"]
-    table = Table(title=f"D-study (object of measurement: {out['object'] or 'none'})")
+def print_plan(plan: Plan, console: Console) -> None:
+    """The D-study: one row per design, the conventions, ceiling, requirements, exchange, interventions, the
+    budget's design and the gaming surface (what :class:`evalgauge.dstudy.Plan` holds)."""
+    rows = plan.designs.to_dict(orient="records")
+    table = Table(title=f"D-study (object of measurement: {plan.object or 'none'})")
     keys = [k for k in rows[0] if k.startswith("n_")] + ["replicates"]
     metrics = ["se", "var_abs", "sigma2_delta", "erho2", "phi", "mdd95"]
     metrics += [k for k in ("p_inversion", "cost", "pareto") if k in rows[0]]
@@ -51,37 +55,37 @@ def print_plan(out: dict, console: Console) -> None:
         table.add_row(*[f"{r[k]:g}" for k in keys],
                       *[str(r[k]) if isinstance(r.get(k), bool) else number(r.get(k), ".4g") for k in metrics])
     console.print(table)
-    convention = convention_sentence(out)
+    convention = convention_sentence(plan.conventions)
     if convention:
         console.print(convention)
-    if out.get("sensitivity"):
+    if plan.conventions.get("sensitivity"):
         console.print("Tier 2 sensitivity indices (TEE C.4; beside the error, in none of it): " + "; ".join(
-            f"{name} {max(value, 0.0):.4g}" for name, value in out["sensitivity"].items()) + ".")
-    if "ceiling" in out:
-        console.print(f"Single-{out['ceiling_facet']} ceiling (items -> infinity): E rho^2 = {out['ceiling']:.4g}; "
-                      f"MDD floor = {out['mdd_floor']:.4g} (sizing eq. 4).")
-    for req in out.get("requirements", []):
-        console.print(f"{req['quantity']} target {req['target']:g}: {req['text']}.")
-    if "exchange" in out:
-        e = out["exchange"]
+            f"{name} {max(value, 0.0):.4g}" for name, value in plan.conventions["sensitivity"].items()) + ".")
+    if plan.ceiling is not None:
+        console.print(f"Single-{plan.ceiling.facet} ceiling (items -> infinity): E rho^2 = {plan.ceiling.erho2:.4g}; "
+                      f"MDD floor = {plan.ceiling.mdd95:.4g} (sizing eq. 4).")
+    for req in plan.requirements:
+        console.print(f"{req.quantity} target {req.target:g}: {req}.")
+    if plan.exchange is not None:
+        e = plan.exchange
         items = e["items_at_one_judge"] if e["reachable_at_one_judge"] else "no item count"
         console.print(f"Exchange at E rho^2 = {e['target']:g}: {e['judges_at_observed_items']} judge(s) at the "
                       f"observed items, or {items} at one judge.")
     inter = Table(title="Single-factor interventions (% change)")
     for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
         inter.add_column(col, justify="left" if col == "intervention" else "right")
-    for r in out["interventions"]:
+    for r in plan.interventions.to_dict(orient="records"):
         inter.add_row(r["intervention"], number(r["pct_change_var_abs"], "+.1f"), number(r["pct_change_sigma2_delta"],
                                                                                    "+.1f"))
     console.print(inter)
-    if "budget" in out:
-        b = out["budget"]
-        console.print(f"Best design within {b['budget']:g}: {b['counts']} x {b['replicates']:g} replicate(s), "
-                      f"cost {b['cost']:.4g}, objective {b['objective']:.4g}.")
-        if b.get("priced"):
-            console.print(f"  {b['priced']}.")
-    if "gaming" in out:
-        g = out["gaming"]
+    if plan.budget is not None:
+        b = plan.budget
+        console.print(f"Best design within {b.budget:g}: {b.counts} x {b.replicates:g} replicate(s), "
+                      f"cost {b.cost:.4g}, objective {b.objective:.4g}.")
+        if b.priced:
+            console.print(f"  {b.priced}.")
+    if plan.gaming is not None:
+        g = plan.gaming
         elo = f" = {g['inflation_elo']:.1f} Elo" if "inflation_elo" in g else ""
         console.print(f"Best-of-{g['k']} gaming surface: {g['inflation']:.4g}{elo} "
                       f"(E[max of {g['k']} normals] x sigma_pipeline {g['sigma_pipeline']:.4g}; TEE 4.4).")
@@ -386,25 +390,26 @@ def interval_text(low: float | None, high: float | None, fmt: str, comparable: b
     return f"[{format(low, fmt)}, {format(high, fmt)}]"
 
 
-def print_preset(payload: dict, console: Console) -> None:
-    console.print(f"{payload['title']}: components on a {payload['scale'][0]:g}-{payload['scale'][1]:g} scale, "
-                  f"from {payload['source']}")
+def print_preset(preset: Preset, console: Console) -> None:
+    """A published preset: its components, the printed figures they come from, those it reproduces, its floors."""
+    lo_scale, hi_scale = preset.scale
+    console.print(f"{preset.title}: components on a {lo_scale:g}-{hi_scale:g} scale, from {preset.source}")
     table = Table(title="Relative-error components (sizing eq. 2)")
     table.add_column("component")
     table.add_column("sigma2", justify="right")
-    for name, value in payload["components"].items():
+    for name, value in preset.values.items():
         table.add_row(name, f"{value:.4g}")
     console.print(table)
-    console.print("Derived from: " + "; ".join(f"{v['value']:g} ({v['where']})" for v in payload["inputs"].values()))
-    if payload["assumption"]:
-        console.print(f"Assumed: {payload['assumption']}")
-    for c in payload["checks"]:
-        lo, hi = c["range_from_rounding"]
-        console.print(f"Reproduces {c['what']}: {c['reproduced']:.4g} (printed {c['printed']:g}, {c['where']}; "
-                      f"{lo:.4g}-{hi:.4g} over the rounding of the inputs).")
-    f = payload["floors"]
+    console.print("Derived from: " + "; ".join(f"{f.value:g} ({f.where})" for f in preset.inputs.values()))
+    if preset.assumption:
+        console.print(f"Assumed: {preset.assumption}")
+    for check in preset.checks:
+        lo, hi = preset.check_range(check)
+        console.print(f"Reproduces {check.what}: {check.compute(preset.values):.4g} (printed {check.figure.value:g}, "
+                      f"{check.figure.where}; {lo:.4g}-{hi:.4g} over the rounding of the inputs).")
+    f = preset.floors()
     console.print(f"MDD (95%, one judge, one run): {f['mdd_30_items']:.3g} at 30 items, {f['mdd_native_items']:.3g} "
-                  f"at the native {payload['native_items']:,}; single-judge ceiling E rho^2 {f['ceiling']:.3g}.")
+                  f"at the native {preset.native_items:,}; single-judge ceiling E rho^2 {f['ceiling']:.3g}.")
 
 
 def print_audit(payload: dict, console: Console) -> None:
