@@ -90,3 +90,18 @@ def test_print_plan_renders_the_typed_plan():
     assert f"E rho^2 = {out.ceiling.erho2:.4g}" in text and f"Best design within {out.budget.budget:g}" in text
     assert "Best-of-5 gaming surface" in text and all(str(r) in text for r in out.requirements)
     assert text.count("\n") > len(out.designs)
+
+
+def test_print_analysis_renders_the_analysis_it_is_given(monkeypatch):
+    from evalgauge.report.terminal import print_analysis
+    from evalgauge.simulate import simulate, sizing_preset
+
+    fitted = eg.fit(simulate(sizing_preset(systems=4, items=12, judges=3, replicates=2), seed=3), object="system")
+    analysis = fitted.analysis()
+    summary = summarize_components(analysis.components, analysis.bounds)
+    monkeypatch.setattr(gstudy, "summarize_components", lambda *a, **k: pytest.fail("the renderer summarised"))
+    text = _text(lambda c: print_analysis(analysis, summary, c))
+    assert "Variance components (" in text and "Single-factor interventions" in text
+    assert "Reporting checklist (TEE Table 15): " in text
+    for r in analysis.interventions.to_dict(orient="records"):
+        assert r["intervention"] in text

@@ -7,22 +7,18 @@ import sys
 from pathlib import Path
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from .. import vocabulary
 from ..errors import EvalGaugeError
 from ..report.terminal import (
-    number,
+    print_analysis,
     print_audit,
-    print_ceiling,
     print_comparison,
     print_components,
-    print_effects,
     print_glmm,
     print_gold,
     print_missing_answers,
-    print_object_scores,
     print_plan,
     print_preset,
     print_strata,
@@ -621,46 +617,7 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
     from ..analysis.gstudy import summarize_components
 
     def show(c):
-        missing = (result.diagnostics or {}).get("missing_answers")
-        if missing and missing.get("headline"):  # before any mean: the means rest on different subsets
-            c.print(Text("caution: ", style="bold red") + Text(missing["headline"]))
-        if result.comparison is not None:  # the question systems are compared for comes first
-            print_comparison(result.comparison, c)
-        if missing:
-            print_missing_answers(missing, c)
-        spread = (result.diagnostics or {}).get("within_call_spread")
-        if spread:
-            c.print("Judges' within-call spread (the SD of each call's distribution over the scale, output = "
-                    "\"logprobs\"; the judge's own uncertainty, not counted in the components): " + ", ".join(
-                        f"{r['judge']} {r['mean_spread']:.3g} (mean of {r['calls']} calls)" for r in spread) + ".")
-        print_components(summarize_components(result.components, result.bounds), c)
-        print_effects(result.effects, c, exclude=result.components.object if result.comparison is not None else None)
-        if result.ceiling:
-            print_ceiling(result, c)
-        # with a comparison, the leaderboard above already gives each system its own interval
-        if result.object_interval is not None and result.comparison is None:
-            print_object_scores(result.object_interval, result.object_scores, c)
-        ranked = result.interventions.attrs.get("ranked_by", "var_abs")
-        inter = Table(title="Single-factor interventions (% change; ranked by "
-                      f"{'sigma2_delta' if ranked == 'sigma2_delta' else 'Var(theta-hat)'}, those moving it "
-                      "less than 1% last)")
-        for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
-            inter.add_column(col, justify="left" if col == "intervention" else "right")
-        for r in result.interventions.to_dict(orient="records"):
-            inter.add_row(r["intervention"], number(r["pct_change_var_abs"], "+.1f"),
-                          number(r["pct_change_sigma2_delta"], "+.1f"))
-        c.print(inter)
-        for w in (result.diagnostics or {}).get("warnings", []):
-            c.print(Text("warning: ", style="bold yellow") + Text(w))
-        for n in (result.diagnostics or {}).get("design_notes", []):
-            c.print(Text("note: ", style="yellow") + Text(n))
-        missing = [i for i in result.checklist if i["met"] is False]
-        unmeasured = [i for i in result.checklist if i["met"] is None]
-        met = len(result.checklist) - len(missing) - len(unmeasured)
-        c.print(f"Reporting checklist (TEE Table 15): {met} of {len(result.checklist)} met"
-                + (f"; missing: {', '.join(i['item'] for i in missing)}" if missing else "")
-                + (f"; not measured by this design: {', '.join(i['item'] for i in unmeasured)}" if unmeasured
-                   else "") + ".")
+        print_analysis(result, summarize_components(result.components, result.bounds), c)
         for section in extra:
             section(c)
         if report_path:
@@ -858,8 +815,7 @@ def audit_cmd(table, preset, components_json, given, object_, items, judges, rep
                    scale=_scale_range(scale, "--scale"), components_scale=_scale_range(components_scale,
                                                                                         "--components-scale"),
                    level=level, seed=seed, source=table, components=label)
-    payload = result.to_dict()
-    _emit(payload, json_out, lambda c: print_audit(payload, c))
+    _emit(result.to_dict(), json_out, lambda c: print_audit(result, c))
 
 
 def _scale_range(text: str | None, option: str) -> tuple[float, float] | None:

@@ -23,7 +23,8 @@ from .text import (
 )
 
 if TYPE_CHECKING:
-    from ..analysis.gstudy import ComponentsSummary
+    from ..analysis.gstudy import Analysis, ComponentsSummary
+    from ..audit import Audit
     from ..audit.published import Preset
     from ..dstudy import Plan
 
@@ -257,6 +258,53 @@ def print_components(summary: ComponentsSummary, console: Console) -> None:
         console.print(Text("note: ", style="yellow") + Text(note))
 
 
+def print_analysis(analysis: Analysis, summary: ComponentsSummary, c: Console) -> None:
+    """What `analyze` prints: the missing answers' caution first, the leaderboard, the missing answers, the
+    components (``summary``, :func:`evalgauge.analysis.gstudy.summarize_components`), the effects, the ceiling,
+    the object scores, the interventions, the diagnostics' warnings and the reporting checklist."""
+    missing = (analysis.diagnostics or {}).get("missing_answers")
+    if missing and missing.get("headline"):  # before any mean: the means rest on different subsets
+        c.print(Text("caution: ", style="bold red") + Text(missing["headline"]))
+    if analysis.comparison is not None:  # the question systems are compared for comes first
+        print_comparison(analysis.comparison, c)
+    if missing:
+        print_missing_answers(missing, c)
+    spread = (analysis.diagnostics or {}).get("within_call_spread")
+    if spread:
+        c.print("Judges' within-call spread (the SD of each call's distribution over the scale, output = "
+                "\"logprobs\"; the judge's own uncertainty, not counted in the components): " + ", ".join(
+                    f"{r['judge']} {r['mean_spread']:.3g} (mean of {r['calls']} calls)" for r in spread) + ".")
+    print_components(summary, c)
+    print_effects(analysis.effects, c,
+                  exclude=analysis.components.object if analysis.comparison is not None else None)
+    if analysis.ceiling:
+        print_ceiling(analysis, c)
+    # with a comparison, the leaderboard above already gives each system its own interval
+    if analysis.object_interval is not None and analysis.comparison is None:
+        print_object_scores(analysis.object_interval, analysis.object_scores, c)
+    ranked = analysis.interventions.attrs.get("ranked_by", "var_abs")
+    inter = Table(title="Single-factor interventions (% change; ranked by "
+                  f"{'sigma2_delta' if ranked == 'sigma2_delta' else 'Var(theta-hat)'}, those moving it "
+                  "less than 1% last)")
+    for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
+        inter.add_column(col, justify="left" if col == "intervention" else "right")
+    for r in analysis.interventions.to_dict(orient="records"):
+        inter.add_row(r["intervention"], number(r["pct_change_var_abs"], "+.1f"),
+                      number(r["pct_change_sigma2_delta"], "+.1f"))
+    c.print(inter)
+    for w in (analysis.diagnostics or {}).get("warnings", []):
+        c.print(Text("warning: ", style="bold yellow") + Text(w))
+    for n in (analysis.diagnostics or {}).get("design_notes", []):
+        c.print(Text("note: ", style="yellow") + Text(n))
+    missing = [i for i in analysis.checklist if i["met"] is False]
+    unmeasured = [i for i in analysis.checklist if i["met"] is None]
+    met = len(analysis.checklist) - len(missing) - len(unmeasured)
+    c.print(f"Reporting checklist (TEE Table 15): {met} of {len(analysis.checklist)} met"
+            + (f"; missing: {', '.join(i['item'] for i in missing)}" if missing else "")
+            + (f"; not measured by this design: {', '.join(i['item'] for i in unmeasured)}" if unmeasured
+               else "") + ".")
+
+
 def print_glmm(check, console: Console) -> None:
     """LPM and logit-GLMM components side by side with their ranks (TEE section G, Table 11)."""
     from ..analysis.gstudy import summarize_components
@@ -412,15 +460,16 @@ def print_preset(preset: Preset, console: Console) -> None:
                   f"at the native {preset.native_items:,}; single-judge ceiling E rho^2 {f['ceiling']:.3g}.")
 
 
-def print_audit(payload: dict, console: Console) -> None:
-    console.print(f"Audit against {payload['components']} ({100 * payload['level']:g}%)")
-    for sentence in payload["sentences"]:
+def print_audit(audit: Audit, console: Console) -> None:
+    """An audit's verdicts: one row per claim, or the board with its rank sets and the adjacent pairs."""
+    console.print(f"Audit against {audit.components} ({100 * audit.level:g}%)")
+    for sentence in audit.sentences:
         console.print(sentence)
-    if "claims" in payload:
+    if audit.claims is not None:
         table = Table()
         for col in ("claim", "delta", "MDD", "exceeds", "P(inverted)", "design"):
             table.add_column(col, justify="left" if col in ("claim", "design") else "right")
-        for r in payload["claims"]:
+        for r in audit.claims.to_dict(orient="records"):
             table.add_row(escape(str(r["claim"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
                           "yes" if r["exceeds_mdd"] else "no", f"{100 * r['p_inverted']:.0f}%", r["design"])
         console.print(table)
@@ -429,8 +478,9 @@ def print_audit(payload: dict, console: Console) -> None:
                         "apart)")
     for col in ("rank", "system", "score", "rank set", "group"):
         board.add_column(col, justify="left" if col == "system" else "right")
-    letters, why = letter_column([r["group"] for r in payload["board"]])
-    for r, group in zip(payload["board"], letters, strict=True):
+    rows = audit.board.to_dict(orient="records")
+    letters, why = letter_column([r["group"] for r in rows])
+    for r, group in zip(rows, letters, strict=True):
         board.add_row(str(r["rank"]), escape(str(r["system"])), f"{r['published']:.4g}",
                       f"{r['rank_low']}-{r['rank_high']}", group)
     board.caption = why
@@ -438,12 +488,11 @@ def print_audit(payload: dict, console: Console) -> None:
     pairs = Table(title="Adjacent pairs")
     for col in ("a", "b", "delta", "MDD", "exceeds", "P(inverted)", "separable"):
         pairs.add_column(col, justify="left" if col in ("a", "b") else "right")
-    for r in payload["pairs"]:
+    for r in audit.pairs.to_dict(orient="records"):
         pairs.add_row(escape(str(r["a"])), escape(str(r["b"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
                       "yes" if r["exceeds_mdd"] else "no", f"{100 * r['p_inverted']:.0f}%",
                       "yes" if r["separable"] else "no")
     console.print(pairs)
-
 
 
 def print_ceiling(analysis, console: Console) -> None:
