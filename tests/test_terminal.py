@@ -105,3 +105,21 @@ def test_print_analysis_renders_the_analysis_it_is_given(monkeypatch):
     assert "Reporting checklist (TEE Table 15): " in text
     for r in analysis.interventions.to_dict(orient="records"):
         assert r["intervention"] in text
+
+
+def test_the_effects_are_a_typed_result_the_renderers_share():
+    from evalgauge.analysis.gstudy import EffectsSummary
+    from evalgauge.report.terminal import print_effects
+    from evalgauge.simulate import simulate, sizing_preset
+
+    analysis = eg.fit(simulate(sizing_preset(systems=4, items=12, judges=3, replicates=2), seed=3),
+                      object="system").analysis()
+    effects = analysis.effects
+    assert isinstance(effects, EffectsSummary) and analysis.to_dict()["effects"] == effects.to_dict()
+    assert set(effects.to_frame()["term"]) >= {"judge"} and effects.qq and effects.residuals["cells"] > 0
+    text = _text(lambda c: print_effects(effects, c))
+    judges = effects.levels[effects.levels["term"] == "judge"]
+    assert "Effects: conditional modes" in text and all(str(level) in text for level in judges["level"])
+    if effects.disagreed_items:
+        assert f"{effects.disagreed_items[0]['item']} {effects.disagreed_items[0]['spread']:.3g}" in text
+    assert _text(lambda c: print_effects(None, c)) == ""

@@ -50,7 +50,7 @@ class Analysis(Result):
     #: the range a mean of the scores cannot leave (:func:`judgments_bounds`); every interval stays inside it
     bounds: tuple | None = None
     #: conditional modes of the facets' levels with intervals, the items judged most apart, Q-Q data (C.6)
-    effects: dict | None = None
+    effects: EffectsSummary | None = None
     #: the fit it was derived from (:class:`evalgauge.api.Fit`), for its other verbs (strata, GLMM); not written
     fit: Any = field(default=None, repr=False, compare=False)
 
@@ -76,8 +76,8 @@ class Analysis(Result):
                                     "limit": req.limit, "text": str(req)}
         if self.diagnostics:
             out["diagnostics"] = self.diagnostics
-        if self.effects:
-            out["effects"] = self.effects
+        if self.effects is not None:
+            out["effects"] = self.effects.to_dict()
         if self.adaptive:
             out["adaptive"] = self.adaptive
         if self.pairwise:
@@ -156,7 +156,28 @@ def derive(judgments: Judgments, spec: ModelSpec, components: VarianceComponents
 DISAGREED_ITEMS = 10
 
 
-def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponents, item: str | None) -> dict | None:
+@dataclass
+class EffectsSummary(Result):
+    """The conditional modes the analysis shows (TEE C.6): ``levels`` (term, level, mode, sd, 95% low and high)
+    of the judge, variant and other non-item facets; ``disagreed_items`` (item, spread, across: the judges or
+    the variants) where they disagree most; ``qq`` each term's standardised modes, sorted, for a Q-Q plot;
+    ``residuals`` cells' fitted values and residuals (a seeded sample) and the cell count."""
+
+    levels: pd.DataFrame
+    disagreed_items: list[dict[str, Any]]
+    qq: dict[str, list[float]]
+    residuals: dict[str, Any]
+
+    def to_dict(self) -> dict:
+        return json_safe({"levels": _records(self.levels), "disagreed_items": self.disagreed_items, "qq": self.qq,
+                          "residuals": self.residuals})
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.levels.copy()
+
+
+def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponents,
+                    item: str | None) -> EffectsSummary | None:
     """The conditional modes the report shows (TEE C.6): every level of the judge, variant and other non-item
     facets with its 95% interval (mode +- 1.96 conditional SD: who is harsh, and how surely), the items whose
     interaction modes with the judges (else the variants) spread the most (where the judges disagree), and each
@@ -173,7 +194,8 @@ def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponent
     effects = solved.effects
     levels = effects[effects["term"].isin(main)].assign(
         low=lambda f: f["mode"] - dstudy.Z95 * f["sd"], high=lambda f: f["mode"] + dstudy.Z95 * f["sd"])
-    out: dict[str, Any] = {"levels": _records(levels), "disagreed_items": [], "qq": {}}
+    disagreed: list[dict[str, Any]] = []
+    qq: dict[str, list[float]] = {}
     for other in (vc.role("judge"), vc.role("variant")):
         term = next((t for t in model.random if item and set(t.columns) == {item, other}), None) if other else None
         if term is None or vc[term.name].variance <= 0:
@@ -184,17 +206,16 @@ def effects_summary(judgments: Judgments, spec: ModelSpec, vc: VarianceComponent
         # ties (items whose judges' modes spread alike, common with 0/1 scores) in the items' order: without
         # the rounding their order would follow the last bits of the solve
         ranked = sorted(spread.items(), key=lambda kv: (-float(f"{kv[1]:.10g}"), str(kv[0])))
-        out["disagreed_items"] = [{"item": k, "spread": float(v), "across": other}
-                                  for k, v in ranked[:DISAGREED_ITEMS]]
+        disagreed = [{"item": k, "spread": float(v), "across": other} for k, v in ranked[:DISAGREED_ITEMS]]
         break
     for name, modes in effects.groupby("term", sort=False)["mode"]:
         if modes.size >= 3 and vc[name].variance > 0:  # standardised by the term's SD: N(0, 1) if the model holds
-            out["qq"][name] = sorted(float(m) for m in modes / math.sqrt(vc[name].variance))
+            qq[name] = sorted(float(m) for m in modes / math.sqrt(vc[name].variance))
     # each cell's mean against its fitted value (X beta + Z u), a seeded sample of at most RESIDUAL_CELLS
     keep = np.random.default_rng(0).permutation(cells.n_cells)[:RESIDUAL_CELLS]
-    out["residuals"] = {"fitted": solved.fitted[keep].tolist(),
-                        "residual": (cells.mean - solved.fitted)[keep].tolist(), "cells": cells.n_cells}
-    return out
+    residuals = {"fitted": solved.fitted[keep].tolist(), "residual": (cells.mean - solved.fitted)[keep].tolist(),
+                 "cells": cells.n_cells}
+    return EffectsSummary(levels, disagreed, qq, residuals)
 
 
 #: the cells the residual-against-fitted plot shows at most (a seeded sample beyond)

@@ -207,7 +207,7 @@ def qq(a: Analysis) -> str:
     import numpy as np
     from scipy.special import ndtri
 
-    terms = a.effects["qq"]
+    terms = a.effects.qq
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(6, 4.5))
         for name, modes in terms.items():
@@ -225,7 +225,7 @@ def qq(a: Analysis) -> str:
 def residuals(a: Analysis) -> str:
     """Each cell's mean minus its fitted value (X beta + Z u) against the fitted value (TEE C.6): a funnel says the
     variance grows with the mean, stripes a bounded or discrete score."""
-    data = a.effects["residuals"]
+    data = a.effects.residuals
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot(data["fitted"], data["residual"], ".", ms=2, alpha=0.5, color="#357")
@@ -244,9 +244,9 @@ PAIR_MATRIX_UP_TO = 60
 
 def all_figures(a: Analysis) -> dict[str, str]:
     figs = {"shares": shares(a), "interventions": interventions(a)}
-    if a.effects and a.effects.get("qq"):
+    if a.effects is not None and a.effects.qq:
         figs["qq"] = qq(a)
-    if a.effects and a.effects.get("residuals", {}).get("fitted"):
+    if a.effects is not None and a.effects.residuals.get("fitted"):
         figs["residuals"] = residuals(a)
     if a.comparison is not None:
         figs.update(forest=forest(a), rank_sets=rank_sets(a))

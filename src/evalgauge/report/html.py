@@ -317,16 +317,17 @@ def _adaptive_section(path: dict) -> str:
 def _effects_section(a: Analysis, figs: dict) -> str:
     """The facets' levels as the fit sees them (TEE C.6): modes with intervals, the items judged most apart, and
     the Q-Q plot of every term's modes."""
-    if not a.effects:
+    if a.effects is None:
         return ""
+    said = a.effects.to_dict()
     exclude = a.components.object if a.comparison is not None else None
-    rows = effects_rows(a.effects, exclude)
+    rows = effects_rows(said, exclude)
     out = "<h2>Effects: who scores high, who low</h2>"
     if rows:
         out += ("<p>Conditional modes (BLUPs) of each level with a 95% interval (mode +- 1.96 conditional SD, as "
                 "lme4's ranef(condVar = TRUE)); a positive mode scores higher than the average level.</p>"
                 + _table(["term", "level", "mode", "95% interval"], rows))
-    sentence = disagreed_sentence(a.effects)
+    sentence = disagreed_sentence(said)
     if sentence:
         out += f"<p>{escape(sentence)}</p>"
     if "qq" in figs:

@@ -23,7 +23,7 @@ from .text import (
 )
 
 if TYPE_CHECKING:
-    from ..analysis.gstudy import Analysis, ComponentsSummary
+    from ..analysis.gstudy import Analysis, ComponentsSummary, EffectsSummary
     from ..audit import Audit
     from ..audit.published import Preset
     from ..dstudy import Plan
@@ -504,12 +504,13 @@ def print_ceiling(analysis, console: Console) -> None:
                                    asdict(analysis.ceiling), str(req), req.target))
 
 
-def print_effects(effects: dict | None, console: Console, exclude: str | None = None) -> None:
+def print_effects(effects: EffectsSummary | None, console: Console, exclude: str | None = None) -> None:
     """The facets' levels as the fit sees them: conditional modes with 95% intervals (TEE C.6), and the items
     the judges disagree on most."""
-    if not effects:
+    if effects is None:
         return
-    rows = effects_rows(effects, exclude)
+    said = effects.to_dict()  # the sentences the HTML report shares take the JSON form
+    rows = effects_rows(said, exclude)
     if rows:
         table = Table(title="Effects: conditional modes (BLUPs) with 95% intervals (TEE C.6; + scores higher)")
         for col in ("term", "level", "mode", "95% interval"):
@@ -517,7 +518,7 @@ def print_effects(effects: dict | None, console: Console, exclude: str | None = 
         for row in rows:
             table.add_row(*row)
         console.print(table)
-    sentence = disagreed_sentence(effects)
+    sentence = disagreed_sentence(said)
     if sentence:
         console.print(sentence)
 
