@@ -251,11 +251,12 @@ def test_the_reader_never_opens_a_run_configuration(tmp_path):
     old = RunRecord(record.path, record.calls, {**{k: v for k, v in record.meta.items() if k != "design"},
                                                 "config": str(config)})
     diagnostics, meta = old.info()
-    assert any("before runs recorded" in n and str(config) in n for n in diagnostics["design_notes"])
+    assert any("before runs recorded" in n and str(config) in n for n in diagnostics.design_notes)
+    assert diagnostics.to_dict()["design_notes"] == list(diagnostics.design_notes)
     design = {"variants": [{"id": "v", "template": "Rate {response}"}], "system_prompt": None, "judges": []}
     diagnostics, meta = old.with_design(design).info()
     assert meta["variants"] == design["variants"]
-    assert not any("before runs recorded" in n for n in diagnostics.get("design_notes", []))
+    assert not any("before runs recorded" in n for n in diagnostics.design_notes)
 
 
 def test_a_fit_of_cell_sums_is_the_engine_fit_and_refuses_what_needs_rows(tmp_path):

@@ -123,3 +123,26 @@ def test_the_effects_are_a_typed_result_the_renderers_share():
     if effects.disagreed_items:
         assert f"{effects.disagreed_items[0]['item']} {effects.disagreed_items[0]['spread']:.3g}" in text
     assert _text(lambda c: print_effects(None, c)) == ""
+
+
+def test_missing_answers_render_from_the_typed_result_worst_first():
+    import numpy as np
+
+    from evalgauge.analysis.diagnostics import RunDiagnostics, diagnose, missing_answers
+    from evalgauge.report.terminal import print_missing_answers
+
+    rng = np.random.default_rng(3)
+    rows = [{"item": f"q{k}", "judge": f"j{k % 2}", "variant": "v", "system": s, "temperature": 0.0, "replicate": 1,
+             "position": "", "completion": "Score: 3", "model": "m", "response_id": f"r{s}{k}",
+             "score": None if rng.random() < rate else 3.0, "parse_error": None, "finish_reason": "stop",
+             "finished_at": float(k)} for s, rate in (("a", 0.05), ("b", 0.4)) for k in range(80)]
+    calls = pd.DataFrame(rows)
+    missing = missing_answers(calls)
+    text = _text(lambda c: print_missing_answers(missing, c))
+    worst = missing.table.assign(rate=lambda f: 1 - f["scored"] / f["calls"]).sort_values("rate").iloc[-1]
+    assert "Calls without a score, by judge x variant x system" in text and f"{100 * worst['rate']:.1f}%" in text
+    assert f"{missing.unscored} of {missing.calls} stored calls have no score" in text
+    run = RunDiagnostics(diagnose(calls), missing, notes=("a note from the record",))
+    payload = run.to_dict()
+    assert payload["missing_answers"] == missing.to_dict() and payload["design_notes"][-1] == "a note from the record"
+    assert run.warnings == run.integrity.warnings and "within_call_spread" not in payload

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..components import VarianceComponents
 
+if TYPE_CHECKING:
+    from .diagnostics import RunDiagnostics
 
-def checklist(vc: VarianceComponents, meta: dict, diagnostics: dict | None) -> list[dict]:
+
+def checklist(vc: VarianceComponents, meta: dict, diagnostics: RunDiagnostics | None) -> list[dict]:
     """TEE Table 15's three tiers, each item met or missing from what the data and run record show."""
     levels = vc.levels
     variants, judge = vc.role("variant"), vc.role("judge")
@@ -42,17 +47,17 @@ def checklist(vc: VarianceComponents, meta: dict, diagnostics: dict | None) -> l
         "run a factorial pilot crossing items, prompts, judges (and temperatures) with replicates")
     add("Comprehensive", "D-study projection", True, "projections and interventions in this report", "")
     if diagnostics is not None:
-        warned = diagnostics.get("warnings") or []
+        warned = diagnostics.warnings
         add("Minimum", "Integrity (no caching, empty completions, snapshot drift)", not warned,
             "no replicate caching, empty completions, parse failures or snapshot drift found", "; ".join(warned))
     if judge is None or levels.get(judge, 1) < 2:
         add("Standard", "Judge sensitivity", False, "",
             "one judge: judge variance and its interactions are not measured by this design; add a second judge "
             "to measure them", status="not measured")
-    missing = (diagnostics or {}).get("missing_answers")
-    if missing:
-        add("Minimum", "Missing answers", missing["unscored"] == 0, f"all {missing['calls']} stored calls scored",
-            missing_sentence(missing))
+    if diagnostics is not None:
+        missing = diagnostics.missing
+        add("Minimum", "Missing answers", missing.unscored == 0, f"all {missing.calls} stored calls scored",
+            missing_sentence(missing.to_dict()))
     return items
 
 

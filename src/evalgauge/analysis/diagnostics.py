@@ -161,6 +161,34 @@ class MissingAnswers(Result):
                 "by_facet": {f: t.to_dict(orient="records") for f, t in self.by_facet.items()}, "tests": self.tests}
 
 
+@dataclass(frozen=True)
+class RunDiagnostics(Result):
+    """A run database's account of itself, before any fit: the integrity checks (:func:`diagnose`), the calls
+    without a score (:func:`missing_answers`), each judge's within-call spread (``output = "logprobs"``: judge,
+    mean_spread, calls) and what its record says the report leaves out (``notes``, after the design's own)."""
+
+    integrity: Diagnostics
+    missing: MissingAnswers
+    within_call_spread: tuple[dict, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.integrity.warnings
+
+    @property
+    def design_notes(self) -> tuple[str, ...]:
+        return (*self.integrity.design_notes, *self.notes)
+
+    def to_dict(self) -> dict:
+        out = self.integrity.to_dict()
+        out["design_notes"] = list(self.design_notes)
+        out["missing_answers"] = self.missing.to_dict()
+        if self.within_call_spread:
+            out["within_call_spread"] = list(self.within_call_spread)
+        return out
+
+
 def missing_answers(calls: pd.DataFrame, seed: int = 0) -> MissingAnswers:
     """Where the calls without a score are, and a test of whether the failure rate depends on each facet."""
     frame = calls.copy()

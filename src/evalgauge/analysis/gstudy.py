@@ -25,6 +25,7 @@ from ..estimate.spec import ModelSpec
 from ..inference import ObjectInterval, ThetaInterval, object_interval, theta_interval
 from ..results import Result, json_safe
 from .checklist import checklist
+from .diagnostics import RunDiagnostics
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Analysis(Result):
     item_facet: str | None
     ceiling: dstudy.Ceiling | None = None
     judges_needed: dstudy.Requirement | None = None
-    diagnostics: dict | None = None
+    diagnostics: RunDiagnostics | None = None
     run_meta: dict = field(default_factory=dict)
     adaptive: dict | None = None  # the path of an adaptive run: target, stages, outcome
     checklist: list[dict] = field(default_factory=list)
@@ -74,8 +75,8 @@ class Analysis(Result):
             req = self.judges_needed
             out["judges_needed"] = {"target_erho2": req.target, "count": req.count, "reachable": req.reachable,
                                     "limit": req.limit, "text": str(req)}
-        if self.diagnostics:
-            out["diagnostics"] = self.diagnostics
+        if self.diagnostics is not None:
+            out["diagnostics"] = self.diagnostics.to_dict()
         if self.effects is not None:
             out["effects"] = self.effects.to_dict()
         if self.adaptive:
@@ -97,7 +98,7 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 
 def derive(judgments: Judgments, spec: ModelSpec, components: VarianceComponents, *, target_erho2: float = 0.8,
            n_boot_compare: int = 2000, ddf: str = "satterthwaite", assumed: dict | None = None,
-           diagnostics: dict | None = None, run_meta: dict | None = None) -> Analysis:
+           diagnostics: RunDiagnostics | None = None, run_meta: dict | None = None) -> Analysis:
     """Everything the analysis reports, from ``components`` fitted to ``judgments`` under ``spec``.
 
     ``assumed`` states components the data cannot measure ({"system:judge": 0.01} with one judge); every

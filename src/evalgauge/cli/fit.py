@@ -126,11 +126,11 @@ def _analyze_labels(data, record, facets, nest, replicate, fixed, level, json_ou
     if record is not None:
         from ..analysis.diagnostics import missing_answers
 
-        missing = missing_answers(record.calls).to_dict()
+        missing = missing_answers(record.calls)
 
         def first(c):
-            if missing.get("headline"):
-                c.print(Text("caution: ", style="bold red") + Text(missing["headline"]))
+            if missing.headline:
+                c.print(Text("caution: ", style="bold red") + Text(missing.headline))
             print_missing_answers(missing, c)
     classes = record.meta.get("labels") if record is not None else None  # a run's own label set, in order
     checked = None

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ..errors import DataError
 from ..store import FACETS, RunStore
+
+if TYPE_CHECKING:
+    from ..analysis.diagnostics import RunDiagnostics
 
 
 @dataclass(frozen=True)
@@ -49,22 +53,22 @@ class RunRecord:
             meta["design_note"] = note
         return RunRecord(self.path, self.calls, meta)
 
-    def info(self) -> tuple[dict, dict]:
+    def info(self) -> tuple[RunDiagnostics, dict]:
         """(diagnostics, metadata) for the analysis: the run's integrity checks and missing answers
         (:mod:`evalgauge.analysis.diagnostics`), each judge's within-call spread (``output = "logprobs"``), and the
         record with what the calls say (models, first call, temperatures, replicates) and the run's recorded
         design merged in."""
         import json
 
-        from ..analysis.diagnostics import diagnose, missing_answers
+        from ..analysis.diagnostics import RunDiagnostics, diagnose, missing_answers
 
         calls, meta = self.calls, dict(self.meta)
-        diag = diagnose(calls).to_dict()
-        diag["missing_answers"] = missing_answers(calls).to_dict()
+        spreads: tuple[dict, ...] = ()
         if "spread" in calls and calls["spread"].notna().any():  # output = "logprobs": each call's own uncertainty
             spread = calls.groupby(calls["judge"].astype(str))["spread"].agg(["mean", "count"]).reset_index()
-            diag["within_call_spread"] = [{"judge": r["judge"], "mean_spread": float(r["mean"]),
-                                           "calls": int(r["count"])} for _, r in spread.iterrows()]
+            spreads = tuple({"judge": r["judge"], "mean_spread": float(r["mean"]), "calls": int(r["count"])}
+                            for _, r in spread.iterrows())
+        notes: list[str] = []
         meta["models"] = sorted(calls["model"].dropna().astype(str).unique())
         meta["first_call"] = float(calls["started_at"].min()) if len(calls) else None
         meta["temperatures"] = sorted(calls["temperature"].dropna().unique().tolist(), key=str)
@@ -72,10 +76,10 @@ class RunRecord:
         meta["replicates"] = int(reps.max()) if reps.notna().any() else 0
         note = meta.pop("design_note", None)
         if note:
-            diag.setdefault("design_notes", []).append(note)
+            notes.append(note)
         design = meta.pop("design", None)
         if not design and not note and meta.get("config"):
-            diag.setdefault("design_notes", []).append(
+            notes.append(
                 f"this run database was written before runs recorded their variants, system prompt and judges; the "
                 f"report leaves them out (`evalgauge analyze` reads them from its configuration, {meta['config']}, "
                 "where that file still is).")
@@ -85,7 +89,7 @@ class RunRecord:
             meta.update(recorded)
             if scale is not None and meta.get("scale") is None:
                 meta["scale"] = scale
-        return diag, meta
+        return RunDiagnostics(diagnose(calls), missing_answers(calls), spreads, tuple(notes)), meta
 
 
 def read_run_record(path: str | Path) -> RunRecord:

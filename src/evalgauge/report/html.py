@@ -165,14 +165,14 @@ def render(a: Analysis, gold=None) -> str:
     shares = a.projection.shares()
     parts = [f"<h1>evalgauge report</h1><p class='muted'>{escape(a.source)} · {vc.n_obs} judgments · "
              f"{escape(vc.method)} · evalgauge {__version__} · {dt.date.today().isoformat()}</p>"]
-    missing = (a.diagnostics or {}).get("missing_answers")
+    missing = a.diagnostics.missing.to_dict() if a.diagnostics is not None else None
     if missing and missing.get("headline"):  # before any mean: the means rest on different subsets of cells
         parts.append(f"<div class='box warn'><b>Caution.</b> {escape(missing['headline'])}</div>")
     if a.comparison is not None:  # systems compared: the question they are compared for comes first
         parts.append(_comparison_html(a, figs))
     if missing and missing["unscored"]:
         parts.append(_missing_html(missing))
-    spread = (a.diagnostics or {}).get("within_call_spread")
+    spread = a.diagnostics.within_call_spread if a.diagnostics is not None else ()
     if spread:
         parts.append("<p>Judges' within-call spread (the SD of each call's distribution over the scale, output = "
                      "logprobs; the judge's own uncertainty, not counted in the components): " + ", ".join(
@@ -210,9 +210,9 @@ def render(a: Analysis, gold=None) -> str:
                          f"max {100 * b['max']:+.1f}; sizing sec. 5.4). Run both orders.</p>")
     if a.adaptive:
         parts.append(_adaptive_section(a.adaptive))
-    if a.diagnostics and a.diagnostics.get("warnings"):
+    if a.diagnostics is not None and a.diagnostics.warnings:
         parts.append("<h2>Integrity warnings from the collector</h2>" + "".join(
-            f"<p class='warn'>{escape(w)}</p>" for w in a.diagnostics["warnings"]))
+            f"<p class='warn'>{escape(w)}</p>" for w in a.diagnostics.warnings))
     rows = [[c.name, c.kind, _num(c.variance), _num(c.se, ".3g"),
              "—" if c.kind == "fixed" else f"{100 * vc.share(c.name):.1f}%",
              "—" if c.kind == "fixed" else f"{100 * shares.get(c.name, 0.0):.1f}%"] for c in vc.components]

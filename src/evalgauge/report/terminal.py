@@ -23,6 +23,7 @@ from .text import (
 )
 
 if TYPE_CHECKING:
+    from ..analysis.diagnostics import MissingAnswers
     from ..analysis.gstudy import Analysis, ComponentsSummary, EffectsSummary
     from ..audit import Audit
     from ..audit.published import Preset
@@ -96,14 +97,15 @@ def print_plan(plan: Plan, console: Console) -> None:
 MISSING_ROWS = 30
 
 
-def print_missing_answers(missing: dict, c) -> None:
+def print_missing_answers(missing: MissingAnswers, c: Console) -> None:
     """The calls without a score by judge x variant x system, the worst first, and the test by system."""
     from ..analysis.checklist import missing_sentence
 
-    if not missing["unscored"]:
-        c.print(f"Calls without a score: none of the {missing['calls']} stored calls (0 unread, 0 cut at max_tokens).")
+    if not missing.unscored:
+        c.print(f"Calls without a score: none of the {missing.calls} stored calls (0 unread, 0 cut at max_tokens).")
         return
-    rows = sorted((r for r in missing["table"] if r["calls"] > r["scored"]), key=lambda r: -r["rate"])
+    table_rows = missing.table.to_dict(orient="records")
+    rows = sorted((r for r in table_rows if r["calls"] > r["scored"]), key=lambda r: -r["rate"])
     keys = [k for k in ("judge", "variant", "system") if rows and k in rows[0]]
     shown = rows[:MISSING_ROWS]
     more = f"; the first {len(shown)} of {len(rows)}, all in --json and the report" if len(rows) > len(shown) else ""
@@ -114,7 +116,7 @@ def print_missing_answers(missing: dict, c) -> None:
         table.add_row(*(str(r[k]) for k in keys), str(r["calls"]), str(r["scored"]), str(r["unread"]),
                       str(r["truncated"]), f"{100 * r['rate']:.1f}%")
     c.print(table)
-    c.print(missing_sentence(missing) + ".")
+    c.print(missing_sentence(missing.to_dict()) + ".")
 
 
 #: boards larger than this show their adjacent pairs in the terminal (every pair is in --json and the report)
@@ -262,14 +264,15 @@ def print_analysis(analysis: Analysis, summary: ComponentsSummary, c: Console) -
     """What `analyze` prints: the missing answers' caution first, the leaderboard, the missing answers, the
     components (``summary``, :func:`evalgauge.analysis.gstudy.summarize_components`), the effects, the ceiling,
     the object scores, the interventions, the diagnostics' warnings and the reporting checklist."""
-    missing = (analysis.diagnostics or {}).get("missing_answers")
-    if missing and missing.get("headline"):  # before any mean: the means rest on different subsets
-        c.print(Text("caution: ", style="bold red") + Text(missing["headline"]))
+    diagnostics = analysis.diagnostics
+    missing = diagnostics.missing if diagnostics is not None else None
+    if missing is not None and missing.headline:  # before any mean: the means rest on different subsets
+        c.print(Text("caution: ", style="bold red") + Text(missing.headline))
     if analysis.comparison is not None:  # the question systems are compared for comes first
         print_comparison(analysis.comparison, c)
-    if missing:
+    if missing is not None:
         print_missing_answers(missing, c)
-    spread = (analysis.diagnostics or {}).get("within_call_spread")
+    spread = diagnostics.within_call_spread if diagnostics is not None else ()
     if spread:
         c.print("Judges' within-call spread (the SD of each call's distribution over the scale, output = "
                 "\"logprobs\"; the judge's own uncertainty, not counted in the components): " + ", ".join(
@@ -292,9 +295,9 @@ def print_analysis(analysis: Analysis, summary: ComponentsSummary, c: Console) -
         inter.add_row(r["intervention"], number(r["pct_change_var_abs"], "+.1f"),
                       number(r["pct_change_sigma2_delta"], "+.1f"))
     c.print(inter)
-    for w in (analysis.diagnostics or {}).get("warnings", []):
+    for w in diagnostics.warnings if diagnostics is not None else ():
         c.print(Text("warning: ", style="bold yellow") + Text(w))
-    for n in (analysis.diagnostics or {}).get("design_notes", []):
+    for n in diagnostics.design_notes if diagnostics is not None else ():
         c.print(Text("note: ", style="yellow") + Text(n))
     missing = [i for i in analysis.checklist if i["met"] is False]
     unmeasured = [i for i in analysis.checklist if i["met"] is None]
