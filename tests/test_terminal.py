@@ -146,3 +146,25 @@ def test_missing_answers_render_from_the_typed_result_worst_first():
     payload = run.to_dict()
     assert payload["missing_answers"] == missing.to_dict() and payload["design_notes"][-1] == "a note from the record"
     assert run.warnings == run.integrity.warnings and "within_call_spread" not in payload
+
+
+def test_print_pairwise_renders_the_analysis_and_the_summary_it_is_given():
+    import numpy as np
+
+    from evalgauge.analysis.pairwise import analyze_pairwise
+    from evalgauge.data import as_judgments
+    from evalgauge.report.terminal import print_pairwise
+
+    rng = np.random.default_rng(0)
+    systems = ["a", "b", "c", "d"]
+    rows = []
+    for k in range(1200):
+        i, j = rng.choice(4, 2, replace=False)
+        win = rng.random() < 1 / (1 + np.exp(-0.4 * (i - j)))
+        rows.append({"model_a": systems[i], "model_b": systems[j], "winner": "model_a" if win else "model_b",
+                     "item": f"q{k % 40}", "judge": f"j{k % 2}"})
+    result = analyze_pairwise(as_judgments(pd.DataFrame(rows)), n_boot=20, components=False)
+    text = _text(lambda c: print_pairwise(result, None, c))
+    assert "Bradley-Terry (1200 judgments, 4 systems" in text and "Variance components" not in text
+    for system in systems:
+        assert system in text

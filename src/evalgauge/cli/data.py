@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..errors import EvalGaugeError
 from ..outputs import atomic_write_text
-from ..report.terminal import number, print_arena_studies, print_comparison, print_components, print_gold
+from ..report.terminal import print_gold, print_pairwise
 from .base import (
     _console,
     _drop_empty,
@@ -148,47 +148,14 @@ def pairwise(data, reference, baseline, position, n_boot, seed, human, best_of, 
                                   progress=_win_progress(), best_of=best_of, fitter=_fit_components)
     if components_json and result.components is not None:
         atomic_write_text(components_json, result.components.to_json() + "\n")
-    fit, table, notes, payload = result.fit, result.table, result.notes, result.payload
-    comparison, comps = result.comparison, result.components
 
     def show(c):
-        t = Table(title=f"Bradley-Terry ({payload['judgments']} judgments, {payload['systems']} systems; reference "
-                        f"{fit.reference} at 0)")
-        cols = ["system", "log_strength", "se", "elo", "elo_arena", "win_rate_vs_reference"] + \
-            [k for k in ("naive_low", "naive_high", "tee_low", "tee_high") if k in table]
-        for col in cols:
-            t.add_column(col, justify="left" if col == "system" else "right")
-        for r in table.to_dict(orient="records"):
-            t.add_row(*[str(r[k]) if k == "system" else number(r[k], ".4g") for k in cols])
-        c.print(t)
-        for note in notes:
-            c.print(Text("note: ", style="yellow") + Text(note))
-        if "weighted_win_share" in payload:
-            shares = ", ".join(f"{r['system']} {100 * r['win_share']:.2f}% ({r['battles']:g} battles)"
-                               for r in payload["weighted_win_share"])
-            c.print(f"Weighted win share against the opponents (ties half; arena-hard's own score): {shares}.")
-        if fit.log_h is not None:
-            c.print(f"First-slot advantage (position term): log odds {fit.log_h:+.3f}.")
-        if comparison is not None:
-            print_comparison(comparison, c)
-        if "position_bias" in payload:
-            pb = payload["position_bias"]
-            c.print(f"Slot-A advantage in win rate: {100 * pb['slot_a_advantage']:+.1f} points on average, sd "
-                    f"{100 * pb['spread_sd']:.1f} across systems, max {100 * pb['max']:+.1f} (sizing sec. 5.4).")
-        if comps is not None:
-            from ..analysis.gstudy import summarize_components
+        from ..analysis.gstudy import summarize_components
 
-            print_components(summarize_components(comps), c)
-            if "human_agreement" in payload:
-                h = payload["human_agreement"]
-                c.print(f"Agreement with the human votes: {100 * h['overall']:.1f}% of {h['n']} judgments; "
-                        f"{100 * h['ab_only']:.1f}% of the {h['n_ab']} where both were decisive.")
-            c.print(f"MDD95 {payload['mdd95_win_rate_points']:.1f} win-rate points at this design"
-                    + (f"; single-judge ceiling {payload['ceiling']:.3f}, MDD floor "
-                       f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
-        print_arena_studies(payload.get("arena_studies"), c)
+        print_pairwise(result, summarize_components(result.components) if result.components is not None else None,
+                       c)
 
-    _emit(payload, json_out, show)
+    _emit(result.to_dict(), json_out, show)
 
 
 def _fit_components(rows, design, **options):
