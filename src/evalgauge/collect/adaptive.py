@@ -191,20 +191,11 @@ def follow(cfg, target: Target, pilot: StageDesign, *, collect, fit, max_stages:
     ``collect(design)`` collects a design's missing calls and returns :class:`Collected`; ``fit()``
     returns the components of everything collected and each judge's price per call. Each stage is planned
     at the planning bound (PLAN_LEVELS: 90%, else 75%); the run stops when the target
-    is met at the 90% bound at the design collected, whatever level the plan was made at. (A first
-    stage at the estimates, cut to half the items, then a stage at the bound, was tried: over 40 runs of
-    bench/study_adaptive.py per scenario it met the target no more often and spent more. So was buying the
-    plan's panel at once and its items in two steps, first what the estimates need: over 40 runs of
-    scenarios a, c and e a "met" held at the true components in 56-60% of the runs saying it, against
-    80-100% with one step, since every extra look is another chance for a noisy bound to pass. And so was
-    planning on the covariance the refit would have after the stage (session 6: the components with items
-    in them, and the noise part of the others, shrunk by items now / items planned; the panel
-    interactions' chi-square part kept), with the same 90% stop check: over 40 runs the spend in e fell
-    from 3.41x to 2.03x the oracle's, but a "met" held at the truth in 68% of the runs saying it (100%
-    before), 72% in c (100%), and the final intervals covered 90.2% in e and 92.8% in c (93.6%, 94.7%):
-    plans at the edge of what the refit will show make the stop check a coin flip, looked at again
-    every stage. A stage "to learn" where the pilot cannot show the target but more items could was tried
-    in session 7: see :func:`_could_items_tell`.)
+    is met at the 90% bound at the design collected, whatever level the plan was made at. Each stage buys the
+    plan's whole design at once: every extra look is another chance for a noisy bound to pass, and plans made on
+    what the refit is expected to show put the stop check at the edge of the data (bench/study_adaptive.py
+    measures the spend against an oracle's and how often a "met" holds at the true components;
+    docs/benchmarks.md).
     """
     got = collect(pilot)
     stages = [Stage("pilot", pilot, got.calls, got.spent_usd)]

@@ -25,7 +25,7 @@ class ModelSize:
 
     ``seconds`` assumes 8 + 1.5 evaluations per random term (:attr:`evaluations`) at a rate measured on
     a 2-core machine; it is an order of magnitude, shown so that a user can stop an unaffordable fit.
-    Evaluations counted (line-search trials included), session 5: 8 with 3 terms (InstEval), 7-8 with 7-9
+    Evaluations counted (line-search trials included): 8 with 3 terms (InstEval), 7-8 with 7-9
     (sizing, TEE, 1% missing), 43 with 37 and 75 with 46 (the demo's run, most terms at the boundary:
     each boundary round re-runs Newton), more than 57 with 31 (the real SummEval file, stopped at 25
     minutes while a dozen evaluations had been expected): the many-term default models are the ones
