@@ -1,0 +1,76 @@
+"""One judge call's record (collect/calls.py) and the collector's byte counts (collect/limits.py): what is
+stored for a call, computed once per judge where it can be, and the same as when computed per call."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from evalgauge.collect.calls import call_record, read_verdict, verdict_of
+from evalgauge.collect.config import Item, load_config
+from evalgauge.collect.limits import utf8_bytes, worst_case_input_tokens
+from evalgauge.collect.providers import Completion
+from evalgauge.collect.tasks import build_tasks
+from evalgauge.protocols import Verdict
+from test_collector import write_config
+
+
+@pytest.fixture()
+def cfg(tmp_path):
+    return load_config(write_config(tmp_path, 1, items=3, systems=2, reps=1, judges=2))
+
+
+def _record(cfg, task, verdict, **kw):
+    judge = next(j for j in cfg.judges if j.name == task.judge)
+    completion = Completion("Score: 4", judge.model, "chatcmpl-1", 30, 3, "stop")
+    return call_record(cfg, judge, task, completion, verdict, None, started=1.0, latency=0.5, tokens=(30, 3, 0, 0),
+                       cost=0.001, flags="", **kw)
+
+
+def test_the_stored_request_is_the_judges_settings_and_equal_for_every_call(cfg):
+    tasks = list(build_tasks(cfg))
+    records = [_record(cfg, t, Verdict(4.0, "")) for t in tasks]
+    for t, r in zip(tasks, records, strict=True):
+        judge = next(j for j in cfg.judges if j.name == t.judge)
+        assert json.loads(r.request) == {"model": judge.model, "temperature": t.temperature,
+                                         "max_tokens": judge.max_tokens, "provider": judge.provider,
+                                         "base_url": judge.base_url, "system_prompt": bool(cfg.system_prompt),
+                                         "output": cfg.output}
+        assert r.key == t.key and r.score == 4.0 and r.finish_reason == "stop"
+    batch = _record(cfg, tasks[0], Verdict(4.0, ""), batch=True)
+    assert json.loads(batch.request)["batch"] is True and "batch" not in json.loads(records[0].request)
+    assert all("SIM_KEY" not in r.request and "Question" not in r.request for r in records)
+
+
+def test_a_second_slot_win_is_flipped_and_a_keyed_choice_scored_against_its_key(cfg):
+    task = next(iter(build_tasks(cfg)))
+    pairwise = replace(cfg, mode="pairwise")
+    assert _record(pairwise, replace(task, position="BA"), Verdict(1.0, "")).score == 0.0
+    assert _record(pairwise, replace(task, position="AB"), Verdict(1.0, "")).score == 1.0
+    keyed = replace(cfg, mode="choice", choices="ABCD",
+                    items=tuple(Item(i.id, i.text, reference="C") for i in cfg.items))
+    assert keyed.choice_keyed and not replace(keyed, items=(Item("q", "t", reference="E"),)).choice_keyed
+    assert _record(keyed, replace(task, item=Item(task.item.id, task.item.text, reference="C")),
+                   Verdict(2.0, "")).score == 1.0  # choice 2 is "C": correct
+    assert _record(keyed, replace(task, item=Item(task.item.id, task.item.text, reference="C")),
+                   Verdict(0.0, "")).score == 0.0
+
+
+def test_a_verdict_read_from_the_text_and_a_cut_reply_said(cfg):
+    assert read_verdict(cfg, cfg.variants[0].id, "Score: 3").value == 3.0
+    task = next(iter(build_tasks(cfg)))
+    judge = cfg.judges[0]
+    verdict, error = verdict_of(cfg, judge, task, Completion("I think the answer", "m", "r", 10, 16, "length"))
+    assert verdict.value is None and error.startswith("cut at max_tokens (16 tokens) before a verdict")
+
+
+@pytest.mark.parametrize("text", ["plain ascii", "", "naïve café", "中文字符", "emoji 🎉", "lone \ud800 surrogate"])
+def test_utf8_bytes_is_the_encoded_length(text):
+    assert utf8_bytes(text) == len(text.encode("utf-8", "surrogatepass"))
+
+
+def test_the_worst_case_input_counts_every_byte_of_every_message():
+    base = worst_case_input_tokens("Rate it.")
+    assert worst_case_input_tokens("Rate it. 中文") == base + len(" 中文".encode())
+    assert worst_case_input_tokens("Rate it.", "Be fair.") == base + len(b"Be fair.") + 32
+    assert worst_case_input_tokens("Rate it.", history=(("x", "again"),)) == base + 6 + 2 * 32
