@@ -184,7 +184,9 @@ class Run(NamedTuple):
 def measure(case_id: str, argv: list[str], cwd: Path, reference: Path | None = None) -> dict:
     """A case's figures (fastest run) with the installed code; with ``reference`` (a release's ``src``), also
     the release's figures under ``"reference"``, the two run alternately so that both see the same machine."""
-    sides = {"now": None, **({"reference": reference} if reference is not None else {})}
+    # the release's run first in each round: the installed code's is the last to write a case's output files,
+    # which later cases read (an import's CSV, then its analysis)
+    sides = {**({"reference": reference} if reference is not None else {}), "now": None}
     runs: dict[str, list[Run]] = {side: [] for side in sides}
     for _ in range(3):
         for side, source in sides.items():

@@ -90,8 +90,8 @@ def test_measure_runs_both_sides_alternately_and_keeps_the_fastest(tmp_path, mon
     monkeypatch.setattr(check, "run_once", fake)
     release = tmp_path / "src"
     now = check.measure("case-a", ["analyze", "x.csv"], tmp_path, release)
-    assert calls == [None, release] * 3
-    assert now["cpu_s"] == 2.1 and now["reference"]["cpu_s"] == 1.2 and now["runs"] == 3
+    assert calls == [release, None] * 3  # the installed code writes last: later cases read its outputs
+    assert now["cpu_s"] == 2.2 and now["reference"]["cpu_s"] == 1.1 and now["runs"] == 3
     assert now["digest"] == now["reference"]["digest"] is not None
     calls.clear()
     assert "reference" not in check.measure("case-a", ["analyze", "x.csv"], tmp_path) and calls == [None] * 3
