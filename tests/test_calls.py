@@ -74,3 +74,85 @@ def test_the_worst_case_input_counts_every_byte_of_every_message():
     assert worst_case_input_tokens("Rate it. 中文") == base + len(" 中文".encode())
     assert worst_case_input_tokens("Rate it.", "Be fair.") == base + len(b"Be fair.") + 32
     assert worst_case_input_tokens("Rate it.", history=(("x", "again"),)) == base + 6 + 2 * 32
+
+
+# -- the collector's per-call costs: what they leave as it was ---------------------------------------------------
+
+
+def test_the_cycle_collector_runs_less_often_during_a_run_and_as_before_after(monkeypatch):
+    import gc
+
+    from evalgauge.collect.runner import YOUNG_COLLECTION_EVERY, _fewer_collections
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with _fewer_collections():
+            assert gc.get_threshold() == (YOUNG_COLLECTION_EVERY, 10, 10)
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(50_000, 5, 5)  # a caller's own larger setting is kept
+        with _fewer_collections():
+            assert gc.get_threshold() == (50_000, 5, 5)
+        gc.set_threshold(0)  # switched off stays off
+        with _fewer_collections():
+            assert gc.get_threshold()[0] == 0
+        gc.set_threshold(700, 10, 10)
+        with pytest.raises(RuntimeError), _fewer_collections():
+            raise RuntimeError
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_a_run_collects_cycles_less_often_while_judging_and_restores_the_setting(tmp_path, monkeypatch):
+    import asyncio
+    import gc
+
+    from evalgauge.collect import runner
+
+    cfg = load_config(write_config(tmp_path, 1, items=2, systems=2, reps=1, judges=1))
+    seen = []
+
+    async def judge_all(*args, **kw):
+        seen.append(gc.get_threshold()[0])
+
+    monkeypatch.setattr(runner, "_judge_all", judge_all)
+    before = gc.get_threshold()
+    asyncio.run(runner.run_async(cfg, providers={j.name: object() for j in cfg.judges}))
+    assert seen and seen[0] >= runner.YOUNG_COLLECTION_EVERY
+    assert gc.get_threshold() == before
+
+
+def test_a_call_without_a_reservation_is_stored_by_one_statement_and_at_once(tmp_path):
+    import sqlite3
+
+    from evalgauge.store import WAL_CHECKPOINT_PAGES, RunStore
+
+    cfg = load_config(write_config(tmp_path, 1, items=2, systems=1, reps=1, judges=1))
+    tasks = list(build_tasks(cfg))
+    store = RunStore(tmp_path / "run.sqlite", writer=True)
+    try:
+        assert store.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_CHECKPOINT_PAGES
+        first = _record(cfg, tasks[0], Verdict(4.0, ""))
+        assert store.record(first) is True and not store.db.in_transaction
+        # committed: another connection reads it while the writer is open
+        other = sqlite3.connect(tmp_path / "run.sqlite")
+        assert other.execute("SELECT key, score FROM calls").fetchall() == [(first.key, 4.0)]
+        other.close()
+        assert store.record(first, [None]) is False  # the same cell again: kept once
+        # with reservations, the row and their release in one transaction
+        held = [store.reserve(tasks[1].key, 0.01), None, store.reserve(tasks[1].key, 0.02)]
+        assert store.record(_record(cfg, tasks[1], Verdict(3.0, "")), held) is True
+        assert store.db.execute("SELECT COUNT(*) FROM inflight").fetchone()[0] == 0
+        assert store.count() == 2
+    finally:
+        store.close()
+
+
+def test_a_text_without_a_tag_is_its_own_verdict_text():
+    from evalgauge.protocols import strip_reasoning
+
+    assert strip_reasoning("Score: 7") == "Score: 7"
+    assert strip_reasoning("a < b; Score: 7") == "a < b; Score: 7"
+    assert strip_reasoning("<think>7</think>Score: 3") == "Score: 3"
+    assert strip_reasoning("seven</think>Score: 3") == "Score: 3"

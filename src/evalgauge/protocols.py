@@ -88,6 +88,8 @@ _THINK_CLOSE = re.compile(r"\A.*</(?:think|thinking|reasoning)>", re.S | re.I)
 def strip_reasoning(text: str) -> str:
     """``text`` without its reasoning blocks: ``<think>...</think>`` (and ``thinking``/``reasoning``), an
     unclosed block to the end, and everything before a closing tag whose opening tag the server dropped."""
+    if "<" not in text:  # every tag starts with one (this runs on every stored call)
+        return text
     return _THINK_CLOSE.sub("", _THINK.sub("", text))
 
 

@@ -82,6 +82,9 @@ def call_key(item: str, system: str | None, variant: str, temperature: float, ju
     return cell_key(item, system or "", variant, f"{temperature:g}", judge, str(replicate), position or "")
 
 
+#: a writer's write-ahead log is copied into the database after this many pages (SQLite's default: 1,000)
+WAL_CHECKPOINT_PAGES = 10_000
+
 #: the run table's entry saying the keys are escaped (:func:`cell_key`); a writer migrates a database without it
 KEYS_ESCAPED = "cell_keys_escaped"
 
@@ -156,6 +159,10 @@ class RunStore:
                 self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
+                # the log copied into the file every 10,000 pages (40 MB), not 1,000: the key index's pages are
+                # rewritten by many calls between checkpoints and each is copied once a checkpoint (a row's
+                # insert ~15% cheaper: 31-column rows, 35-40 us -> 31-33 us)
+                self.db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
             else:
                 self.db = self._open_read_only()
         # a text cell that is not UTF-8 reads with U+FFFD in place of its bad bytes, never as an exception
@@ -353,15 +360,20 @@ class RunStore:
         On an error (a full disk) SQLite may have rolled the transaction back itself; the reservation then
         stays committed, so the call's worst case counts as spent on resume. Once per stored call: written
         out rather than through the context managers, which cost a fifth of it."""
-        held = reservation if isinstance(reservation, list) else (reservation,)
+        held = [r for r in reservation if r is not None] if isinstance(reservation, list) \
+            else () if reservation is None else (reservation,)
         db = self.db
+        if not held:  # one statement outside a transaction is its own (the connection autocommits)
+            try:
+                return db.execute(sql, row).rowcount == 1
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+                raise self._said(exc) from None
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
                 cur = db.execute(sql, row)
                 for r in held:
-                    if r is not None:
-                        db.execute("DELETE FROM inflight WHERE id = ?", (r,))
+                    db.execute("DELETE FROM inflight WHERE id = ?", (r,))
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:

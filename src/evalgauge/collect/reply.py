@@ -109,10 +109,16 @@ def vet(completion: Completion, judge: Judge, prompt: str, system_prompt: str | 
             flags.append("key-shaped text redacted")
     # every other text field (model, response id, finish reason, and any added later) is an identifier
     held = tuple(secrets)
-    safe_ids = {name: _identifier(value, held) for name in _other_fields(type(completion))
-                if isinstance(value := getattr(completion, name), str)}
-    identifiers = {name: value for name, (value, _) in safe_ids.items() if value != getattr(completion, name)}
-    if "key-shaped text redacted" not in flags and any(taken for _, taken in safe_ids.values()):
+    identifiers = {}
+    taken = False
+    for name in _other_fields(type(completion)):
+        value = getattr(completion, name)
+        if isinstance(value, str):
+            safe_value, was_taken = _identifier(value, held)
+            taken = taken or was_taken
+            if safe_value != value:
+                identifiers[name] = safe_value
+    if taken and "key-shaped text redacted" not in flags:
         flags.append("key-shaped text redacted")
     in_bound = worst_case_input_tokens(prompt, system_prompt, history)
     sent = utf8_bytes(prompt) + sum(utf8_bytes(a) + utf8_bytes(f) for a, f in history)
