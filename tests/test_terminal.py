@@ -168,3 +168,45 @@ def test_print_pairwise_renders_the_analysis_and_the_summary_it_is_given():
     assert "Bradley-Terry (1200 judgments, 4 systems" in text and "Variance components" not in text
     for system in systems:
         assert system in text
+
+
+def test_the_arena_studies_render_from_their_typed_result_not_the_json():
+    from evalgauge.analysis.arena import ArenaStudies
+    from evalgauge.analysis.pairwise import analyze_pairwise
+    from evalgauge.data import as_judgments
+    from evalgauge.report.terminal import print_arena_studies, print_pairwise
+    from test_arena_studies import arena_log
+
+    result = analyze_pairwise(as_judgments(arena_log()), n_boot=30, seed=1, human="human", components=False)
+    studies = result.studies
+    assert isinstance(studies, ArenaStudies) and result.payload["arena_studies"] == studies.to_dict()
+    result.payload.pop("arena_studies")  # the renderer reads the typed result, not the JSON
+    text = " ".join(_text(lambda c: print_pairwise(result, None, c)).split())  # titles wrap
+    assert f"over {studies.n_configurations} configurations (judge x variant x order; 30 resamples each)" in text
+    assert "by the closed form E[max of K] x the configurations' SD" in text  # words, not a markup tag
+    assert f"single cell {studies.ratios['single_cell_over_naive']:.2f}x" in text
+    assert f"best of K = {studies.gaming['k']} configurations" in text
+    first = studies.agreement.iloc[0]
+    assert "Agreement with the human votes" in text and f"{100 * first.per_judgment:.1f}%" in text
+    for system in studies.se["system"]:
+        assert str(system) in text
+    assert _text(lambda c: print_arena_studies(None, c)) == ""
+
+
+def test_print_glmm_renders_the_lpm_summary_it_is_given(monkeypatch):
+    import numpy as np
+
+    from evalgauge.report.terminal import print_glmm
+
+    rng = np.random.default_rng(3)
+    rows = [(f"s{s}", f"i{i}", f"j{j}") for s in range(4) for i in range(25) for j in range(3)]
+    frame = pd.DataFrame(rows, columns=["system", "item", "judge"])
+    frame["score"] = (rng.random(len(frame)) < 0.3 + 0.1 * frame["system"].str[1].astype(int)).astype(int)
+    fitted = eg.fit(frame, score="score", facets=["system", "item", "judge"], object="system")
+    check = fitted.glmm()
+    summary = summarize_components(check.lpm)
+    monkeypatch.setattr(gstudy, "summarize_components", lambda *a, **k: pytest.fail("the renderer summarised"))
+    text = _text(lambda c: print_glmm(check, summary, c))
+    assert "Robustness check for binary scores" in text and "GLMM:" in text
+    for name in check.table["component"]:
+        assert name in text

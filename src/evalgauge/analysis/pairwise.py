@@ -8,7 +8,7 @@ variance components of the win indicators (sizing sec. 5.4) with their MDD and s
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,9 @@ from ..pairwise import (
 )
 from ..results import Result, json_safe
 
+if TYPE_CHECKING:  # the studies are made only when asked for (imported then)
+    from .arena import ArenaStudies
+
 ELO_NOTE = ("elo: the model's own scale (Davidson ties, first-slot term); elo_arena: Chatbot Arena's (ties as half "
             "wins, no position term, 1000 at the mean or mixtral-8x7b-instruct-v0.1 at 1114), for comparison "
             "with published Arena ratings.")
@@ -56,6 +59,8 @@ class PairwiseAnalysis(Result):
     payload: dict[str, Any] = field(default_factory=dict)
     components: VarianceComponents | None = None
     comparison: Any = None  # evalgauge.compare.Comparison of the Bradley-Terry strengths
+    #: TEE's arena studies when the log has several configurations (and the bootstrap ran)
+    studies: ArenaStudies | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(self.payload)
@@ -103,6 +108,7 @@ def analyze_pairwise(judgments: Judgments, *, reference: str | None = None, base
         studies = arena_studies(battles, result.fit, n_boot=n_boot, seed=seed, human=human, best_of=best_of,
                                 ridge=_ridge(counts.entries, counts.weights, []))
         if studies is not None:
+            result.studies = studies
             result.payload["arena_studies"] = studies.to_dict()
     return result
 

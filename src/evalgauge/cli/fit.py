@@ -100,8 +100,10 @@ def components(data, score, facets, nest, replicate, fixed, object_, terms, max_
     fitted = fit(data, design=model, method=method, drop_missing=drop_missing, progress=_fit_progress(),
                  **({} if glmm else boot))
     if glmm:
+        from ..analysis.gstudy import summarize_components
+
         check = fitted.glmm()
-        _emit(check.to_dict(), json_out, lambda c: print_glmm(check, c))
+        _emit(check.to_dict(), json_out, lambda c: print_glmm(check, summarize_components(check.lpm), c))
         return
     if by:
         strata = fitted.strata(by)
@@ -592,10 +594,12 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
         strata = result.fit.strata(by, n_boot=0, level=0.95, seed=None)
         payload["by_stratum"] = strata.to_dict()
         extra.append(lambda c: print_strata(strata, c))
+    from ..analysis.gstudy import summarize_components
+
     if glmm and not pairwise_rows:
         check = result.fit.glmm()
         payload["glmm"] = check.to_dict()
-        extra.append(lambda c: print_glmm(check, c))
+        extra.append(lambda c: print_glmm(check, summarize_components(check.lpm), c))
     gold = None
     if gold_path:
         gold = _gold(data, gold_path, score or "score", result.components.object, level=level, column=gold_column,
@@ -613,8 +617,6 @@ def analyze(data, score, facets, nest, replicate, fixed, object_, terms, max_ord
             atomic_write_text(gold_export, csv_safe_frame(gold.export()).to_csv(index=False))
             extra.append(lambda c: c.print(f"Gold units written to {Path(gold_export).resolve()} (DSL's and ppi_py's "
                                            "layout)."))
-
-    from ..analysis.gstudy import summarize_components
 
     def show(c):
         print_analysis(result, summarize_components(result.components, result.bounds), c)

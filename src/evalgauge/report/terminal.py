@@ -309,11 +309,10 @@ def print_analysis(analysis: Analysis, summary: ComponentsSummary, c: Console) -
                else "") + ".")
 
 
-def print_glmm(check, console: Console) -> None:
-    """LPM and logit-GLMM components side by side with their ranks (TEE section G, Table 11)."""
-    from ..analysis.gstudy import summarize_components
-
-    print_components(summarize_components(check.lpm), console)
+def print_glmm(check, lpm: ComponentsSummary, console: Console) -> None:
+    """LPM and logit-GLMM components side by side with their ranks (TEE section G, Table 11); ``lpm``: the
+    linear probability model's components summarised (:func:`~evalgauge.analysis.gstudy.summarize_components`)."""
+    print_components(lpm, console)
     table = Table(title="Robustness check for binary scores: linear probability model vs logit GLMM")
     for col in ("component", "LPM variance", "LPM share of Var(theta-hat)", "LPM rank", "GLMM variance (logit)",
                 "GLMM share", "GLMM rank"):
@@ -566,35 +565,36 @@ def print_pairwise(result: PairwiseAnalysis, summary: ComponentsSummary | None, 
         c.print(f"MDD95 {payload['mdd95_win_rate_points']:.1f} win-rate points at this design"
                 + (f"; single-judge ceiling {payload['ceiling']:.3f}, MDD floor "
                    f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
-    print_arena_studies(payload.get("arena_studies"), c)
+    print_arena_studies(result.studies, c)
 
 
-def print_arena_studies(studies: dict | None, console: Console) -> None:
-    """TEE's arena studies (sec. 4.3-4.4, R.1, Table 17): the three SEs per system with their median ratios,
-    each pipeline's agreement with the human votes, and the gaming surface over K configurations."""
-    if not studies:
+def print_arena_studies(studies, console: Console) -> None:
+    """TEE's arena studies (sec. 4.3-4.4, R.1, Table 17; an :class:`~evalgauge.analysis.arena.ArenaStudies`, or
+    None): the three SEs per system with their median ratios, each pipeline's agreement with the human votes, and
+    the gaming surface over K configurations."""
+    if studies is None:
         return
-    table = Table(title=f"Standard errors of the log strengths over {studies['configurations']} configurations "
-                        f"({' x '.join(studies['configuration_columns'])}; {studies['resamples']} resamples each)")
+    table = Table(title=f"Standard errors of the log strengths over {studies.n_configurations} configurations "
+                        f"({' x '.join(studies.columns)}; {studies.resamples} resamples each)")
     for col in ("system", "naive (battles)", "single cell", "TEE pipeline"):
         table.add_column(col, justify="left" if col == "system" else "right")
-    for r in studies["se"]:
-        table.add_row(str(r["system"]), number(r["naive_se"], ".3g"), number(r["single_cell_se"], ".3g"),
-                      number(r["tee_se"], ".3g"))
+    for r in studies.se.itertuples(index=False):
+        table.add_row(str(r.system), number(r.naive_se, ".3g"), number(r.single_cell_se, ".3g"),
+                      number(r.tee_se, ".3g"))
     console.print(table)
-    ratio = studies["median_se_ratio"]
+    ratio = studies.ratios
     console.print(f"Median SE ratio to the naive bootstrap: single cell {ratio['single_cell_over_naive']:.2f}x (one "
                   f"configuration scores every battle: what another researcher's choice would have moved), TEE "
                   f"pipeline {ratio['tee_over_naive']:.2f}x (TEE R.1).")
-    g = studies["gaming"]
+    g = studies.gaming
     console.print(f"Gaming surface, best of K = {g['k']} configurations: +{g['rerun_elo_median']:.1f} Elo by "
                   f"re-running the evaluation under each and keeping the best (median over systems), against "
                   f"+{g['closed_form_elo_median']:.1f} by the closed form E[max of K] x the configurations' SD "
-                  "(TEE 4.4).")
-    if studies.get("human_agreement"):
+                  "(TEE 4.4).", markup=False)  # "[max of K]" is text, not a style
+    if studies.agreement is not None and len(studies.agreement):
         agree = Table(title="Agreement with the human votes (TEE Table 17)")
         for col in ("pipeline", "per judgment", "per battle"):
             agree.add_column(col, justify="left" if col == "pipeline" else "right")
-        for r in studies["human_agreement"]:
-            agree.add_row(r["pipeline"], f"{100 * r['per_judgment']:.1f}%", f"{100 * r['per_battle']:.1f}%")
+        for r in studies.agreement.itertuples(index=False):
+            agree.add_row(r.pipeline, f"{100 * r.per_judgment:.1f}%", f"{100 * r.per_battle:.1f}%")
         console.print(agree)
