@@ -210,3 +210,37 @@ def test_print_glmm_renders_the_lpm_summary_it_is_given(monkeypatch):
     assert "Robustness check for binary scores" in text and "GLMM:" in text
     for name in check.table["component"]:
         assert name in text
+
+
+def test_print_pairwise_reads_the_typed_fields_not_the_json():
+    """Weighted win shares, the position bias, the human agreement and the win indicators' MDD and ceiling are
+    fields of the analysis: the text is the same with the JSON payload emptied."""
+    import numpy as np
+
+    from evalgauge.analysis.pairwise import analyze_pairwise
+    from evalgauge.data import as_judgments
+    from evalgauge.report.terminal import print_pairwise
+
+    rng = np.random.default_rng(2)
+    systems = ["a", "b", "c"]
+    rows = []
+    for k in range(900):
+        i, j = rng.choice(3, 2, replace=False)
+        win = rng.random() < 1 / (1 + np.exp(-0.5 * (i - j)))
+        rows.append({"model_a": systems[i], "model_b": systems[j], "winner": "model_a" if win else "model_b",
+                     "item": f"q{k % 30}", "judge": f"j{k % 3}", "weight": 1 + k % 2,
+                     "human": "model_a" if rng.random() < 0.5 else "model_b"})
+    result = analyze_pairwise(as_judgments(pd.DataFrame(rows)), n_boot=20, human="human", components=True)
+    assert result.win_shares is not None and result.position is not None and result.human is not None
+    assert result.projection is not None and result.ceiling is not None
+    payload = result.payload
+    assert payload["mdd95_win_rate_points"] == 100 * result.projection.mdd95
+    assert payload["ceiling"] == result.ceiling.erho2 and payload["human_agreement"] == result.human
+    assert payload["weighted_win_share"] == result.win_shares.to_dict(orient="records")
+    summary = summarize_components(result.components)
+    text = _text(lambda c: print_pairwise(result, summary, c))
+    for said in ("Weighted win share", "Slot-A advantage", "Agreement with the human votes", "MDD95",
+                 "single-judge ceiling"):
+        assert said in text
+    result.payload = {}
+    assert _text(lambda c: print_pairwise(result, summary, c)) == text

@@ -8,7 +8,7 @@ variance components of the win indicators (sizing sec. 5.4) with their MDD and s
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,9 @@ from ..pairwise import (
 )
 from ..results import Result, json_safe
 
-if TYPE_CHECKING:  # the studies are made only when asked for (imported then)
+if TYPE_CHECKING:  # the studies and the D-study are loaded only when needed
+    from ..dstudy import Projection
+    from ..pairwise import PositionBias
     from .arena import ArenaStudies
 
 ELO_NOTE = ("elo: the model's own scale (Davidson ties, first-slot term); elo_arena: Chatbot Arena's (ties as half "
@@ -61,9 +63,23 @@ class PairwiseAnalysis(Result):
     comparison: Any = None  # evalgauge.compare.Comparison of the Bradley-Terry strengths
     #: TEE's arena studies when the log has several configurations (and the bootstrap ran)
     studies: ArenaStudies | None = None
+    #: arena-hard's weighted win share per system (system, win_share, battles) when the rows carry weights
+    win_shares: pd.DataFrame | None = None
+    #: how much more often a system wins presented first (when every system was in both slots)
+    position: PositionBias | None = None
+    #: the judge's agreement with a column of human votes (overall, n, ab_only, n_ab)
+    human: dict[str, float] | None = None
+    #: the win indicators' D-study at the observed design, and at one judge with unlimited items
+    projection: Projection | None = None
+    ceiling: Projection | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(self.payload)
+
+    def won(self, fitted: WinComponents | None) -> None:
+        """Keep the win indicators' G-study (None: left out or failed, as the notes say)."""
+        if fitted is not None:
+            self.components, self.projection, self.ceiling = fitted
 
     def to_frame(self) -> pd.DataFrame:
         return self.table.copy()
@@ -133,10 +149,9 @@ def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", r
     if components is not False and counts.judgments_counted is not None:
         if baseline is None and len(counts.systems) == 2:
             baseline = result.fit.reference  # two systems: one's win indicator mirrors the other's
-        result.components = _win_components_from_cells(counts.judgments_counted, baseline, result.notes,
-                                                       result.payload, progress,
-                                                       budget=None if components else COMPONENTS_AUTO_SECONDS,
-                                                       fitter=fitter)
+        result.won(_win_components_from_cells(counts.judgments_counted, baseline, result.notes, result.payload,
+                                              progress, budget=None if components else COMPONENTS_AUTO_SECONDS,
+                                              fitter=fitter))
     return result
 
 
@@ -160,24 +175,32 @@ def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: 
                                "reference": fit.reference, "ties": fit.log_nu is not None,
                                "nu": None if fit.log_nu is None else float(np.exp(fit.log_nu)),
                                "position_advantage_log_odds": fit.log_h, "notes": notes}
-    if counts.weighted:
-        payload["weighted_win_share"] = weighted_win_share(entries, weights)
+    shares = weighted_win_share(entries, weights) if counts.weighted else None
+    if shares is not None:
+        payload["weighted_win_share"] = shares
     comparison = _bootstraps(counts, fit, table, payload, n_boot, seed, ridge)
     payload["bradley_terry"] = table.to_dict(orient="records")
+    bias = None
     if both_slots and all((entries.a == k).any() and (entries.b == k).any() for k in range(len(counts.systems))):
         bias = position_bias(entries, counts.rows)
         payload["position_bias"] = {"slot_a_advantage": bias.advantage, "spread_sd": bias.spread,
                                     "max": bias.maximum, "per_system": bias.per_system}
-    comps = None
+    won = None
     if battles is not None and components is not False:
         if baseline is None and len(counts.systems) == 2:
             baseline = fit.reference  # two systems: one's win indicator mirrors the other's
-        comps = _win_components(battles, baseline, method, notes, payload, progress, fitter=fitter,
-                                budget=None if components else COMPONENTS_AUTO_SECONDS)
+        won = _win_components(battles, baseline, method, notes, payload, progress, fitter=fitter,
+                              budget=None if components else COMPONENTS_AUTO_SECONDS)
+    agreement = None
     if human and battles is not None:
         judge_vote = pd.Series(np.where(battles.outcome == 1.0, "a", np.where(battles.outcome == 0.0, "b", "tie")))
-        payload["human_agreement"] = human_agreement(judge_vote, battles.frame[human].reset_index(drop=True))
-    return PairwiseAnalysis(battles, counts, fit, table, notes, payload, comps, comparison)
+        agreement = human_agreement(judge_vote, battles.frame[human].reset_index(drop=True))
+        payload["human_agreement"] = agreement
+    result = PairwiseAnalysis(battles, counts, fit, table, notes, payload, comparison=comparison,
+                              win_shares=None if shares is None else pd.DataFrame(shares), position=bias,
+                              human=agreement)
+    result.won(won)
+    return result
 
 
 def _connected(battles: Battles, source: str) -> None:
@@ -299,7 +322,7 @@ class _Unaffordable(Exception):
 
 
 def _win_components(battles, baseline, method, notes, payload, progress=None, *, fitter=None,
-                    budget: float | None = None) -> VarianceComponents | None:
+                    budget: float | None = None) -> WinComponents | None:
     """The variance components of the win indicators (position a fixed facet), their MDD and ceiling; with a
     ``budget`` (seconds), left out with a note when the fit is expected to cost more, before it starts."""
     try:
@@ -313,7 +336,7 @@ def _win_components(battles, baseline, method, notes, payload, progress=None, *,
                           notes, payload, progress, budget)
 
 
-def _within_budget(fit, design, notes, payload, progress, budget: float | None) -> VarianceComponents | None:
+def _within_budget(fit, design, notes, payload, progress, budget: float | None) -> WinComponents | None:
     """``fit(progress)`` run with a progress hook that stops it before any work when its expected cost is above
     ``budget`` seconds (None: no limit), saying so in ``notes``."""
 
@@ -333,7 +356,7 @@ def _within_budget(fit, design, notes, payload, progress, budget: float | None) 
 
 
 def _win_components_from_cells(judgments, baseline, notes, payload, progress=None,
-                               budget: float | None = None, fitter=None) -> VarianceComponents | None:
+                               budget: float | None = None, fitter=None) -> WinComponents | None:
     """The same components from an engine's distinct judgments (:func:`win_indicator_cells`)."""
     if fitter is None:
         from ..estimate import estimate_from_sums
@@ -354,7 +377,15 @@ def _win_components_from_cells(judgments, baseline, notes, payload, progress=Non
                           budget)
 
 
-def _components_payload(fit, design, notes, payload) -> VarianceComponents | None:
+class WinComponents(NamedTuple):
+    """The win indicators' components with their D-study at the observed design and, with judges, the ceiling."""
+
+    components: VarianceComponents
+    projection: Projection
+    ceiling: Projection | None
+
+
+def _components_payload(fit, design, notes, payload) -> WinComponents | None:
     from .. import dstudy  # only for logs with items: an arena's battles without them never load the G-study
 
     try:
@@ -373,11 +404,12 @@ def _components_payload(fit, design, notes, payload) -> VarianceComponents | Non
     proj = dstudy.project(comps)
     payload["mdd95_win_rate_points"] = 100 * proj.mdd95
     payload["erho2"] = proj.erho2
+    ceil = None
     if "judge" in design.names:
         ceil = dstudy.ceiling(comps, "judge", 1)
         payload["ceiling"] = ceil.erho2
         payload["mdd_floor_win_rate_points"] = 100 * ceil.mdd95
-    return comps
+    return WinComponents(comps, proj, ceil)
 
 
 def weighted_win_share(battles: Battles, weights: np.ndarray) -> list[dict]:

@@ -188,7 +188,7 @@ def _pairwise_on_engine(data: str, columns: dict[str, str], *, engine: str, mast
 
     result = analyze_battle_counts(counts, source=data, fitter=_fit_cell_components, **options)
     if "human_agreement" in info:
-        result.payload["human_agreement"] = info.pop("human_agreement")
+        result.human = result.payload["human_agreement"] = info.pop("human_agreement")
     if info.get("item_column") not in (None, "item"):
         result.notes.append(f"items: the column '{info['item_column']}' (each battle is a pair of systems on one "
                             "of its items; the intervals resample them). Name another with --item.")

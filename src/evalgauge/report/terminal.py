@@ -531,9 +531,9 @@ def print_pairwise(result: PairwiseAnalysis, summary: ComponentsSummary | None, 
     term, the comparison of the strengths, the position bias, the win indicators' components (``summary``,
     :func:`evalgauge.analysis.gstudy.summarize_components` of ``result.components``) with the MDD and ceiling,
     and TEE's arena studies."""
-    fit, table, notes, payload = result.fit, result.table, result.notes, result.payload
+    fit, table, notes, counts = result.fit, result.table, result.notes, result.counts
     comparison = result.comparison
-    t = Table(title=f"Bradley-Terry ({payload['judgments']} judgments, {payload['systems']} systems; reference "
+    t = Table(title=f"Bradley-Terry ({counts.judgments} judgments, {len(counts.systems)} systems; reference "
                     f"{fit.reference} at 0)")
     cols = ["system", "log_strength", "se", "elo", "elo_arena", "win_rate_vs_reference"] + \
         [k for k in ("naive_low", "naive_high", "tee_low", "tee_high") if k in table]
@@ -544,27 +544,29 @@ def print_pairwise(result: PairwiseAnalysis, summary: ComponentsSummary | None, 
     c.print(t)
     for note in notes:
         c.print(Text("note: ", style="yellow") + Text(note))
-    if "weighted_win_share" in payload:
-        shares = ", ".join(f"{r['system']} {100 * r['win_share']:.2f}% ({r['battles']:g} battles)"
-                           for r in payload["weighted_win_share"])
+    if result.win_shares is not None:
+        shares = ", ".join(f"{r.system} {100 * r.win_share:.2f}% ({r.battles:g} battles)"
+                           for r in result.win_shares.itertuples(index=False))
         c.print(f"Weighted win share against the opponents (ties half; arena-hard's own score): {shares}.")
     if fit.log_h is not None:
         c.print(f"First-slot advantage (position term): log odds {fit.log_h:+.3f}.")
     if comparison is not None:
         print_comparison(comparison, c)
-    if "position_bias" in payload:
-        pb = payload["position_bias"]
-        c.print(f"Slot-A advantage in win rate: {100 * pb['slot_a_advantage']:+.1f} points on average, sd "
-                f"{100 * pb['spread_sd']:.1f} across systems, max {100 * pb['max']:+.1f} (sizing sec. 5.4).")
+    if result.position is not None:
+        pb = result.position
+        c.print(f"Slot-A advantage in win rate: {100 * pb.advantage:+.1f} points on average, sd "
+                f"{100 * pb.spread:.1f} across systems, max {100 * pb.maximum:+.1f} (sizing sec. 5.4).")
     if summary is not None:
         print_components(summary, c)
-        if "human_agreement" in payload:
-            h = payload["human_agreement"]
+        if result.human is not None:
+            h = result.human
             c.print(f"Agreement with the human votes: {100 * h['overall']:.1f}% of {h['n']} judgments; "
                     f"{100 * h['ab_only']:.1f}% of the {h['n_ab']} where both were decisive.")
-        c.print(f"MDD95 {payload['mdd95_win_rate_points']:.1f} win-rate points at this design"
-                + (f"; single-judge ceiling {payload['ceiling']:.3f}, MDD floor "
-                   f"{payload['mdd_floor_win_rate_points']:.1f} points" if "ceiling" in payload else "") + ".")
+        if result.projection is not None:
+            ceiling = result.ceiling
+            c.print(f"MDD95 {100 * result.projection.mdd95:.1f} win-rate points at this design"
+                    + (f"; single-judge ceiling {ceiling.erho2:.3f}, MDD floor {100 * ceiling.mdd95:.1f} points"
+                       if ceiling is not None else "") + ".")
     print_arena_studies(result.studies, c)
 
 
