@@ -80,3 +80,22 @@ def test_screen_cli_reports_what_screening_buys(tmp_path):
     payload = json.loads(out.stdout)
     assert payload["share_selected"]["system"] > payload["share_all"]["system"]
     assert len(payload["selected"]) == 20
+
+
+def test_a_screening_is_a_result_with_its_fits_and_the_commands_json():
+    import evalgauge as eg
+
+    frame = _pilot()
+    result = screen_items(frame, keep=0.5, splits=30, seed=1)
+    assert result.splits == 30 and result.to_frame().equals(result.per_item)
+    assert result.shares("all") is None and "components_all" not in result.to_dict()
+    kept = frame[frame["item"].isin(result.selected)]
+    both = result.with_components(eg.fit(frame).components, "no fit: one item")
+    out = both.to_dict()
+    assert list(out) == ["threshold", "selected", "split_half_rho", "split_half_range", "per_item",
+                         "components_all", "share_all", "components_selected"]
+    assert out["components_selected"] == {"unavailable": "no fit: one item"} and both.shares("selected") is None
+    vc = eg.fit(kept).components
+    fitted = result.with_components(eg.fit(frame).components, vc)
+    assert fitted.shares("selected") == {c.name: vc.share(c.name) for c in vc.components}
+    assert json.loads(fitted.to_json())["share_selected"]["system"] == pytest.approx(vc.share("system"))

@@ -244,3 +244,20 @@ def test_print_pairwise_reads_the_typed_fields_not_the_json():
         assert said in text
     result.payload = {}
     assert _text(lambda c: print_pairwise(result, summary, c)) == text
+
+
+def test_print_screening_renders_the_typed_screening():
+    from evalgauge.report.terminal import print_screening
+    from evalgauge.scoring import screen_items
+    from test_scoring import _pilot
+
+    frame = _pilot()
+    screening = screen_items(frame, keep=0.5, splits=40, seed=2)
+    alone = " ".join(_text(lambda c: print_screening(screening, c)).split())  # lines wrap
+    assert f"{len(screening.selected)} of {len(screening.per_item)} items kept" in alone and "40 splits" in alone
+    assert "of the variance on all items" not in alone  # no fits: no shares
+    kept = frame[frame["item"].isin(screening.selected)]
+    fitted = screening.with_components(eg.fit(frame).components, eg.fit(kept).components)
+    text = " ".join(_text(lambda c: print_screening(fitted, c)).split())
+    share = fitted.shares("all")["system"]
+    assert f"system: {100 * share:.1f}% of the variance on all items" in text

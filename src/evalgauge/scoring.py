@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from .errors import DesignError
+from .results import Result, json_safe
+
+if TYPE_CHECKING:
+    from .components import VarianceComponents
 
 
 @dataclass(frozen=True)
@@ -102,15 +107,51 @@ def scoring_study(grid: dict[str, list], *, reps: int = 50, seed: int = 0, **kw)
 # ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Screening:
+class Screening(Result):
+    """Items screened for discrimination (:func:`screen_items`); with :meth:`with_components`, the variance
+    components of all items and of the kept ones (each a fit, or why it could not be made)."""
+
     per_item: pd.DataFrame  # item, discrimination (between-system variance), selected
     split_half_rho: float
     split_half_range: tuple[float, float]
     threshold: float
+    #: the number of random splits of the systems behind the stability figures
+    splits: int = 0
+    system: str = "system"
+    item: str = "item"
+    components_all: VarianceComponents | str | None = None
+    components_selected: VarianceComponents | str | None = None
 
     @property
     def selected(self) -> list[str]:
         return self.per_item.loc[self.per_item["selected"], "item"].tolist()
+
+    def with_components(self, all_items: VarianceComponents | str, selected: VarianceComponents | str
+                        ) -> Screening:
+        """The screening with the components fitted on all items and on the kept ones (a message where a fit
+        failed)."""
+        return replace(self, components_all=all_items, components_selected=selected)
+
+    def shares(self, which: str) -> dict[str, float] | None:
+        """Each component's share of the variance on ``which`` ("all" or "selected") items; None without a fit."""
+        vc = self.components_all if which == "all" else self.components_selected
+        return None if vc is None or isinstance(vc, str) else {c.name: vc.share(c.name) for c in vc.components}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"threshold": self.threshold, "selected": self.selected,
+                               "split_half_rho": self.split_half_rho,
+                               "split_half_range": list(self.split_half_range),
+                               "per_item": self.per_item.to_dict(orient="records")}
+        for label, vc in (("all", self.components_all), ("selected", self.components_selected)):
+            if isinstance(vc, str):
+                out[f"components_{label}"] = {"unavailable": vc}
+            elif vc is not None:
+                out[f"components_{label}"] = {c.name: c.variance for c in vc.components}
+                out[f"share_{label}"] = self.shares(label)
+        return json_safe(out)
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.per_item.copy()
 
 
 def screen_items(frame: pd.DataFrame, *, system: str = "system", item: str = "item", score: str = "score",
@@ -151,4 +192,4 @@ def screen_items(frame: pd.DataFrame, *, system: str = "system", item: str = "it
     rhos = np.array(rhos)
     return Screening(per_item.sort_values("discrimination", ascending=False).reset_index(drop=True),
                      float(np.nanmean(rhos)), (float(np.nanquantile(rhos, 0.025)), float(np.nanquantile(rhos, 0.975))),
-                     threshold)
+                     threshold, splits, system, item)

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..errors import EvalGaugeError
 from ..outputs import atomic_write_text
-from ..report.terminal import print_gold, print_pairwise
+from ..report.terminal import print_gold, print_pairwise, print_screening
 from .base import (
     _console,
     _drop_empty,
@@ -62,30 +62,15 @@ def screen(data, system, item, score, threshold, keep, splits, seed, json_out, d
     frame = judgments.frame.assign(**{score: numeric_scores(judgments, score)})
     result = screen_items(frame, system=system, item=item, score=score, threshold=threshold, keep=keep,
                           splits=splits, seed=seed)
-    payload = {"threshold": result.threshold, "selected": result.selected,
-               "split_half_rho": result.split_half_rho, "split_half_range": list(result.split_half_range),
-               "per_item": result.per_item.to_dict(orient="records")}
+    fitted = []
     selected_rows = frame[frame[item].astype(str).isin(result.selected)]
-    for label, rows in (("all", frame), ("selected", selected_rows)):  # two row sets: two fits
+    for rows in (frame, selected_rows):  # two row sets: two fits
         try:
-            vc = fit(rows, drop_missing=True).components
-            payload[f"components_{label}"] = {c.name: c.variance for c in vc.components}
-            payload[f"share_{label}"] = {c.name: vc.share(c.name) for c in vc.components}
+            fitted.append(fit(rows, drop_missing=True).components)
         except EvalGaugeError as exc:
-            payload[f"components_{label}"] = {"unavailable": str(exc)}
-
-    def show(c):
-        c.print(f"{len(result.selected)} of {len(result.per_item)} items kept (between-system variance >= "
-                f"{result.threshold:.4g}); split-half stability of the item ranking: Spearman rho "
-                f"{result.split_half_rho:.3f} (95% range from {result.split_half_range[0]:.3f} to "
-                f"{result.split_half_range[1]:.3f}, {splits} splits).")
-        if "share_all" in payload and "share_selected" in payload:
-            for comp in (system, f"{system}:{item}", f"{item}:{system}"):
-                if comp in payload["share_all"]:
-                    c.print(f"{comp}: {100 * payload['share_all'][comp]:.1f}% of the variance on all items, "
-                            f"{100 * payload['share_selected'].get(comp, float('nan')):.1f}% on the kept ones.")
-
-    _emit(payload, json_out, show)
+            fitted.append(str(exc))
+    result = result.with_components(*fitted)
+    _emit(result.to_dict(), json_out, lambda c: print_screening(result, c))
 
 
 @main.command()

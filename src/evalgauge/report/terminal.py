@@ -330,6 +330,24 @@ def print_glmm(check, lpm: ComponentsSummary, console: Console) -> None:
         console.print(Text("note: ", style="yellow") + Text(note))
 
 
+def print_screening(screening, console: Console) -> None:
+    """What `screen` prints (a :class:`~evalgauge.scoring.Screening`): the items kept, the stability of their
+    ranking, and the share of the system terms on all items and on the kept ones."""
+    low, high = screening.split_half_range
+    console.print(f"{len(screening.selected)} of {len(screening.per_item)} items kept (between-system variance >= "
+                  f"{screening.threshold:.4g}); split-half stability of the item ranking: Spearman rho "
+                  f"{screening.split_half_rho:.3f} (95% range from {low:.3f} to {high:.3f}, {screening.splits} "
+                  "splits).")
+    on_all, on_kept = screening.shares("all"), screening.shares("selected")
+    if on_all is None or on_kept is None:
+        return
+    system, item = screening.system, screening.item
+    for comp in (system, f"{system}:{item}", f"{item}:{system}"):
+        if comp in on_all:
+            console.print(f"{comp}: {100 * on_all[comp]:.1f}% of the variance on all items, "
+                          f"{100 * on_kept.get(comp, float('nan')):.1f}% on the kept ones.")
+
+
 def print_strata(strata, console: Console) -> None:
     """Components per stratum beside the pooled fit (TEE C.7)."""
     frame = strata.to_frame()
