@@ -261,3 +261,19 @@ def test_print_screening_renders_the_typed_screening():
     text = " ".join(_text(lambda c: print_screening(fitted, c)).split())
     share = fitted.shares("all")["system"]
     assert f"system: {100 * share:.1f}% of the variance on all items" in text
+
+
+def test_print_single_run_renders_the_typed_interval():
+    import numpy as np
+
+    from evalgauge.api import single_run
+    from evalgauge.report.terminal import print_single_run
+
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"system": "m1", "item": [f"q{i}" for i in range(60)], "score": rng.normal(5, 1, 60)})
+    result = single_run(frame)
+    text = " ".join(_text(lambda c: print_single_run(result, c)).split())
+    assert f"One run: mean {result.mean:.4g} over 60 items, one call each" in text
+    assert f"[{result.low:.4g}, {result.high:.4g}]" in text and "nothing to compare it with" in text
+    for unmeasured in result.unmeasured:
+        assert " ".join(unmeasured.split())[:40] in text

@@ -21,6 +21,7 @@ from ..report.terminal import (
     print_missing_answers,
     print_plan,
     print_preset,
+    print_single_run,
     print_strata,
 )
 from ..vocabulary import DDF_METHODS, METHODS
@@ -735,19 +736,7 @@ def _show_single_run(data, design, formula, level: float, assumed: dict | None, 
     if result is None:
         return False
 
-    def show(c):
-        pct = f"{100 * result.level:g}%"
-        what = "item sampling and the stated components" if result.assumed else "item sampling only"
-        c.print(f"One run: mean {result.mean:.4g} over {result.n} {result.item}s, one call each; {pct} interval "
-                f"[{result.low:.4g}, {result.high:.4g}] (SE {result.se:.4g}: {what}; df {result.df:.1f}).")
-        for text in result.unmeasured:
-            c.print(Text("not measured: ", style="bold yellow") + Text(text))
-        c.print("With one model there is nothing to compare it with: `evalgauge compare` needs two or more systems "
-                "scored on the same items.")
-        for note in result.notes:
-            c.print(Text("note: ", style="yellow") + Text(note))
-
-    _emit(result.to_dict(), json_out, show)
+    _emit(result.to_dict(), json_out, lambda c: print_single_run(result, c))
     return True
 
 

@@ -330,6 +330,21 @@ def print_glmm(check, lpm: ComponentsSummary, console: Console) -> None:
         console.print(Text("note: ", style="yellow") + Text(note))
 
 
+def print_single_run(result, c: Console) -> None:
+    """One model's run (an :class:`~evalgauge.inference.SingleRunInterval`): its honest interval and what it
+    cannot measure."""
+    pct = f"{100 * result.level:g}%"
+    what = "item sampling and the stated components" if result.assumed else "item sampling only"
+    c.print(f"One run: mean {result.mean:.4g} over {result.n} {result.item}s, one call each; {pct} interval "
+            f"[{result.low:.4g}, {result.high:.4g}] (SE {result.se:.4g}: {what}; df {result.df:.1f}).")
+    for text in result.unmeasured:
+        c.print(Text("not measured: ", style="bold yellow") + Text(text))
+    c.print("With one model there is nothing to compare it with: `evalgauge compare` needs two or more systems "
+            "scored on the same items.")
+    for note in result.notes:
+        c.print(Text("note: ", style="yellow") + Text(note))
+
+
 def print_screening(screening, console: Console) -> None:
     """What `screen` prints (a :class:`~evalgauge.scoring.Screening`): the items kept, the stability of their
     ranking, and the share of the system terms on all items and on the kept ones."""
