@@ -277,3 +277,26 @@ def test_print_single_run_renders_the_typed_interval():
     assert f"[{result.low:.4g}, {result.high:.4g}]" in text and "nothing to compare it with" in text
     for unmeasured in result.unmeasured:
         assert " ".join(unmeasured.split())[:40] in text
+
+
+def test_a_runs_summary_and_an_adaptive_run_render_from_their_results():
+    pytest.importorskip("aiohttp")
+    from evalgauge.analysis.diagnostics import diagnose
+    from evalgauge.collect.adaptive import AdaptiveResult, Stage
+    from evalgauge.collect.runner import RunSummary
+    from evalgauge.planning import StageDesign, Target
+    from evalgauge.report.terminal import print_adaptive, print_run
+
+    summary = RunSummary(planned=12, already_done=4, completed=8, retries=1, cost_usd=0.0125, seconds=2.5,
+                         notes=["a note from the run"])
+    diagnostics = diagnose(pd.DataFrame())  # nothing stored yet: no table, a warning
+    text = " ".join(_text(lambda c: print_run(summary, diagnostics, "run.sqlite", ["a config note"], c)).split())
+    assert ("run.sqlite: 8 calls made now, 4 already there, 0 failed after retries (1 retries), of 12 planned; "
+            "cost $0.0125; 2.5 s.") in text
+    assert "note: a note from the run" in text and "note: a config note" in text
+    assert "warning: no completed calls" in text and "Integrity by judge" not in text
+    stage = Stage("pilot", StageDesign(("q1", "q2"), ("j1",), ("v",), 2), 8, 0.0125, achieved=0.91)
+    result = AdaptiveResult(Target("mdd95", 0.8), [stage], "unreachable", "the pool holds too few items")
+    text = " ".join(_text(lambda c: print_adaptive(result, c)).split())
+    assert ("pilot: 2 items x 1 judge(s) x 1 variant(s) x 2 replicate(s); 8 calls sent; $0.0125 spent in all; "
+            "0.91 after it") in text and "unreachable: the pool holds too few items" in text

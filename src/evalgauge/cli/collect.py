@@ -9,13 +9,13 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..errors import EvalGaugeError
 from ..outputs import atomic_write_text, atomic_write_with, check_new, check_outputs, csv_safe_frame
 from ..protocols import PROTOCOLS as PROTOCOL_NAMES
 from ..protocols import TRUNCATED
+from ..report.terminal import print_adaptive, print_run
 from .base import _console, _emit, _need_collector, json_option, main, raw_csv_option, user_errors, writes
 
 
@@ -51,14 +51,7 @@ def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json
                           say=lambda text: console.print(Text(text, style="dim")) if progress else None)
     payload = {"database": str(cfg.database), **result.to_dict()}
 
-    def show_result(c):
-        for st in result.stages:
-            got = "" if st.achieved is None else f"; {st.achieved:.4g} after it"
-            c.print(f"{st.name}: {len(st.design.items)} items x {len(st.design.judges)} judge(s) x "
-                    f"{len(st.design.variants)} variant(s) x {st.design.replicates} replicate(s); {st.calls_sent} "
-                    f"calls sent; ${st.spent_usd:.4f} spent in all{got}")
-        c.print(f"{result.outcome}: {result.message}")
-    _emit(payload, json_out, show_result)
+    _emit(payload, json_out, lambda c: print_adaptive(result, c))
     if result.outcome not in ("met", "awaiting --yes"):
         sys.exit(3)
 
@@ -176,25 +169,7 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
         store.close()
     payload = {"summary": summary.to_dict(), "database": str(cfg.database), "diagnostics": diag.to_dict()}
 
-    def show(c):
-        via = f" in {summary.batches} batch(es)" if summary.batches else ""
-        c.print(f"{cfg.database}: {summary.completed} calls made now{via}, {summary.already_done} already there, "
-                f"{summary.failed} failed after retries ({summary.retries} retries), of {summary.planned} planned; "
-                f"cost ${summary.cost_usd:.4f}; {summary.seconds:.1f} s.")
-        for note in summary.notes + list(cfg.notes):
-            c.print(Text("note: ", style="yellow") + Text(note))
-        if not diag.per_judge.empty:
-            table = Table(title="Integrity by judge")
-            for col in diag.per_judge.columns:
-                table.add_column(col)
-            for row in diag.per_judge.itertuples(index=False):
-                table.add_row(*[str(v) for v in row])
-            c.print(table)
-        for warning in diag.warnings:
-            c.print(Text("warning: ", style="bold yellow") + Text(warning))
-        for note in diag.design_notes:
-            c.print(Text("note: ", style="yellow") + Text(note))
-    _emit(payload, json_out, show)
+    _emit(payload, json_out, lambda c: print_run(summary, diag, cfg.database, cfg.notes, c))
     if summary.interrupted:  # what was stored is kept; the note above says how to resume
         sys.exit(130 if summary.interrupted == "SIGINT" else 143)
     if summary.paused and not summary.fatal:

@@ -330,6 +330,39 @@ def print_glmm(check, lpm: ComponentsSummary, console: Console) -> None:
         console.print(Text("note: ", style="yellow") + Text(note))
 
 
+def print_run(summary, diagnostics, database, config_notes, c: Console) -> None:
+    """What `evalgauge run` prints: the run's summary (a collector's ``RunSummary``), the configuration's notes
+    and the stored calls' integrity (a :class:`~evalgauge.analysis.diagnostics.Diagnostics`)."""
+    via = f" in {summary.batches} batch(es)" if summary.batches else ""
+    c.print(f"{database}: {summary.completed} calls made now{via}, {summary.already_done} already there, "
+            f"{summary.failed} failed after retries ({summary.retries} retries), of {summary.planned} planned; "
+            f"cost ${summary.cost_usd:.4f}; {summary.seconds:.1f} s.")
+    for note in [*summary.notes, *config_notes]:
+        c.print(Text("note: ", style="yellow") + Text(note))
+    if not diagnostics.per_judge.empty:
+        table = Table(title="Integrity by judge")
+        for col in diagnostics.per_judge.columns:
+            table.add_column(col)
+        for row in diagnostics.per_judge.itertuples(index=False):
+            table.add_row(*[str(v) for v in row])
+        c.print(table)
+    for warning in diagnostics.warnings:
+        c.print(Text("warning: ", style="bold yellow") + Text(warning))
+    for note in diagnostics.design_notes:
+        c.print(Text("note: ", style="yellow") + Text(note))
+
+
+def print_adaptive(result, c: Console) -> None:
+    """What `evalgauge run --target` prints after its stages (a collector's ``AdaptiveResult``): each stage's
+    design, calls and spending, and how it ended."""
+    for st in result.stages:
+        got = "" if st.achieved is None else f"; {st.achieved:.4g} after it"
+        c.print(f"{st.name}: {len(st.design.items)} items x {len(st.design.judges)} judge(s) x "
+                f"{len(st.design.variants)} variant(s) x {st.design.replicates} replicate(s); {st.calls_sent} "
+                f"calls sent; ${st.spent_usd:.4f} spent in all{got}")
+    c.print(f"{result.outcome}: {result.message}")
+
+
 def print_single_run(result, c: Console) -> None:
     """One model's run (an :class:`~evalgauge.inference.SingleRunInterval`): its honest interval and what it
     cannot measure."""
