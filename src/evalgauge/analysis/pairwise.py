@@ -76,7 +76,7 @@ class PairwiseAnalysis(Result):
     def to_dict(self) -> dict[str, Any]:
         return json_safe(self.payload)
 
-    def won(self, fitted: WinComponents | None) -> None:
+    def _keep_win(self, fitted: WinComponents | None) -> None:
         """Keep the win indicators' G-study (None: left out or failed, as the notes say)."""
         if fitted is not None:
             self.components, self.projection, self.ceiling = fitted
@@ -149,7 +149,7 @@ def analyze_battle_counts(counts: BattleCounts, *, source: str = "the counts", r
     if components is not False and counts.judgments_counted is not None:
         if baseline is None and len(counts.systems) == 2:
             baseline = result.fit.reference  # two systems: one's win indicator mirrors the other's
-        result.won(_win_components_from_cells(counts.judgments_counted, baseline, result.notes, result.payload,
+        result._keep_win(_win_components_from_cells(counts.judgments_counted, baseline, result.notes, result.payload,
                                               progress, budget=None if components else COMPONENTS_AUTO_SECONDS,
                                               fitter=fitter))
     return result
@@ -199,7 +199,7 @@ def _analyze(counts: BattleCounts, battles: Battles | None, source: str, notes: 
     result = PairwiseAnalysis(battles, counts, fit, table, notes, payload, comparison=comparison,
                               win_shares=None if shares is None else pd.DataFrame(shares), position=bias,
                               human=agreement)
-    result.won(won)
+    result._keep_win(won)
     return result
 
 
