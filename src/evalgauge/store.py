@@ -360,8 +360,7 @@ class RunStore:
         On an error (a full disk) SQLite may have rolled the transaction back itself; the reservation then
         stays committed, so the call's worst case counts as spent on resume. Once per stored call: written
         out rather than through the context managers, which cost a fifth of it."""
-        held = [r for r in reservation if r is not None] if isinstance(reservation, list) \
-            else () if reservation is None else (reservation,)
+        held = [r for r in (reservation if isinstance(reservation, list) else [reservation]) if r is not None]
         db = self.db
         if not held:  # one statement outside a transaction is its own (the connection autocommits)
             try:
