@@ -156,3 +156,52 @@ def test_a_text_without_a_tag_is_its_own_verdict_text():
     assert strip_reasoning("a < b; Score: 7") == "a < b; Score: 7"
     assert strip_reasoning("<think>7</think>Score: 3") == "Score: 3"
     assert strip_reasoning("seven</think>Score: 3") == "Score: 3"
+
+
+def test_a_passed_intactness_check_stands_for_max_age_and_a_failed_one_never(tmp_path, monkeypatch):
+    import os
+
+    from evalgauge.errors import DataError
+    from evalgauge.store import RunStore
+
+    clock = [100.0]
+    monkeypatch.setattr("evalgauge.store.time.monotonic", lambda: clock[0])
+    path = tmp_path / "run.sqlite"
+    store = RunStore(path, writer=True)
+    try:
+        store.check_intact(0.001)  # the first check is made whatever the age
+        os.unlink(path)
+        clock[0] += 0.0005
+        store.check_intact(0.001)  # half a millisecond after a passed check: it stands
+        with pytest.raises(DataError, match="was deleted during the run"):
+            store.check_intact()  # max_age 0: always looked at
+        with pytest.raises(DataError, match="was deleted"):
+            store.check_intact(0.001)  # a failed check is not reused
+        clock[0] += 0.002
+        with pytest.raises(DataError, match="was deleted"):
+            store.check_intact(0.001)
+    finally:
+        store.close()
+
+
+def test_the_runner_reuses_an_intactness_check_at_most_a_millisecond_old(tmp_path, monkeypatch):
+    from evalgauge.collect import runner
+    from evalgauge.store import RunStore
+
+    ages = []
+    monkeypatch.setattr(RunStore, "check_intact", lambda self, max_age=0.0: ages.append(max_age))
+    store = RunStore(tmp_path / "run.sqlite", writer=True)
+    try:
+        assert runner._database_intact(store, runner.RunSummary(planned=1, already_done=0), None)
+    finally:
+        store.close()
+    assert ages == [runner.INTACT_FOR_S] and 0 < runner.INTACT_FOR_S <= 0.001
+
+
+def test_each_task_carries_its_prompts_hash(cfg):
+    from evalgauge.collect.tasks import prompt_hash
+
+    tasks = list(build_tasks(cfg))
+    assert len({t.prompt for t in tasks}) < len(tasks)  # judges and replicates share a prompt
+    assert all(t.prompt_hash == prompt_hash(t.prompt) for t in tasks)
+    assert _record(cfg, tasks[0], Verdict(4.0, "")).prompt_hash == prompt_hash(tasks[0].prompt)

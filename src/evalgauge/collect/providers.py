@@ -20,7 +20,8 @@ from .limits import body_limit
 CACHE_MIN_TOKENS = 1024
 
 
-@dataclass(frozen=True)
+# one per call, made once and read (the reply gate makes a changed copy): not frozen (see collect.tasks.Task)
+@dataclass(slots=True)
 class Completion:
     text: str | None
     model: str | None

@@ -30,7 +30,8 @@ _TOKENISH = re.compile(r"[A-Za-z0-9_\-.+/=]{16,}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 
 
-@dataclass(frozen=True)
+# one per call, made once and read: not frozen (see collect.tasks.Task)
+@dataclass(slots=True)
 class Vetted:
     """A completion safe to store, and the tokens to charge for it."""
 

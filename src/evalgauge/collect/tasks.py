@@ -10,7 +10,9 @@ from ..store import call_key
 from .config import Item, RunConfig, Variant, check_templates
 
 
-@dataclass(frozen=True)
+# one per call, made and read, never changed: not frozen (a frozen class sets each field through
+# object.__setattr__, several times the cost)
+@dataclass(slots=True)
 class Task:
     key: str
     item: Item
@@ -21,10 +23,8 @@ class Task:
     replicate: int
     position: str | None  # pairwise: "AB" (the system first) or "BA" (the baseline first)
     prompt: str
-
-    @property
-    def prompt_hash(self) -> str:
-        return prompt_hash(self.prompt)
+    #: :func:`prompt_hash` of ``prompt`` (one prompt is sent by every judge, temperature and replicate of a cell)
+    prompt_hash: str
 
 
 def prompt_hash(prompt: str) -> str:
@@ -64,8 +64,9 @@ def build_tasks(cfg: RunConfig, skip: set[str] | None = None) -> Iterator[Task]:
                                     continue
                                 if prompt is None:
                                     prompt = render(cfg, item, system, variant, position)
+                                    hashed = prompt_hash(prompt)
                                 yield Task(key, item, system, variant, temperature, judge.name, rep, position,
-                                           prompt)
+                                           prompt, hashed)
 
 
 def generation_prompt(cfg: RunConfig, item: Item) -> str:
