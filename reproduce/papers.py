@@ -210,7 +210,7 @@ def top1(reps: int) -> list[str]:
     from evalgauge.simulate.montecarlo import intervention_accuracy
 
     start = time.time()
-    runs = {f: intervention_accuracy(reps, 0, fixed_levels=f) for f in (False, True)}
+    runs = {f: intervention_accuracy(reps, 0, fixed_levels=f).to_dict() for f in (False, True)}
     lines = ["### Top-1 intervention (sec. 3.3, E.2 Fig. 9a)", "",
              f"`evalgauge simulate interventions --reps {reps}` (and `--fixed-levels`): pilots of 30 items from "
              f"Table 8, each one's first intervention against the truth's ({time.time() - start:.0f} s):", "",
@@ -281,7 +281,7 @@ def e1_robustness(reps: int) -> list[str]:
     from evalgauge.robustness import robustness_study
 
     start = time.time()
-    out = robustness_study(reps=reps, seed=0)
+    out = robustness_study(reps=reps, seed=0).to_dict()  # the command's JSON
     paper, done = out["paper"], out["studies"]
     lines = ["### E.1 (robustness studies)", "",
              f"`evalgauge simulate robustness --reps {reps}` ({time.time() - start:.0f} s): {out['design']} "
@@ -427,10 +427,10 @@ def e3_scoring(reps: int) -> list[str]:
 
     start = time.time()
     cmd = f"evalgauge simulate scoring --reps {reps}"
-    ideal = scoring_study({"kappa": [1.0]}, reps=reps, seed=0).iloc[0]
-    comp = scoring_study({"kappa": [1.0, 0.3], "sigma_anchor": [0.0, 0.5, 1.0]}, reps=reps, seed=1)
-    points = scoring_study({"points": [101, 3]}, reps=reps, seed=2).set_index("points")
-    prev = scoring_study({"prevalence": [0.5, 0.0005]}, reps=reps, seed=3).set_index("prevalence")
+    ideal = scoring_study({"kappa": [1.0]}, reps=reps, seed=0).results.iloc[0]
+    comp = scoring_study({"kappa": [1.0, 0.3], "sigma_anchor": [0.0, 0.5, 1.0]}, reps=reps, seed=1).results
+    points = scoring_study({"points": [101, 3]}, reps=reps, seed=2).results.set_index("points")
+    prev = scoring_study({"prevalence": [0.5, 0.0005]}, reps=reps, seed=3).results.set_index("prevalence")
     tau = comp.set_index(["kappa", "sigma_anchor"])["tau_likert"]
     bt = comp["tau_pairwise"]
 
@@ -490,7 +490,7 @@ def e5_ambiguity(reps: int) -> list[str]:
     from evalgauge.simulate.montecarlo import ambiguity_study
 
     start = time.time()
-    table = ambiguity_study(reps=reps, seed=0)
+    table = ambiguity_study(reps=reps, seed=0).rows
     lines = ["### E.5 (latent item ambiguity, Table 10)", "",
              f"`evalgauge simulate ambiguity --reps {reps}` ({time.time() - start:.0f} s): 30 items in 5 categories "
              "x 3 prompts x 2 temperatures x 3 judges x 3 calls, Table 8's components (E.5 does not restate them), "

@@ -142,7 +142,7 @@ def test_the_budget_holds_each_batch_at_its_worst_case(tmp_path, monkeypatch):
     port = free_port()
     config = _batch_config(tmp_path, port, "anthropic")
     cfg = load_config(config)
-    worst = dry_run(cfg)["worst_case_usd"]
+    worst = dry_run(cfg).worst_case_usd
     text = config.read_text().replace("batch = true", f"batch = true\nbudget_usd = {worst / 3:.8f}")
     config.write_text(text)
     cfg, summary, ledger = _collect(config, port, "batch_delay_s=0.05")
@@ -157,10 +157,13 @@ def test_the_dry_run_shows_the_batches_at_the_batch_price(tmp_path):
     config = _batch_config(tmp_path, 1, "openai", extra="batch_size = 30")
     cfg = load_config(config)
     plan = dry_run(cfg)
-    assert [b["requests"] for b in plan["batches"]] == [30, 18, 30, 18]
-    assert sum(b["worst_case_usd"] for b in plan["batches"]) == pytest.approx(plan["worst_case_usd"])
+    assert [b["requests"] for b in plan.batches] == [30, 18, 30, 18]
+    assert sum(b["worst_case_usd"] for b in plan.batches) == pytest.approx(plan.worst_case_usd)
     sync = dry_run(replace(cfg, batch=False))
-    assert plan["worst_case_usd"] == pytest.approx(sync["worst_case_usd"] / 2)
+    assert plan.worst_case_usd == pytest.approx(sync.worst_case_usd / 2) and sync.batches is None
+    assert "batches" in plan.to_dict() and "batches" not in sync.to_dict()
+    assert list(sync.to_dict()) == ["config", "database", "planned", "already_done", "to_send", "generations_to_send",
+                                    "spent_usd", "worst_case_usd", "budget_usd", "fits_budget", "notes"]
     assert not cfg.database.exists()
 
 
@@ -199,7 +202,7 @@ def test_two_thousand_cells_killed_twice_are_collected_once_each(tmp_path, monke
     config = _batch_config(tmp_path, port, provider, items=50, systems=5, extra="batch_size = 600")
     cfg = load_config(config)
     assert count_tasks(cfg) == 2000
-    budget = 0.6 * dry_run(cfg)["worst_case_usd"]  # binds: the first round cannot hold every line's worst case
+    budget = 0.6 * dry_run(cfg).worst_case_usd  # binds: the first round cannot hold every line's worst case
     config.write_text(config.read_text().replace("batch = true", f"batch = true\nbudget_usd = {budget:.8f}"))
     ledger = tmp_path / "ledger.jsonl"
     server = Server(config, port, "batch_delay_s=1.0", "batch_error=0.02", "batch_expire=0.01", "batch_line_ms=1",

@@ -49,11 +49,11 @@ def test_the_full_model_covers_at_95_percent_to_within_a_point_or_two():
 @pytest.mark.slow
 def test_projection_bias_is_small():
     out = projection_bias(reps=150, seed=5)
-    assert abs(out["relative_bias"]) < 4.5 * out["mc_se"]  # unbiased up to Monte Carlo error (TEE: -0.9 %)
+    assert abs(out.relative_bias) < 4.5 * out.mc_se  # unbiased up to Monte Carlo error (TEE: -0.9 %)
     # TEE Table 7: |bias| <= 8 % under every misspecification; allow the Monte Carlo error on top
     for scenario in ("correlated", "non-exchangeable", "heavy-tails", "heterogeneous"):
         res = projection_bias(reps=150, seed=6, scenario=scenario)
-        assert abs(res["relative_bias"]) < 0.08 + 4.5 * res["mc_se"], (scenario, res)
+        assert abs(res.relative_bias) < 0.08 + 4.5 * res.mc_se, (scenario, res)
 
 
 @pytest.mark.slow
@@ -91,9 +91,13 @@ def test_table8_fixed_levels_and_a_wald_interval_give_the_papers_scenario_b():
 
 def test_intervention_accuracy_reports_the_truths_first_and_each_projection():
     out = intervention_accuracy(reps=40, seed=2, fixed_levels=True)
-    names = [r["intervention"] for r in out["interventions"]]
-    assert out["true_top"] == names[0] == "+2 variants" and "temperature x2" not in names  # Tier 2: never offered
-    assert 0 <= out["top1_accuracy"] <= 1
-    assert all(np.isfinite(r["mean_projected_pct"]) for r in out["interventions"])
+    names = list(out.interventions["intervention"])
+    assert out.true_top == names[0] == "+2 variants" and "temperature x2" not in names  # Tier 2: never offered
+    assert 0 <= out.top1_accuracy <= 1
+    assert np.isfinite(out.interventions["mean_projected_pct"]).all()
+    assert out.to_frame().equals(out.interventions)
+    payload = json.loads(out.to_json())
+    assert list(payload) == ["reps", "fixed_levels", "true_top", "top1_accuracy", "interventions"]
+    assert [r["intervention"] for r in payload["interventions"]] == names
     cli = CliRunner().invoke(main, ["simulate", "interventions", "--reps", "10", "--json", "-"])
     assert cli.exit_code == 0 and json.loads(cli.output)["true_top"] == "temperature x2"

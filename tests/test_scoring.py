@@ -22,14 +22,15 @@ def _z(frame, a, b, arm_a, arm_b=None):
 
 
 def test_binary_collapses_at_low_prevalence_pairwise_does_not():
-    frame = scoring_study({"prevalence": [0.5, 0.005]}, reps=40, seed=1).set_index("prevalence")
+    frame = scoring_study({"prevalence": [0.5, 0.005]}, reps=40, seed=1).results.set_index("prevalence")
     assert _z(frame, 0.5, 0.005, "binary") > 4.5  # TEE: 0.60 at 50 % to 0.06 at 0.05 %
     assert abs(_z(frame, 0.5, 0.005, "pairwise")) < 4.5  # pairwise is not affected by prevalence
 
 
 @pytest.mark.slow
 def test_compression_and_coarse_scales_hurt_likert_not_pairwise():
-    frame = scoring_study({"kappa": [1.0, 0.3], "points": [7, 3]}, reps=40, seed=2).set_index(["kappa", "points"])
+    frame = scoring_study({"kappa": [1.0, 0.3], "points": [7, 3]}, reps=40, seed=2).results \
+        .set_index(["kappa", "points"])
     assert _z(frame, (1.0, 7), (0.3, 3), "likert") > 4.5
     assert abs(_z(frame, (1.0, 7), (0.3, 3), "pairwise")) < 4.5
 
@@ -37,7 +38,7 @@ def test_compression_and_coarse_scales_hurt_likert_not_pairwise():
 @pytest.mark.slow
 def test_anchoring_and_scale_use_cancel_in_pairwise():
     frame = scoring_study({"sigma_anchor": [0.0, 1.5], "sigma_slope": [0.0, 1.0]}, reps=40, seed=3) \
-        .set_index(["sigma_anchor", "sigma_slope"])
+        .results.set_index(["sigma_anchor", "sigma_slope"])
     assert _z(frame, (0.0, 0.0), (1.5, 1.0), "likert") > 4.5
     assert abs(_z(frame, (0.0, 0.0), (1.5, 1.0), "pairwise")) < 4.5
 

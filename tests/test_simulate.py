@@ -57,7 +57,9 @@ def test_the_latent_ambiguity_study_runs_and_says_what_it_computed():
     from evalgauge.simulate.montecarlo import ambiguity_study, ambiguity_truth
 
     assert ambiguity_truth(2.0)["category:item:judge"] == pytest.approx(3 * 0.02)
-    table = ambiguity_study([0.0, 2.0], reps=20, seed=1)
+    study = ambiguity_study([0.0, 2.0], reps=20, seed=1)
+    table = study.rows
+    assert study.reps == 20 and study.to_frame().equals(table) and list(study.to_dict()) == ["reps", "rows"]
     assert list(table["gamma"]) == [0.0, 2.0] and (table["reps"] == 20).all()
     assert table["coverage"].between(0, 1).all() and table["paper_coverage"].tolist() == [90.5, 91.2]
 
@@ -71,7 +73,7 @@ def test_latent_ambiguity_leaves_the_marginal_interactions_and_the_ranking_right
     Carlo standard errors) of the paper's 89-91%."""
     from evalgauge.simulate.montecarlo import ambiguity_study
 
-    table = ambiguity_study(reps=400, seed=3)
+    table = ambiguity_study(reps=400, seed=3).rows
     for row in table.itertuples():
         for term in ("category:item:variant", "category:item:judge"):
             assert abs(row.rel_bias[term]) < 0.10, (row.gamma, term, row.rel_bias[term])

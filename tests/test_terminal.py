@@ -300,3 +300,31 @@ def test_a_runs_summary_and_an_adaptive_run_render_from_their_results():
     text = " ".join(_text(lambda c: print_adaptive(result, c)).split())
     assert ("pilot: 2 items x 1 judge(s) x 1 variant(s) x 2 replicate(s); 8 calls sent; $0.0125 spent in all; "
             "0.91 after it") in text and "unreachable: the pool holds too few items" in text
+
+
+def test_a_dry_run_and_an_adaptive_dry_run_render_from_their_plans():
+    from evalgauge.collect.adaptive import AdaptivePlan
+    from evalgauge.collect.runner import RunPlan
+    from evalgauge.planning import StageDesign, Target
+    from evalgauge.report.terminal import print_adaptive_plan, print_run_plan
+
+    plan = RunPlan("run.toml", "run.sqlite", 12, 4, 8, 2, 0.5, 0.75, 1.0, False, ["priced at the batch price"],
+                   [{"judge": "j1", "requests": 1200, "worst_case_usd": 0.75}])
+    text = " ".join(_text(lambda c: print_run_plan(plan, ["a config note"], c)).split())
+    assert ("run.toml: 12 judge calls planned, 4 stored, 8 to send (+2 generations); worst-case cost $0.7500 on top "
+            "of $0.5000 spent; budget $1: the run will stop at the cap before finishing.") in text
+    assert "batch of judge 'j1': 1,200 requests, worst case $0.7500 at the batch price" in text
+    assert "note: priced at the batch price note: a config note" in text
+    unbounded = RunPlan("run.toml", "run.sqlite", 12, 0, 12, 0, 0.0, 0.1, None, True, [])
+    assert "no budget_usd cap." in _text(lambda c: print_run_plan(unbounded, [], c))
+    assert "batches" not in unbounded.to_dict() and unbounded.to_dict()["budget_usd"] is None
+    adaptive = AdaptivePlan(Target("mdd95", 0.5), StageDesign(("q1", "q2"), ("j1", "j2"), ("v",), 2), 10,
+                            "degrees of freedom: items 1, judges 1", unbounded)
+    text = " ".join(_text(lambda c: print_adaptive_plan(adaptive, c)).split())
+    assert ("run.toml: adaptive run to MDD <= 0.5. Pilot: 2 of 10 items x 2 judge(s) x 1 variant(s) x 2 "
+            "replicate(s) = 12 calls (0 stored), worst-case $0.1000; degrees of freedom: items 1, judges 1.") in text
+    payload = adaptive.to_dict()
+    assert payload["target"] == "MDD <= 0.5" and payload["pilot"] == {
+        "items": 2, "judges": ["j1", "j2"], "variants": ["v"], "replicates": 2,
+        "df": "degrees of freedom: items 1, judges 1"}
+    assert {k: v for k, v in payload.items() if k not in ("target", "pilot")} == unbounded.to_dict()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -35,6 +36,7 @@ import pandas as pd
 from .components import VarianceComponents
 from .design import Design, Facet
 from .estimate.anova import anova_from_cell_means
+from .results import Result
 from .simulate.montecarlo import CATEGORIES, MU, TABLE8, _map, component_bias
 from .vocabulary import RESIDUAL
 
@@ -434,8 +436,37 @@ def reml_convergence(items: Iterable[int] = CONVERGENCE_ITEMS, replicates: int =
 STUDIES = ("three-way", "strata", "prompts", "knife-edge", "transfer", "convergence")
 
 
-def robustness_study(studies: Iterable[str] = STUDIES, reps: int = 200, seed: int = 0, scheduler=None) -> dict:
-    """Every chosen E.1 study, as plain records (the command's JSON): ``{study: rows}`` and E.1's figures."""
+@dataclass(frozen=True)
+class RobustnessStudy(Result):
+    """The chosen E.1 studies: ``studies`` maps each study's name to its table (``strata``: a dict, the
+    per-temperature table under ``"strata"`` beside the pooled fit), ``paper`` holds E.1's figures, ``design`` and
+    ``convergence_design`` (with the convergence study) say what was simulated."""
+
+    reps: int
+    seed: int
+    design: str
+    paper: dict
+    studies: dict[str, pd.DataFrame | dict]
+    convergence_design: str | None = None
+
+    def to_dict(self) -> dict:
+        out = {"reps": self.reps, "seed": self.seed, "design": self.design, "paper": self.paper,
+               "studies": {name: rows.to_dict(orient="records") if isinstance(rows, pd.DataFrame) else rows
+                           for name, rows in self.studies.items()}}
+        if self.convergence_design is not None:
+            out["convergence_design"] = self.convergence_design
+        return out
+
+    def to_frame(self) -> pd.DataFrame:
+        """The tabular studies' rows, one frame with a ``study`` column (the strata study as its table)."""
+        frames = [(rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows["strata"])).assign(study=name)
+                  for name, rows in self.studies.items()]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def robustness_study(studies: Iterable[str] = STUDIES, reps: int = 200, seed: int = 0,
+                     scheduler=None) -> RobustnessStudy:
+    """Every chosen E.1 study (:class:`RobustnessStudy`) and E.1's figures."""
     studies = tuple(studies)
     unknown = [s for s in studies if s not in STUDIES]
     if unknown:
@@ -443,15 +474,14 @@ def robustness_study(studies: Iterable[str] = STUDIES, reps: int = 200, seed: in
                          f"choose from {', '.join(STUDIES)}")
     run = {"three-way": three_way_sweep, "prompts": prompt_count_sweep, "knife-edge": knife_edge,
            "transfer": profile_transfer, "convergence": reml_convergence}
-    out: dict = {"reps": reps, "seed": seed, "design": "50 items in 5 categories x 4 variants x 3 temperatures x "
-                 "3 judges x 5 calls, Table 8's components", "paper": PAPER, "studies": {}}
-    if "convergence" in studies:
-        out["convergence_design"] = (f"{', '.join(map(str, CONVERGENCE_ITEMS))} items in 5 categories x 3 variants x "
-                                     f"3 temperatures x 3 judges x {CONVERGENCE_REPLICATES} calls, Table 8's "
-                                     "components, REML")
+    done: dict[str, pd.DataFrame | dict] = {}
     for name in studies:
         if name == "strata":
-            out["studies"][name] = heteroscedastic_strata(reps=reps, seed=seed, scheduler=scheduler)
+            done[name] = heteroscedastic_strata(reps=reps, seed=seed, scheduler=scheduler)
         else:
-            out["studies"][name] = run[name](reps=reps, seed=seed, scheduler=scheduler).to_dict(orient="records")
-    return out
+            done[name] = run[name](reps=reps, seed=seed, scheduler=scheduler)
+    convergence = (f"{', '.join(map(str, CONVERGENCE_ITEMS))} items in 5 categories x 3 variants x 3 temperatures x "
+                   f"3 judges x {CONVERGENCE_REPLICATES} calls, Table 8's components, REML"
+                   if "convergence" in studies else None)
+    return RobustnessStudy(reps, seed, "50 items in 5 categories x 4 variants x 3 temperatures x 3 judges x 5 calls, "
+                           "Table 8's components", PAPER, done, convergence)

@@ -81,8 +81,31 @@ def simulate_scoring(condition: ScoringCondition, *, items: int = 50, judges: in
     return {"tau_likert": _tau(likert, q), "tau_binary": _tau(binary, q), "tau_pairwise": _tau(theta, q)}
 
 
-def scoring_study(grid: dict[str, list], *, reps: int = 50, seed: int = 0, **kw) -> pd.DataFrame:
-    """Mean Kendall tau (and its Monte Carlo s.e.) per arm over every condition of ``grid``."""
+@dataclass(frozen=True)
+class ScoringStudy(Result):
+    """TEE E.3's arms compared: ``results`` has one row per condition (its values, then each arm's mean Kendall
+    tau ``tau_likert``/``tau_binary``/``tau_pairwise`` and Monte Carlo s.e. ``mc_se_*``); ``conditions`` names
+    the condition columns swept; ``items``, ``judges``, ``calls_per_item`` and ``reps`` the design."""
+
+    results: pd.DataFrame
+    conditions: tuple[str, ...]
+    items: int
+    judges: int
+    calls_per_item: int
+    reps: int
+
+    def to_dict(self) -> dict:
+        return {"results": self.results.to_dict(orient="records"), "items": self.items, "judges": self.judges,
+                "calls_per_item": self.calls_per_item, "reps": self.reps}
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.results.copy()
+
+
+def scoring_study(grid: dict[str, list], *, reps: int = 50, seed: int = 0, items: int = 50, judges: int = 3,
+                  calls_per_item: int = 6, **kw) -> ScoringStudy:
+    """Mean Kendall tau (and its Monte Carlo s.e.) per arm over every condition of ``grid`` (TEE E.3), each
+    replicate :func:`simulate_scoring` with ``items``, ``judges``, ``calls_per_item`` and ``kw``."""
     names = list(grid)
     unknown = set(names) - set(ScoringCondition.__dataclass_fields__)
     if unknown:
@@ -92,14 +115,15 @@ def scoring_study(grid: dict[str, list], *, reps: int = 50, seed: int = 0, **kw)
     rows = []
     for values in itertools.product(*(grid[n] for n in names)):
         cond = ScoringCondition(**dict(zip(names, values, strict=True)))
-        taus = pd.DataFrame([simulate_scoring(cond, rng=rng, **kw) for _ in range(reps)])
+        taus = pd.DataFrame([simulate_scoring(cond, rng=rng, items=items, judges=judges,
+                                              calls_per_item=calls_per_item, **kw) for _ in range(reps)])
         row = {**cond.__dict__}
         for arm in ("likert", "binary", "pairwise"):
             col = taus[f"tau_{arm}"]
             row[f"tau_{arm}"] = float(col.mean())
             row[f"mc_se_{arm}"] = float(col.std(ddof=1) / math.sqrt(reps))
         rows.append(row)
-    return pd.DataFrame(rows)
+    return ScoringStudy(pd.DataFrame(rows), tuple(names), items, judges, calls_per_item, reps)
 
 
 # ---------------------------------------------------------------------------

@@ -15,13 +15,13 @@ from ..errors import EvalGaugeError
 from ..outputs import atomic_write_text, atomic_write_with, check_new, check_outputs, csv_safe_frame
 from ..protocols import PROTOCOLS as PROTOCOL_NAMES
 from ..protocols import TRUNCATED
-from ..report.terminal import print_adaptive, print_run
+from ..report.terminal import print_adaptive, print_adaptive_plan, print_run, print_run_plan
 from .base import _console, _emit, _need_collector, json_option, main, raw_csv_option, user_errors, writes
 
 
 def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json_out) -> None:
     """`run --target-...`: the adaptive loop, with the plan printed before anything beyond the pilot is spent."""
-    from ..collect.adaptive import adaptive_run, pilot_design, pilot_df, stage_config
+    from ..collect.adaptive import AdaptivePlan, adaptive_run, pilot_design, pilot_df, stage_config
     from ..collect.runner import dry_run as plan_run
     from ..collect.runner import run
     from ..planning import Target
@@ -29,19 +29,8 @@ def _adaptive(cfg, target, pilot_items, max_stages, yes, dry_run, progress, json
     goal = Target(*target)
     pilot = pilot_design(cfg, pilot_items)
     if dry_run:
-        plan = plan_run(stage_config(cfg, pilot))
-        payload = {"target": str(goal), "pilot": {"items": len(pilot.items), "judges": list(pilot.judges),
-                                                  "variants": list(pilot.variants), "replicates": pilot.replicates,
-                                                  "df": pilot_df(cfg, pilot)},
-                   **plan}
-
-        def show(c):
-            c.print(f"{cfg.path}: adaptive run to {goal}. Pilot: {len(pilot.items)} of {len(cfg.items)} items x "
-                    f"{len(pilot.judges)} judge(s) x {len(pilot.variants)} variant(s) x {pilot.replicates} "
-                    f"replicate(s) = {plan['planned']} calls ({plan['already_done']} stored), worst-case "
-                    f"${plan['worst_case_usd']:.4f}; {pilot_df(cfg, pilot)}. Then a fit, and the plan with its "
-                    "cost before more is spent.")
-        _emit(payload, json_out, show)
+        plan = AdaptivePlan(goal, pilot, len(cfg.items), pilot_df(cfg, pilot), plan_run(stage_config(cfg, pilot)))
+        _emit(plan.to_dict(), json_out, lambda c: print_adaptive_plan(plan, c))
         return
     console = _console(stderr=True)
     from ..api import fit_run
@@ -127,19 +116,7 @@ def run_cmd(config, base_url, database, limit, progress, json_out, dry_run, targ
         from ..collect.runner import dry_run as plan_run
 
         plan = plan_run(cfg)
-
-        def show_plan(c):
-            budget = "no budget_usd cap" if plan["budget_usd"] is None else f"budget ${plan['budget_usd']:g}"
-            c.print(f"{cfg.path}: {plan['planned']} judge calls planned, {plan['already_done']} stored, "
-                    f"{plan['to_send']} to send (+{plan['generations_to_send']} generations); worst-case cost "
-                    f"${plan['worst_case_usd']:.4f} on top of ${plan['spent_usd']:.4f} spent; {budget}"
-                    + ("" if plan["fits_budget"] else ": the run will stop at the cap before finishing") + ".")
-            for b in plan.get("batches", []):
-                c.print(f"  batch of judge '{b['judge']}': {b['requests']:,} requests, worst case "
-                        f"${b['worst_case_usd']:.4f} at the batch price")
-            for note in plan["notes"] + list(cfg.notes):
-                c.print(Text("note: ", style="yellow") + Text(note))
-        _emit(plan, json_out, show_plan)
+        _emit(plan.to_dict(), json_out, lambda c: print_run_plan(plan, cfg.notes, c))
         return
     total = count_tasks(cfg)
     state: dict = {}

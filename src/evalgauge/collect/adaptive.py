@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,9 @@ from ..planning import (
 )
 from ..results import Result
 from .config import RunConfig
+
+if TYPE_CHECKING:
+    from .runner import RunPlan
 
 
 @dataclass
@@ -170,6 +174,25 @@ class AdaptiveResult(Result):
                 "plan": None if self.plan is None else {"reachable": self.plan.reachable, "message": self.plan.message,
                                                         "cost_usd": self.plan.cost_usd,
                                                         "predicted": self.plan.predicted}}
+
+
+@dataclass
+class AdaptivePlan(Result):
+    """What ``run --target ... --dry-run`` says before anything is spent: the target, the pilot's design and
+    degrees of freedom (``pilot_df``), and the pilot's run plan (a collector's ``RunPlan``)."""
+
+    target: Target
+    pilot: StageDesign
+    pool_items: int
+    pilot_df: str
+    plan: RunPlan
+
+    def to_dict(self) -> dict:
+        return {"target": str(self.target), "pilot": {"items": len(self.pilot.items),
+                                                      "judges": list(self.pilot.judges),
+                                                      "variants": list(self.pilot.variants),
+                                                      "replicates": self.pilot.replicates, "df": self.pilot_df},
+                **self.plan.to_dict()}
 
 
 @dataclass(frozen=True)

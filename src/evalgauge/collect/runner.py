@@ -602,7 +602,8 @@ async def _attempt(cfg: RunConfig, judge: Judge, provider, limiter: RateLimiter,
     connection_only = True
     while attempts <= cfg.max_retries:
         attempts += 1
-        await limiter.acquire(len(prompt) // 4 + judge.max_tokens)
+        if limiter.rpm or limiter.tpm:  # a judge without limits does not wait (nor make a coroutine to say so)
+            await limiter.acquire(len(prompt) // 4 + judge.max_tokens)
         started = time.time()
         t0 = time.monotonic()
         try:
@@ -762,7 +763,37 @@ async def _generate(cfg: RunConfig, store: RunStore, summary: RunSummary, secret
             await p.close()
 
 
-def dry_run(cfg: RunConfig) -> dict:
+@dataclass
+class RunPlan(Result):
+    """What ``run --dry-run`` says: the judge calls planned, stored and to send (and the generations to send),
+    their worst-case cost beside what is spent and the budget (``budget_usd`` None: no cap), whether it fits,
+    the notes on how it was priced, and with ``--batch`` each judge's batch (``batches``)."""
+
+    config: str
+    database: str
+    planned: int
+    already_done: int
+    to_send: int
+    generations_to_send: int
+    spent_usd: float
+    worst_case_usd: float
+    budget_usd: float | None
+    fits_budget: bool
+    notes: list[str]
+    batches: list[dict] | None = None
+
+    def to_dict(self) -> dict:
+        out = {"config": self.config, "database": self.database, "planned": self.planned,
+               "already_done": self.already_done, "to_send": self.to_send,
+               "generations_to_send": self.generations_to_send, "spent_usd": self.spent_usd,
+               "worst_case_usd": self.worst_case_usd, "budget_usd": self.budget_usd, "fits_budget": self.fits_budget,
+               "notes": list(self.notes)}
+        if self.batches is not None:
+            out["batches"] = self.batches
+        return out
+
+
+def dry_run(cfg: RunConfig) -> RunPlan:
     """What ``run`` would do now, without a call: calls planned, stored, to send, and their worst-case cost.
 
     The database is read if it exists and never created. With [[systems]] the responses are not known
@@ -805,18 +836,16 @@ def dry_run(cfg: RunConfig) -> dict:
                      "of the generator's max_tokens is accepted (the run refuses longer ones).")
     budget = None if cfg.budget_usd == float("inf") else cfg.budget_usd
     fits = budget is None or spent + worst + gen_worst <= budget
-    plan = {"config": str(cfg.path), "database": str(cfg.database), "planned": count_tasks(cfg),
-            "already_done": len(done), "to_send": to_send, "generations_to_send": len(gen_todo),
-            "spent_usd": spent, "worst_case_usd": worst + gen_worst, "budget_usd": budget,
-            "fits_budget": fits, "notes": notes}
+    batches = None
     if cfg.batch:
         from .batch import batch_plan
 
-        plan["batches"] = batch_plan(cfg, todo)
+        batches = batch_plan(cfg, todo)
         if pending:
             notes.append(f"{len(pending)} call(s) wait in batches submitted earlier: their results are read first.")
         notes.append("priced at the batch price (price_batch_factor of each judge's prices).")
-    return plan
+    return RunPlan(str(cfg.path), str(cfg.database), count_tasks(cfg), len(done), to_send, len(gen_todo), spent,
+                   worst + gen_worst, budget, fits, notes, batches)
 
 
 def _stored_responses(cfg: RunConfig) -> dict[tuple[str, str], str]:

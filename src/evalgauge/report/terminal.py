@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from ..analysis.pairwise import PairwiseAnalysis
     from ..audit import Audit
     from ..audit.published import Preset
+    from ..collect.adaptive import AdaptivePlan
+    from ..collect.runner import RunPlan
     from ..dstudy import Plan
 
 
@@ -350,6 +352,31 @@ def print_run(summary, diagnostics, database, config_notes, c: Console) -> None:
         c.print(Text("warning: ", style="bold yellow") + Text(warning))
     for note in diagnostics.design_notes:
         c.print(Text("note: ", style="yellow") + Text(note))
+
+
+def print_run_plan(plan: RunPlan, config_notes, c: Console) -> None:
+    """What `evalgauge run --dry-run` prints (a collector's ``RunPlan``): the calls, their worst-case cost
+    against the budget, each batch with ``--batch``, and the plan's and the configuration's notes."""
+    budget = "no budget_usd cap" if plan.budget_usd is None else f"budget ${plan.budget_usd:g}"
+    c.print(f"{plan.config}: {plan.planned} judge calls planned, {plan.already_done} stored, "
+            f"{plan.to_send} to send (+{plan.generations_to_send} generations); worst-case cost "
+            f"${plan.worst_case_usd:.4f} on top of ${plan.spent_usd:.4f} spent; {budget}"
+            + ("" if plan.fits_budget else ": the run will stop at the cap before finishing") + ".")
+    for b in plan.batches or []:
+        c.print(f"  batch of judge '{b['judge']}': {b['requests']:,} requests, worst case "
+                f"${b['worst_case_usd']:.4f} at the batch price")
+    for note in [*plan.notes, *config_notes]:
+        c.print(Text("note: ", style="yellow") + Text(note))
+
+
+def print_adaptive_plan(plan: AdaptivePlan, c: Console) -> None:
+    """What `evalgauge run --target ... --dry-run` prints: the pilot, its calls and worst case, before any call."""
+    pilot, run = plan.pilot, plan.plan
+    c.print(f"{run.config}: adaptive run to {plan.target}. Pilot: {len(pilot.items)} of {plan.pool_items} items x "
+            f"{len(pilot.judges)} judge(s) x {len(pilot.variants)} variant(s) x {pilot.replicates} "
+            f"replicate(s) = {run.planned} calls ({run.already_done} stored), worst-case "
+            f"${run.worst_case_usd:.4f}; {plan.pilot_df}. Then a fit, and the plan with its "
+            "cost before more is spent.")
 
 
 def print_adaptive(result, c: Console) -> None:

@@ -166,8 +166,27 @@ def _map(func, tasks: list, scheduler):
 BIAS_SCENARIOS = ("baseline", "correlated", "non-exchangeable", "heavy-tails", "heterogeneous")
 
 
+@dataclass(frozen=True)
+class ProjectionBias(Result):
+    """The D-study's projection bias from pilots (TEE E.2, Table 7): the mean projected Var(theta-hat) at
+    ``target`` against the true one, its relative bias and that bias's Monte Carlo standard error."""
+
+    scenario: str
+    reps: int
+    target: dict[str, float]
+    true_var_abs: float
+    mean_projected: float
+    relative_bias: float
+    mc_se: float
+
+    def to_dict(self) -> dict:
+        return {"scenario": self.scenario, "reps": self.reps, "target": self.target,
+                "true_var_abs": self.true_var_abs, "mean_projected": self.mean_projected,
+                "relative_bias": self.relative_bias, "mc_se": self.mc_se}
+
+
 def projection_bias(reps: int = 200, seed: int = 0, scenario: str = "baseline", pilot_items: int = 30,
-                    target: dict[str, float] | None = None, scheduler: str | None = None) -> dict:
+                    target: dict[str, float] | None = None, scheduler: str | None = None) -> ProjectionBias:
     """Relative bias of the projected Var(theta-hat) at a target design, from pilots (TEE E.2, Table 7).
 
     Each replicate draws a pilot (``pilot_items`` items in 5 categories, V=3,
@@ -201,9 +220,8 @@ def projection_bias(reps: int = 200, seed: int = 0, scenario: str = "baseline", 
         levels={"category": CATEGORIES, "item": pilot_items, "variant": 3, "temperature": 3, "judge": 3},
         replicates=spec.replicates, nesting={"item": "category"})
     true = project(truth_vc, target, object="").var_abs
-    return {"scenario": scenario, "reps": reps, "target": target, "true_var_abs": true,
-            "mean_projected": float(projected.mean()), "relative_bias": float(projected.mean() / true - 1),
-            "mc_se": float(projected.std(ddof=1) / math.sqrt(reps) / true)}
+    return ProjectionBias(scenario, reps, target, true, float(projected.mean()), float(projected.mean() / true - 1),
+                          float(projected.std(ddof=1) / math.sqrt(reps) / true))
 
 
 def _projection_once(task) -> float:
@@ -260,8 +278,28 @@ def _perturbed_pilot(spec: SimulationSpec, scenario: str, rng: np.random.Generat
 # Intervention ranking (TEE E.2, Fig. 9a; sec. 3.3's "correct top-1 intervention")
 # ---------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class InterventionAccuracy(Result):
+    """How often the pilots' first intervention is the truth's (``top1_accuracy``; the truth's is ``true_top``),
+    and ``interventions``: each single-factor intervention's true % change of Var(theta-hat) (``true_pct``)
+    beside the pilots' mean projected one (``mean_projected_pct``), in the truth's order."""
+
+    reps: int
+    fixed_levels: bool
+    true_top: str
+    top1_accuracy: float
+    interventions: pd.DataFrame
+
+    def to_dict(self) -> dict:
+        return {"reps": self.reps, "fixed_levels": self.fixed_levels, "true_top": self.true_top,
+                "top1_accuracy": self.top1_accuracy, "interventions": self.interventions.to_dict(orient="records")}
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.interventions.copy()
+
+
 def intervention_accuracy(reps: int = 200, seed: int = 0, pilot_items: int = 30, fixed_levels: bool = False,
-                          scheduler: str | None = None) -> dict:
+                          scheduler: str | None = None) -> InterventionAccuracy:
     """How often a pilot's D-study names the right first intervention (TEE sec. 3.3, E.2 Fig. 9a).
 
     Each replicate draws a pilot from Table 8 (``pilot_items`` items in 5 categories, V=3, H=3, M=3, R=5), fits
@@ -285,9 +323,9 @@ def intervention_accuracy(reps: int = 200, seed: int = 0, pilot_items: int = 30,
     projected = pd.concat(runs).groupby("intervention")["pct_change_var_abs"].mean()
     table = truth[["intervention", "pct_change_var_abs"]].rename(columns={"pct_change_var_abs": "true_pct"})
     table["mean_projected_pct"] = table["intervention"].map(projected)
-    return {"reps": reps, "fixed_levels": fixed_levels, "true_top": truth.iloc[0]["intervention"],
-            "top1_accuracy": float(np.mean([t == truth.iloc[0]["intervention"] for t in top])),
-            "interventions": table.to_dict(orient="records")}
+    true_top = truth.iloc[0]["intervention"]
+    return InterventionAccuracy(reps, fixed_levels, true_top, float(np.mean([t == true_top for t in top])),
+                                table.reset_index(drop=True))
 
 
 def _interventions_once(task) -> pd.DataFrame:
@@ -371,8 +409,22 @@ def component_bias(estimates: pd.DataFrame, truth: dict[str, float]) -> dict:
             "rel_bias": bias}
 
 
+@dataclass(frozen=True)
+class AmbiguityStudy(Result):
+    """TEE E.5's study (Table 10): ``rows``, one per gamma (see :func:`ambiguity_study`), of ``reps`` studies."""
+
+    reps: int
+    rows: pd.DataFrame
+
+    def to_dict(self) -> dict:
+        return {"reps": self.reps, "rows": self.rows.to_dict(orient="records")}
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.rows.copy()
+
+
 def ambiguity_study(gammas: Iterable[float] = (0.0, 0.5, 1.0, 2.0), reps: int = 200, seed: int = 0,
-                    level: float = 0.95, scheduler: str | None = None) -> pd.DataFrame:
+                    level: float = 0.95, scheduler: str | None = None) -> AmbiguityStudy:
     """TEE E.5 (Table 10): D-study stability under latent item ambiguity. Per gamma, ``reps`` studies of E.5's
     design (:data:`AMBIGUITY_COUNTS`, R = 3; Table 8's components, which E.5 does not restate) whose item x
     prompt and item x judge effects have variance scaled by 1 + gamma z_i^2 (z_i ~ N(0, 1), each item's latent
@@ -410,4 +462,4 @@ def ambiguity_study(gammas: Iterable[float] = (0.0, 0.5, 1.0, 2.0), reps: int = 
                      "paper_coverage": TABLE10.get(gamma, (None,) * 3)[0],
                      "paper_max_abs_rel_bias": TABLE10.get(gamma, (None,) * 3)[1],
                      "paper_rho": TABLE10.get(gamma, (None,) * 3)[2]})
-    return pd.DataFrame(rows)
+    return AmbiguityStudy(reps, pd.DataFrame(rows))
