@@ -328,3 +328,56 @@ def test_a_dry_run_and_an_adaptive_dry_run_render_from_their_plans():
         "items": 2, "judges": ["j1", "j2"], "variants": ["v"], "replicates": 2,
         "df": "degrees of freedom: items 1, judges 1"}
     assert {k: v for k, v in payload.items() if k not in ("target", "pilot")} == unbounded.to_dict()
+
+
+def test_labels_that_look_like_markup_print_as_written_on_any_console():
+    """A name like "judge [beta]" is data: on a Python caller's console with rich markup on, cells, titles and
+    sentences keep it (the command line's console has markup off)."""
+    from evalgauge.collect.runner import RunPlan
+    from evalgauge.report.terminal import as_text, new_table, print_run_plan
+
+    console = Console(record=True, width=200, markup=True)
+    plan = RunPlan("run [v2].toml", "run.sqlite", 2, 0, 2, 0, 0.0, 0.1, None, True, ["note on [bold]x[/bold]"],
+                   [{"judge": "judge [beta]", "requests": 2, "worst_case_usd": 0.1}])
+    print_run_plan(plan, ["[red]config[/red] note"], console)
+    table = new_table(title="D-study (object of measurement: system [v2])")
+    table.add_column("system [c]")
+    table.add_row("model [beta]")
+    as_text(console).print(table)
+    text = console.export_text()
+    for said in ("run [v2].toml:", "judge 'judge [beta]'", "note: note on [bold]x[/bold]",
+                 "note: [red]config[/red] note", "system [v2]", "system [c]", "model [beta]"):
+        assert said in text, said
+    wrapped = as_text(console)
+    assert as_text(wrapped) is wrapped  # a renderer handing its console on does not wrap it twice
+
+
+def test_the_audit_prints_a_systems_name_without_an_escape(tmp_path):
+    from click.testing import CliRunner
+
+    from evalgauge.cli import main
+
+    board = pd.read_csv(Path(__file__).parent.parent / "examples" / "audit" / "alpacaeval2_leaderboard.csv").head(6)
+    board.loc[0, "system"] = "model [beta]"
+    board.to_csv(tmp_path / "board.csv", index=False)
+    out = CliRunner().invoke(main, ["audit", str(tmp_path / "board.csv"), "--preset", "pairwise", "--scale", "0-100"],
+                             env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "model [beta]" in out.output and "\\[beta]" not in out.output
+
+
+def test_every_renderer_prints_text_as_text_and_titles_through_new_table():
+    import ast
+    import inspect
+
+    from evalgauge.report import studies, terminal
+
+    for module in (terminal, studies):
+        tree = ast.parse(inspect.getsource(module))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith(("print_", "_print_")):
+                first = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+                assert "as_text(" in ast.unparse(first[0]), f"{module.__name__}.{node.name}: start with as_text"
+        titled = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Table"
+                  and any(k.arg == "title" for k in n.keywords)]
+        assert len(titled) <= (1 if module is terminal else 0), "a table titled without new_table"

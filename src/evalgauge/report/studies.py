@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
-from .terminal import number
+from .terminal import as_text, new_table, number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,7 +19,8 @@ if TYPE_CHECKING:
 
 def print_coverage(result: CoverageResult, console: Console) -> None:
     """TEE E.4's coverage table by scenario and N."""
-    table = Table(title="95% CI coverage by scenario and N (TEE E.4; truth: the population grand mean)")
+    console = as_text(console)
+    table = new_table(title="95% CI coverage by scenario and N (TEE E.4; truth: the population grand mean)")
     for col in ("scenario", "N", "coverage", "MC s.e.", "Wald (z) coverage", "mean SE", "replicates"):
         table.add_column(col, justify="right")
     for r in result.results.itertuples():
@@ -34,8 +34,9 @@ def print_coverage(result: CoverageResult, console: Console) -> None:
 
 def print_scoring_study(result: ScoringStudy, c: Console) -> None:
     """TEE E.3: each arm's ranking recovery (Kendall tau) per condition."""
-    t = Table(title=f"Ranking recovery, Kendall tau ({result.items} items, {result.calls_per_item} calls per item "
-                    "in each arm)")
+    c = as_text(c)
+    t = new_table(title=f"Ranking recovery, Kendall tau ({result.items} items, {result.calls_per_item} calls per item "
+                        "in each arm)")
     cols = [*(result.conditions or ("kappa",)), "tau_likert", "tau_binary", "tau_pairwise"]
     for col in cols:
         t.add_column(col, justify="right")
@@ -47,6 +48,7 @@ def print_scoring_study(result: ScoringStudy, c: Console) -> None:
 
 def print_projection_bias(result: ProjectionBias, c: Console) -> None:
     """TEE E.2 (Table 7): the projection's relative bias, in one sentence."""
+    c = as_text(c)
     c.print(
         f"{result.scenario}: projected Var(theta-hat) at {result.target} is {result.mean_projected:.5g} on average "
         f"against the true {result.true_var_abs:.5g}: relative bias {100 * result.relative_bias:+.1f}% "
@@ -57,8 +59,9 @@ def print_projection_bias(result: ProjectionBias, c: Console) -> None:
 
 def print_intervention_accuracy(result: InterventionAccuracy, c: Console, items: int) -> None:
     """TEE sec. 3.3 / E.2 Fig. 9a: the interventions' true and mean projected effects, and the top-1 share."""
-    t = Table(title=f"Single-factor interventions: % change of Var(theta-hat) ({result.reps} pilots of {items} "
-                    "items)")
+    c = as_text(c)
+    t = new_table(title=f"Single-factor interventions: % change of Var(theta-hat) ({result.reps} pilots of {items} "
+                        "items)")
     for col in ("intervention", "true", "mean projected"):
         t.add_column(col, justify="left" if col == "intervention" else "right")
     for r in result.interventions.to_dict(orient="records"):
@@ -70,11 +73,12 @@ def print_intervention_accuracy(result: InterventionAccuracy, c: Console, items:
 
 def print_ambiguity(result: AmbiguityStudy, c: Console) -> None:
     """TEE E.5 (Table 10): coverage, the components' worst bias and the D-study's ranking per gamma."""
+    c = as_text(c)
     import pandas as pd  # not at the top: `evalgauge --help` loads this module and no numeric stack
 
     reps, rows = result.reps, result.rows.to_dict(orient="records")
-    t = Table(title=f"Latent item ambiguity (TEE E.5): {reps} studies per gamma of 30 items x 3 prompts x 2 "
-                    "temperatures x 3 judges x 3 calls; paper's Table 10 in brackets")
+    t = new_table(title=f"Latent item ambiguity (TEE E.5): {reps} studies per gamma of 30 items x 3 prompts x 2 "
+                        "temperatures x 3 judges x 3 calls; paper's Table 10 in brackets")
     for col in ("gamma", "coverage (t)", "coverage (Wald)", "max |rel. bias|", "worst component",
                 "D-study rho"):
         t.add_column(col, justify="left" if col == "worst component" else "right")
@@ -104,8 +108,9 @@ def _records(studies: dict[str, pd.DataFrame | dict]) -> dict[str, list[dict] | 
 
 
 def _print_convergence(rows: list[dict], paper: dict, design: str, c: Console) -> None:
+    c = as_text(c)
     sizes = sorted({r["observations"] for r in rows})
-    t = Table(title=f"REML by the number of observations (Fig. 7): rel. bias (s.e.) / rel. RMSE; {design}")
+    t = new_table(title=f"REML by the number of observations (Fig. 7): rel. bias (s.e.) / rel. RMSE; {design}")
     t.add_column("component")
     for n in sizes:
         t.add_column(f"{n:,}", justify="right")
@@ -123,12 +128,13 @@ def _print_convergence(rows: list[dict], paper: dict, design: str, c: Console) -
 
 def print_robustness(result: RobustnessStudy, c: Console) -> None:
     """TEE E.1's studies: a table for each one run, with the paper's figures in brackets."""
+    c = as_text(c)
     reps, paper, done = result.reps, result.paper, _records(result.studies)
     pct = lambda x: f"{100 * x:+.1f}%"  # noqa: E731
     if set(done) - {"convergence"}:
         c.print(f"TEE E.1 on {result.design}; {reps} studies per condition; the paper's figures in brackets.")
     if "three-way" in done:
-        t = Table(title="A 3-way item x variant x temperature outside the model")
+        t = new_table(title="A 3-way item x variant x temperature outside the model")
         for col in ("3-way / largest 2-way", "Kendall tau", "change (paired)", "max |rel. bias| (component)",
                     "cell term"):
             t.add_column(col, justify="left" if "component" in col else "right")
@@ -145,7 +151,7 @@ def print_robustness(result: RobustnessStudy, c: Console) -> None:
                 "those are biased while the ranking barely moves.")
     if "strata" in done:
         s = done["strata"]
-        t = Table(title="A residual variance per temperature, one fit per temperature (TEE C.7)")
+        t = new_table(title="A residual variance per temperature, one fit per temperature (TEE C.7)")
         for col in ("temperature", "true", "mean estimate", "rel. bias"):
             t.add_column(col, justify="right")
         for r in s["strata"]:
@@ -159,7 +165,7 @@ def print_robustness(result: RobustnessStudy, c: Console) -> None:
                 f"{100 * p['max_abs_rel_bias']:.1f}% ({p['worst_component']}, {p['max_bias_mc_se']:.1f} Monte Carlo "
                 "s.e.).")
     if "prompts" in done:
-        t = Table(title="sigma2_phi by the number of prompt variants V (unbiased ANOVA; truncated at 0 as REML)")
+        t = new_table(title="sigma2_phi by the number of prompt variants V (unbiased ANOVA; truncated at 0 as REML)")
         for col in ("V", "sigma2_phi", "rel. bias (s.e.)", "truncated", "estimates <= 0"):
             t.add_column(col, justify="right")
         for r in done["prompts"]:
@@ -172,7 +178,7 @@ def print_robustness(result: RobustnessStudy, c: Console) -> None:
         c.print(t)
         c.print("The paper: +4 to +5% at V = 2, 1-4% at V >= 3; each figure's Monte Carlo s.e. is in brackets.")
     if "knife-edge" in done:
-        t = Table(title='"+2 variants" or "+5 replicates": share of pilots right (at a tie: choosing prompts)')
+        t = new_table(title='"+2 variants" or "+5 replicates": share of pilots right (at a tie: choosing prompts)')
         for col in ("true gain ratio", "D-study (truncated)", "untruncated", "sigma2_rho"):
             t.add_column(col, justify="right")
         for r in done["knife-edge"]:
@@ -180,7 +186,7 @@ def print_robustness(result: RobustnessStudy, c: Console) -> None:
                       f"{r['sigma2_rho']:.1f}")
         c.print(t)
     if "transfer" in done:
-        t = Table(title="Components of one model profile used for another's D-study")
+        t = new_table(title="Components of one model profile used for another's D-study")
         for col in ("direction", "mean rel. error", "top-1 wrong", "top-1 wrong (own profile)"):
             t.add_column(col, justify="left" if col == "direction" else "right")
         for r in done["transfer"]:

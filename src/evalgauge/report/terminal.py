@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -33,24 +32,40 @@ if TYPE_CHECKING:
     from ..dstudy import Plan
 
 
-def print_coverage(result, console: Console) -> None:
-    table = Table(title="95% CI coverage by scenario and N (TEE E.4; truth: the population grand mean)")
-    for col in ("scenario", "N", "coverage", "MC s.e.", "Wald (z) coverage", "mean SE", "replicates"):
-        table.add_column(col, justify="right")
-    for r in result.results.itertuples():
-        table.add_row(r.scenario, str(r.n), f"{100 * r.coverage:.1f}%", f"{100 * r.mc_se:.1f}",
-                      f"{100 * r.coverage_wald:.1f}%", f"{r.mean_se:.4g}", str(r.reps))
-    console.print(table)
-    console.print("A: one configuration, s/sqrt(N); B: + variants; C: + judges; D: + temperatures; "
-                  "E: + variant x judge and variant x temperature. Coverage: the fitted models' intervals with "
-                  "Satterthwaite's t; Wald: the same SE with the normal quantile (as an lme4 fit, which gives no df).")
+class _TextConsole:
+    """The caller's console, printing everything as text: a system, judge, claim or facet named like
+    "model [beta]" is data, never rich markup. The command line's console has markup off; a Python caller's
+    own console may have it on, and a table's cells and title would lose what looks like a style tag."""
+
+    __slots__ = ("console",)
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def print(self, *objects, **kw) -> None:
+        kw.setdefault("markup", False)
+        self.console.print(*objects, **kw)
+
+    def __getattr__(self, name: str):
+        return getattr(self.console, name)
+
+
+def as_text(console: Console) -> Console:
+    """``console`` printing text as text (see :class:`_TextConsole`); every renderer starts with it."""
+    return console if isinstance(console, _TextConsole) else _TextConsole(console)  # type: ignore[return-value]
+
+
+def new_table(title: str | None = None, **kw) -> Table:
+    """A rich table whose title is text, not markup (a title naming a facet or a system keeps its brackets)."""
+    return Table(title=None if title is None else Text(title, style="table.title"), **kw)
 
 
 def print_plan(plan: Plan, console: Console) -> None:
     """The D-study: one row per design, the conventions, ceiling, requirements, exchange, interventions, the
     budget's design and the gaming surface (what :class:`evalgauge.dstudy.Plan` holds)."""
+    console = as_text(console)
     rows = plan.designs.to_dict(orient="records")
-    table = Table(title=f"D-study (object of measurement: {plan.object or 'none'})")
+    table = new_table(title=f"D-study (object of measurement: {plan.object or 'none'})")
     keys = [k for k in rows[0] if k.startswith("n_")] + ["replicates"]
     metrics = ["se", "var_abs", "sigma2_delta", "erho2", "phi", "mdd95"]
     metrics += [k for k in ("p_inversion", "cost", "pareto") if k in rows[0]]
@@ -76,7 +91,7 @@ def print_plan(plan: Plan, console: Console) -> None:
         items = e["items_at_one_judge"] if e["reachable_at_one_judge"] else "no item count"
         console.print(f"Exchange at E rho^2 = {e['target']:g}: {e['judges_at_observed_items']} judge(s) at the "
                       f"observed items, or {items} at one judge.")
-    inter = Table(title="Single-factor interventions (% change)")
+    inter = new_table(title="Single-factor interventions (% change)")
     for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
         inter.add_column(col, justify="left" if col == "intervention" else "right")
     for r in plan.interventions.to_dict(orient="records"):
@@ -102,6 +117,7 @@ MISSING_ROWS = 30
 
 def print_missing_answers(missing: MissingAnswers, c: Console) -> None:
     """The calls without a score by judge x variant x system, the worst first, and the test by system."""
+    c = as_text(c)
     from ..analysis.checklist import missing_sentence
 
     if not missing.unscored:
@@ -112,7 +128,7 @@ def print_missing_answers(missing: MissingAnswers, c: Console) -> None:
     keys = [k for k in ("judge", "variant", "system") if rows and k in rows[0]]
     shown = rows[:MISSING_ROWS]
     more = f"; the first {len(shown)} of {len(rows)}, all in --json and the report" if len(rows) > len(shown) else ""
-    table = Table(title=f"Calls without a score, by {' x '.join(keys)} (worst first{more})")
+    table = new_table(title=f"Calls without a score, by {' x '.join(keys)} (worst first{more})")
     for col in (*keys, "calls", "scored", "unread", "cut at max_tokens", "unscored"):
         table.add_column(col, justify="left" if col in keys else "right")
     for r in shown:
@@ -136,13 +152,14 @@ def letter_column(groups: list[str]) -> tuple[list[str], str | None]:
 
 def print_comparison(result, console: Console, limit: int = 40) -> None:
     """The leaderboard with rank sets, the pair table, and one sentence per adjacent pair."""
+    console = as_text(console)
     obj, pct = result.object, f"{100 * result.level:g}%"
     for text in result.extra.get("confounded", []):  # first: pairs the data cannot compare at all
         console.print(Text("not comparable: ", style="bold red") + Text(text))
     for text in result.extra.get("unmeasured", []):  # then what the intervals leave out
         console.print(Text("note: ", style="bold yellow") + Text(text))
-    t = Table(title=f"{obj} leaderboard ({pct}; rank sets: marginal, simultaneous; groups share a letter when "
-                    "the design cannot tell them apart)")
+    t = new_table(title=f"{obj} leaderboard ({pct}; rank sets: marginal, simultaneous; groups share a letter when "
+                        "the design cannot tell them apart)")
     for col in ("rank", obj, "mean", "SE", "interval", "naive", "rank set", "simultaneous", "group"):
         t.add_column(col, justify="left" if col in (obj, "group") else "right")
     shown = result.systems.head(limit).to_dict(orient="records")
@@ -158,8 +175,8 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
     if captions:
         t.caption = "; ".join(captions)
     console.print(t)
-    p = Table(title=f"Pairs (difference a - b; simultaneous intervals hold for all {len(result.pairs)} pairs at "
-                    f"once, critical value {result.critical_simultaneous:.4g}{critical_error_text(result)})")
+    p = new_table(title=f"Pairs (difference a - b; simultaneous intervals hold for all {len(result.pairs)} pairs at "
+                        f"once, critical value {result.critical_simultaneous:.4g}{critical_error_text(result)})")
     for col in ("a", "b", "diff", "SE", "df", "interval", "simultaneous", "p (Holm)", "naive", "separable"):
         p.add_column(col, justify="left" if col in ("a", "b") else "right")
     shown = result.pairs
@@ -186,8 +203,9 @@ def print_comparison(result, console: Console, limit: int = 40) -> None:
 
 def print_object_scores(interval, scores, console, limit: int = 20) -> None:
     """The leaderboard: each object's mean with the full and the naive interval."""
+    console = as_text(console)
     obj, pct = interval.object, f"{100 * interval.level:g}%"
-    table = Table(title=f"{obj} scores ({pct} intervals at the observed design)")
+    table = new_table(title=f"{obj} scores ({pct} intervals at the observed design)")
     for col in (obj, "mean", "n", "full CI", f"naive CI ({interval.sampling_facet} only)"):
         table.add_column(col, justify="left" if col == obj else "right")
     for r in scores.head(limit).to_dict(orient="records"):
@@ -200,8 +218,9 @@ def print_object_scores(interval, scores, console, limit: int = 20) -> None:
 
 def print_components(summary: ComponentsSummary, console: Console) -> None:
     """The components table, then theta-hat's interval, the design line and any notes."""
+    console = as_text(console)
     result = summary.components
-    table = Table(title=f"Variance components ({result.method}, {result.n_obs} observations)")
+    table = new_table(title=f"Variance components ({result.method}, {result.n_obs} observations)")
     ci = result.intervals is not None
     columns = [("component", "left"), ("kind", "left"), ("variance", "right"), ("SE", "right")]
     if ci:
@@ -232,7 +251,7 @@ def print_components(summary: ComponentsSummary, console: Console) -> None:
             console.print(f"({theta_of_objects_sentence(summary.object_score.object)})")
         console.print(object_score_sentence(summary.object_score.to_dict(), MIN_DF))
     if summary.derived is not None:
-        derived = Table(title="Derived numbers with parametric-bootstrap intervals")
+        derived = new_table(title="Derived numbers with parametric-bootstrap intervals")
         for col in ("quantity", "estimate", "low", "high"):
             derived.add_column(col, justify="left" if col == "quantity" else "right")
         for r in json_safe(summary.derived.to_dict(orient="records")):
@@ -267,6 +286,7 @@ def print_analysis(analysis: Analysis, summary: ComponentsSummary, c: Console) -
     """What `analyze` prints: the missing answers' caution first, the leaderboard, the missing answers, the
     components (``summary``, :func:`evalgauge.analysis.gstudy.summarize_components`), the effects, the ceiling,
     the object scores, the interventions, the diagnostics' warnings and the reporting checklist."""
+    c = as_text(c)
     diagnostics = analysis.diagnostics
     missing = diagnostics.missing if diagnostics is not None else None
     if missing is not None and missing.headline:  # before any mean: the means rest on different subsets
@@ -289,9 +309,9 @@ def print_analysis(analysis: Analysis, summary: ComponentsSummary, c: Console) -
     if analysis.object_interval is not None and analysis.comparison is None:
         print_object_scores(analysis.object_interval, analysis.object_scores, c)
     ranked = analysis.interventions.attrs.get("ranked_by", "var_abs")
-    inter = Table(title="Single-factor interventions (% change; ranked by "
-                  f"{'sigma2_delta' if ranked == 'sigma2_delta' else 'Var(theta-hat)'}, those moving it "
-                  "less than 1% last)")
+    inter = new_table(title="Single-factor interventions (% change; ranked by "
+                      f"{'sigma2_delta' if ranked == 'sigma2_delta' else 'Var(theta-hat)'}, those moving it "
+                      "less than 1% last)")
     for col in ("intervention", "Var(theta-hat)", "sigma2_delta"):
         inter.add_column(col, justify="left" if col == "intervention" else "right")
     for r in analysis.interventions.to_dict(orient="records"):
@@ -314,8 +334,9 @@ def print_analysis(analysis: Analysis, summary: ComponentsSummary, c: Console) -
 def print_glmm(check, lpm: ComponentsSummary, console: Console) -> None:
     """LPM and logit-GLMM components side by side with their ranks (TEE section G, Table 11); ``lpm``: the
     linear probability model's components summarised (:func:`~evalgauge.analysis.gstudy.summarize_components`)."""
+    console = as_text(console)
     print_components(lpm, console)
-    table = Table(title="Robustness check for binary scores: linear probability model vs logit GLMM")
+    table = new_table(title="Robustness check for binary scores: linear probability model vs logit GLMM")
     for col in ("component", "LPM variance", "LPM share of Var(theta-hat)", "LPM rank", "GLMM variance (logit)",
                 "GLMM share", "GLMM rank"):
         table.add_column(col, justify="left" if col == "component" else "right")
@@ -335,6 +356,7 @@ def print_glmm(check, lpm: ComponentsSummary, console: Console) -> None:
 def print_run(summary, diagnostics, database, config_notes, c: Console) -> None:
     """What `evalgauge run` prints: the run's summary (a collector's ``RunSummary``), the configuration's notes
     and the stored calls' integrity (a :class:`~evalgauge.analysis.diagnostics.Diagnostics`)."""
+    c = as_text(c)
     via = f" in {summary.batches} batch(es)" if summary.batches else ""
     c.print(f"{database}: {summary.completed} calls made now{via}, {summary.already_done} already there, "
             f"{summary.failed} failed after retries ({summary.retries} retries), of {summary.planned} planned; "
@@ -342,7 +364,7 @@ def print_run(summary, diagnostics, database, config_notes, c: Console) -> None:
     for note in [*summary.notes, *config_notes]:
         c.print(Text("note: ", style="yellow") + Text(note))
     if not diagnostics.per_judge.empty:
-        table = Table(title="Integrity by judge")
+        table = new_table(title="Integrity by judge")
         for col in diagnostics.per_judge.columns:
             table.add_column(col)
         for row in diagnostics.per_judge.itertuples(index=False):
@@ -357,6 +379,7 @@ def print_run(summary, diagnostics, database, config_notes, c: Console) -> None:
 def print_run_plan(plan: RunPlan, config_notes, c: Console) -> None:
     """What `evalgauge run --dry-run` prints (a collector's ``RunPlan``): the calls, their worst-case cost
     against the budget, each batch with ``--batch``, and the plan's and the configuration's notes."""
+    c = as_text(c)
     budget = "no budget_usd cap" if plan.budget_usd is None else f"budget ${plan.budget_usd:g}"
     c.print(f"{plan.config}: {plan.planned} judge calls planned, {plan.already_done} stored, "
             f"{plan.to_send} to send (+{plan.generations_to_send} generations); worst-case cost "
@@ -371,6 +394,7 @@ def print_run_plan(plan: RunPlan, config_notes, c: Console) -> None:
 
 def print_adaptive_plan(plan: AdaptivePlan, c: Console) -> None:
     """What `evalgauge run --target ... --dry-run` prints: the pilot, its calls and worst case, before any call."""
+    c = as_text(c)
     pilot, run = plan.pilot, plan.plan
     c.print(f"{run.config}: adaptive run to {plan.target}. Pilot: {len(pilot.items)} of {plan.pool_items} items x "
             f"{len(pilot.judges)} judge(s) x {len(pilot.variants)} variant(s) x {pilot.replicates} "
@@ -382,6 +406,7 @@ def print_adaptive_plan(plan: AdaptivePlan, c: Console) -> None:
 def print_adaptive(result, c: Console) -> None:
     """What `evalgauge run --target` prints after its stages (a collector's ``AdaptiveResult``): each stage's
     design, calls and spending, and how it ended."""
+    c = as_text(c)
     for st in result.stages:
         got = "" if st.achieved is None else f"; {st.achieved:.4g} after it"
         c.print(f"{st.name}: {len(st.design.items)} items x {len(st.design.judges)} judge(s) x "
@@ -393,6 +418,7 @@ def print_adaptive(result, c: Console) -> None:
 def print_single_run(result, c: Console) -> None:
     """One model's run (an :class:`~evalgauge.inference.SingleRunInterval`): its honest interval and what it
     cannot measure."""
+    c = as_text(c)
     pct = f"{100 * result.level:g}%"
     what = "item sampling and the stated components" if result.assumed else "item sampling only"
     c.print(f"One run: mean {result.mean:.4g} over {result.n} {result.item}s, one call each; {pct} interval "
@@ -408,6 +434,7 @@ def print_single_run(result, c: Console) -> None:
 def print_screening(screening, console: Console) -> None:
     """What `screen` prints (a :class:`~evalgauge.scoring.Screening`): the items kept, the stability of their
     ranking, and the share of the system terms on all items and on the kept ones."""
+    console = as_text(console)
     low, high = screening.split_half_range
     console.print(f"{len(screening.selected)} of {len(screening.per_item)} items kept (between-system variance >= "
                   f"{screening.threshold:.4g}); split-half stability of the item ranking: Spearman rho "
@@ -425,9 +452,10 @@ def print_screening(screening, console: Console) -> None:
 
 def print_strata(strata, console: Console) -> None:
     """Components per stratum beside the pooled fit (TEE C.7)."""
+    console = as_text(console)
     frame = strata.to_frame()
     levels = ["(pooled)", *strata.fits]
-    table = Table(title=f"Variance components by {strata.stratum} (per-stratum fits, TEE C.7)")
+    table = new_table(title=f"Variance components by {strata.stratum} (per-stratum fits, TEE C.7)")
     table.add_column("component")
     for level in levels:
         table.add_column(level if level == "(pooled)" else f"{strata.stratum} = {level}", justify="right")
@@ -449,7 +477,8 @@ def print_gold(gold, console: Console, plans=None, budget: float | None = None, 
     """The gold slice (:class:`evalgauge.gold.GoldAnalysis`): corrected means beside the judges-only and gold-only
     ones, every configuration's agreement with the gold, the error the judges share, and with ``plans``
     (:func:`evalgauge.gold.panel_plan`) gold labels priced against judge calls."""
-    table = Table(title="Means corrected by the gold labels")
+    console = as_text(console)
+    table = new_table(title="Means corrected by the gold labels")
     for col in ("group", "method", "estimate", "interval", "SE", "gold / units", "lambda"):
         table.add_column(col, justify="left" if col in ("group", "method") else "right")
     for e in gold.estimates:
@@ -457,8 +486,8 @@ def print_gold(gold, console: Console, plans=None, budget: float | None = None, 
                       f"{e.se:.3g}", f"{e.n_gold} / {e.n_units}", "" if e.lam is None else f"{e.lam:.3g}")
     console.print(table)
     frame = gold.agreement
-    agree = Table(title="Agreement with the gold, per configuration" + (" (bias: prediction - gold)" if "bias" in frame
-                                                                          else " (its modal label per unit)"))
+    agree = new_table(title="Agreement with the gold, per configuration"
+                          + (" (bias: prediction - gold)" if "bias" in frame else " (its modal label per unit)"))
     from ..gold import AGREEMENT_COLUMNS
 
     columns = [c for c in AGREEMENT_COLUMNS if c in frame]
@@ -481,8 +510,9 @@ def print_gold(gold, console: Console, plans=None, budget: float | None = None, 
 def print_gold_plan(plans, console: Console, budget: float | None = None, target_se: float | None = None) -> None:
     """Gold labels priced against judge calls (:func:`evalgauge.gold.panel_plan`): the best plans, and how the
     best panel compares with the best single judge."""
+    console = as_text(console)
     goal = f"at ${budget:g}; best first" if budget is not None else f"for an SE of {target_se:g}; cheapest first"
-    table = Table(title=f"Gold labels against judge calls {goal} (PPI with power tuning)")
+    table = new_table(title=f"Gold labels against judge calls {goal} (PPI with power tuning)")
     variants = "variants" in plans and plans["variants"].nunique() > 1
     classes = "class" in plans  # a plan for every class's share: its worst class's figures
     cols = ["judges", *(["variants"] if variants else []), "replicates", "correlation", "$ per unit", "gold labels",
@@ -536,9 +566,10 @@ def interval_text(low: float | None, high: float | None, fmt: str, comparable: b
 
 def print_preset(preset: Preset, console: Console) -> None:
     """A published preset: its components, the printed figures they come from, those it reproduces, its floors."""
+    console = as_text(console)
     lo_scale, hi_scale = preset.scale
     console.print(f"{preset.title}: components on a {lo_scale:g}-{hi_scale:g} scale, from {preset.source}")
-    table = Table(title="Relative-error components (sizing eq. 2)")
+    table = new_table(title="Relative-error components (sizing eq. 2)")
     table.add_column("component")
     table.add_column("sigma2", justify="right")
     for name, value in preset.values.items():
@@ -558,6 +589,7 @@ def print_preset(preset: Preset, console: Console) -> None:
 
 def print_audit(audit: Audit, console: Console) -> None:
     """An audit's verdicts: one row per claim, or the board with its rank sets and the adjacent pairs."""
+    console = as_text(console)
     console.print(f"Audit against {audit.components} ({100 * audit.level:g}%)")
     for sentence in audit.sentences:
         console.print(sentence)
@@ -566,26 +598,26 @@ def print_audit(audit: Audit, console: Console) -> None:
         for col in ("claim", "delta", "MDD", "exceeds", "P(inverted)", "design"):
             table.add_column(col, justify="left" if col in ("claim", "design") else "right")
         for r in audit.claims.to_dict(orient="records"):
-            table.add_row(escape(str(r["claim"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
+            table.add_row(Text(str(r["claim"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
                           "yes" if r["exceeds_mdd"] else "no", f"{100 * r['p_inverted']:.0f}%", r["design"])
         console.print(table)
         return
-    board = Table(title="Board (rank sets: simultaneous; groups share a letter when the design cannot tell them "
-                        "apart)")
+    board = new_table(title="Board (rank sets: simultaneous; groups share a letter when the design cannot tell them "
+                            "apart)")
     for col in ("rank", "system", "score", "rank set", "group"):
         board.add_column(col, justify="left" if col == "system" else "right")
     rows = audit.board.to_dict(orient="records")
     letters, why = letter_column([r["group"] for r in rows])
     for r, group in zip(rows, letters, strict=True):
-        board.add_row(str(r["rank"]), escape(str(r["system"])), f"{r['published']:.4g}",
+        board.add_row(str(r["rank"]), Text(str(r["system"])), f"{r['published']:.4g}",
                       f"{r['rank_low']}-{r['rank_high']}", group)
     board.caption = why
     console.print(board)
-    pairs = Table(title="Adjacent pairs")
+    pairs = new_table(title="Adjacent pairs")
     for col in ("a", "b", "delta", "MDD", "exceeds", "P(inverted)", "separable"):
         pairs.add_column(col, justify="left" if col in ("a", "b") else "right")
     for r in audit.pairs.to_dict(orient="records"):
-        pairs.add_row(escape(str(r["a"])), escape(str(r["b"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
+        pairs.add_row(Text(str(r["a"])), Text(str(r["b"])), f"{r['delta']:.3g}", f"{r['mdd']:.3g}",
                       "yes" if r["exceeds_mdd"] else "no", f"{100 * r['p_inverted']:.0f}%",
                       "yes" if r["separable"] else "no")
     console.print(pairs)
@@ -593,6 +625,7 @@ def print_audit(audit: Audit, console: Console) -> None:
 
 def print_ceiling(analysis, console: Console) -> None:
     """E rho^2, the MDD, the single-facet ceiling and what a target needs (the report says the same)."""
+    console = as_text(console)
     from dataclasses import asdict
 
     req = analysis.judges_needed
@@ -603,12 +636,13 @@ def print_ceiling(analysis, console: Console) -> None:
 def print_effects(effects: EffectsSummary | None, console: Console, exclude: str | None = None) -> None:
     """The facets' levels as the fit sees them: conditional modes with 95% intervals (TEE C.6), and the items
     the judges disagree on most."""
+    console = as_text(console)
     if effects is None:
         return
     said = effects.to_dict()  # the sentences the HTML report shares take the JSON form
     rows = effects_rows(said, exclude)
     if rows:
-        table = Table(title="Effects: conditional modes (BLUPs) with 95% intervals (TEE C.6; + scores higher)")
+        table = new_table(title="Effects: conditional modes (BLUPs) with 95% intervals (TEE C.6; + scores higher)")
         for col in ("term", "level", "mode", "95% interval"):
             table.add_column(col, justify="left" if col in ("term", "level") else "right")
         for row in rows:
@@ -624,10 +658,11 @@ def print_pairwise(result: PairwiseAnalysis, summary: ComponentsSummary | None, 
     term, the comparison of the strengths, the position bias, the win indicators' components (``summary``,
     :func:`evalgauge.analysis.gstudy.summarize_components` of ``result.components``) with the MDD and ceiling,
     and TEE's arena studies."""
+    c = as_text(c)
     fit, table, notes, counts = result.fit, result.table, result.notes, result.counts
     comparison = result.comparison
-    t = Table(title=f"Bradley-Terry ({counts.judgments} judgments, {len(counts.systems)} systems; reference "
-                    f"{fit.reference} at 0)")
+    t = new_table(title=f"Bradley-Terry ({counts.judgments} judgments, {len(counts.systems)} systems; reference "
+                        f"{fit.reference} at 0)")
     cols = ["system", "log_strength", "se", "elo", "elo_arena", "win_rate_vs_reference"] + \
         [k for k in ("naive_low", "naive_high", "tee_low", "tee_high") if k in table]
     for col in cols:
@@ -667,10 +702,11 @@ def print_arena_studies(studies, console: Console) -> None:
     """TEE's arena studies (sec. 4.3-4.4, R.1, Table 17; an :class:`~evalgauge.analysis.arena.ArenaStudies`, or
     None): the three SEs per system with their median ratios, each pipeline's agreement with the human votes, and
     the gaming surface over K configurations."""
+    console = as_text(console)
     if studies is None:
         return
-    table = Table(title=f"Standard errors of the log strengths over {studies.n_configurations} configurations "
-                        f"({' x '.join(studies.columns)}; {studies.resamples} resamples each)")
+    table = new_table(title=f"Standard errors of the log strengths over {studies.n_configurations} configurations "
+                            f"({' x '.join(studies.columns)}; {studies.resamples} resamples each)")
     for col in ("system", "naive (battles)", "single cell", "TEE pipeline"):
         table.add_column(col, justify="left" if col == "system" else "right")
     for r in studies.se.itertuples(index=False):
@@ -687,7 +723,7 @@ def print_arena_studies(studies, console: Console) -> None:
                   f"+{g['closed_form_elo_median']:.1f} by the closed form E[max of K] x the configurations' SD "
                   "(TEE 4.4).", markup=False)  # "[max of K]" is text, not a style
     if studies.agreement is not None and len(studies.agreement):
-        agree = Table(title="Agreement with the human votes (TEE Table 17)")
+        agree = new_table(title="Agreement with the human votes (TEE Table 17)")
         for col in ("pipeline", "per judgment", "per battle"):
             agree.add_column(col, justify="left" if col == "pipeline" else "right")
         for r in studies.agreement.itertuples(index=False):
