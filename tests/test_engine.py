@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import evalgauge as eg
 from evalgauge.cli import main
-from evalgauge.errors import DataError
+from evalgauge.errors import DataError, EvalGaugeError
 from evalgauge.estimate import estimate_from_sums
 from evalgauge.estimate.model import model_from_design
 from evalgauge.estimate.reml import fit_reml
@@ -21,6 +21,22 @@ from evalgauge.io.engine import reduce_cells, replicate_span, scan_size
 from evalgauge.simulate import simulate, sizing_preset
 
 pytest.importorskip("duckdb")
+
+
+def _variances(fit) -> dict[str, float]:
+    return {c.name: c.variance for c in fit.components.components}
+
+
+def _variances_of(payload: str) -> dict[str, float]:
+    """The components of a command's JSON."""
+    return {c["component"]: c["variance"] for c in json.loads(payload)["components"]}
+
+
+def _refusal(path, engine: str = "duckdb", **kw) -> str:
+    """What the door says when it refuses ``path`` (a DataError's or DesignError's text)."""
+    with pytest.raises(EvalGaugeError) as said:
+        eg.fit(path, engine=engine, **kw)
+    return str(said.value)
 
 
 def _parts(frame: pd.DataFrame, folder, size: int = 100, kind: str = "parquet"):
@@ -72,10 +88,8 @@ def test_an_unbalanced_log_gets_the_rows_reml_from_the_cells(tmp_path):
     # agree to 1e-5 (measured: 1e-8 at most)
     for comp in rows.components:
         assert vc.sigma2(comp.name) == pytest.approx(comp.variance, rel=1e-5, abs=1e-12)
-    out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb", "--json", "-"])
-    assert out.exit_code == 0, out.output
-    payload = json.loads(out.stdout)  # the scan's progress line goes to stderr
-    assert payload["engine"]["rows"] == len(frame) and payload["engine"]["files"] == 5
+    scanned = eg.fit(folder, engine="duckdb").engine
+    assert scanned["name"] == "duckdb" and scanned["rows"] == len(frame) and scanned["files"] == 5
 
 
 def bad_logs(tmp_path):
@@ -110,9 +124,9 @@ def unnamed_judges(tmp_path, frame):
 def test_an_empty_facet_label_is_named_by_file_and_column(tmp_path):
     frame, *_ = bad_logs(tmp_path)
     folder = unnamed_judges(tmp_path, frame)
-    out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb"])
-    assert out.exit_code == 2, out.output
-    assert f"{folder / 'b.parquet'}: column 'judge' is empty in 3 of 480 judgment(s)" in out.output
+    with pytest.raises(DataError) as said:
+        eg.fit(folder, engine="duckdb")
+    assert f"{folder / 'b.parquet'}: column 'judge' is empty in 3 of 480 judgment(s)" in str(said.value)
     out = CliRunner().invoke(main, ["balance", str(folder), "--engine", "duckdb"])
     assert out.exit_code == 2 and "column 'judge' is empty" in out.output
 
@@ -131,30 +145,25 @@ def test_a_cell_judged_twice_needs_a_replicate_column_as_on_the_rows(tmp_path):
     frame, *_ = bad_logs(tmp_path)
     folder = repeated_cells(tmp_path, frame)
     for engine in ("duckdb", "pandas"):  # the same refusal, from the cells and from the rows
-        out = CliRunner().invoke(main, ["components", str(folder), "--engine", engine])
-        assert out.exit_code == 2 and "480 rows share their facet levels with another row" in out.output, out.output
-        assert "--replicate" in out.output
-    assert "in " + str(folder) in CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb"]).output
+        said = _refusal(folder, engine)  # the door's words name its parameters, as the rows' check does
+        assert "480 rows share their facet levels with another row" in said and "`replicate` COL" in said
+        assert "--replicate" not in said and "`facets`" in said
+        if engine == "duckdb":
+            assert "in " + str(folder) in said
+    out = CliRunner().invoke(main, ["components", str(folder), "--engine", "duckdb"])  # the command line's: options
+    assert out.exit_code == 2 and "--replicate COL (or --replicate=auto" in out.output and "--facets" in out.output
     out = CliRunner().invoke(main, ["balance", str(folder), "--engine", "duckdb"])
     assert out.exit_code == 2 and "share their facet levels" in out.output
-    # --replicate auto counts them as replicates: the rows' fit
-    got = {}
-    for engine in ("duckdb", "pandas"):
-        out = CliRunner().invoke(main, ["components", str(folder), "--engine", engine, "--replicate", "auto",
-                                        "--json", "-"])
-        assert out.exit_code == 0, out.output
-        got[engine] = {c["component"]: c["variance"] for c in json.loads(out.stdout)["components"]}
+    # replicate="auto" counts them as replicates: the rows' fit
+    got = {engine: _variances(eg.fit(folder, engine=engine, replicate="auto")) for engine in ("duckdb", "pandas")}
     assert got["duckdb"] == pytest.approx(got["pandas"], rel=1e-9)
+    assert eg.fit(folder, engine="duckdb", replicate="auto").components.n_obs == len(frame)
     # a replicate column of another name is left out of the facets when named
     renamed = tmp_path / "renamed"
     renamed.mkdir()
     frame.rename(columns={"replicate": "call"}).to_parquet(renamed / "a.parquet", index=False)
-    out = CliRunner().invoke(main, ["components", str(renamed), "--engine", "duckdb", "--replicate", "call",
-                                    "--json", "-"])
-    assert out.exit_code == 0 and json.loads(out.stdout)["engine"]["cells"] == len(frame) // 2, out.output
-    out = CliRunner().invoke(main, ["components", str(renamed), "--engine", "duckdb", "--replicate", "run"])
-    assert out.exit_code == 2 and "no column 'run' for the replicate" in out.output
-    assert eg.fit(folder, engine="duckdb", replicate="auto").components.n_obs == len(frame)
+    assert eg.fit(renamed, engine="duckdb", replicate="call").engine["cells"] == len(frame) // 2
+    assert "no column 'run' for the replicate" in _refusal(renamed, replicate="run")
 
 
 def repeated_replicates(tmp_path, frame):
@@ -194,33 +203,23 @@ def test_a_replicate_repeated_within_a_cell_is_refused_as_on_the_rows(tmp_path):
     assert frame.iloc[300][cell].tolist() == frame.iloc[301][cell].tolist()  # the repeat is within one cell
     for engine in ("duckdb", "pandas"):  # the same refusal, from the cells and from the rows
         for log in (logs["twice"], logs["labels"], logs["wide"], logs["top"], tmp_path / "labels.csv"):
-            out = CliRunner().invoke(main, ["components", str(log), "--engine", engine])
-            assert out.exit_code == 2, out.output
-            assert "2 rows repeat both the facet levels and the replicate 'replicate' of another row" in out.output
-    out = CliRunner().invoke(main, ["components", str(logs["twice"]), "--engine", "duckdb"])
+            said = _refusal(log, engine)
+            assert "2 rows repeat both the facet levels and the replicate 'replicate' of another row" in said
     row = frame.iloc[301]
     assert (f"the cell system='{row['system']}', item='{row['item']}', judge='{row['judge']}' with "
-            f"replicate='{row['replicate']}', in {logs['twice'] / 'b.parquet'}") in out.output
-    assert "with replicate='call-" in CliRunner().invoke(main, ["components", str(logs["labels"]), "--engine",
-                                                                   "duckdb"]).output
-    out = CliRunner().invoke(main, ["components", str(logs["blank"]), "--engine", "duckdb"])
-    assert out.exit_code == 2, out.output
-    assert f"{logs['blank'] / 'b.parquet'}: column 'replicate' is empty in 1 judgment(s)" in out.output
+            f"replicate='{row['replicate']}', in {logs['twice'] / 'b.parquet'}") in _refusal(logs["twice"])
+    assert "with replicate='call-" in _refusal(logs["labels"])
+    assert f"{logs['blank'] / 'b.parquet'}: column 'replicate' is empty in 1 judgment(s)" in _refusal(logs["blank"])
     # replicates 30 and 31 (the last slot) without a repeat: read in the scan alone, the rows' fit
     assert reduce_cells(logs["top_ok"])[1]["cells"] == len(frame) // 2
     # replicates 32 apart: no repeat, by the span's bitmaps (Parquet) or by the exact look (CSV); the rows' fit
-    got = {}
-    for engine, log in (("duckdb", logs["apart"]), ("duckdb", tmp_path / "apart.csv"), ("pandas", logs["apart"])):
-        out = CliRunner().invoke(main, ["components", str(log), "--engine", engine, "--json", "-"])
-        assert out.exit_code == 0, out.output
-        got[engine, log.suffix] = {c["component"]: c["variance"] for c in json.loads(out.stdout)["components"]}
+    runs = (("duckdb", logs["apart"]), ("duckdb", tmp_path / "apart.csv"), ("pandas", logs["apart"]))
+    got = {(engine, log.suffix): _variances(eg.fit(log, engine=engine)) for engine, log in runs}
     assert got["duckdb", ""] == pytest.approx(got["pandas", ""], rel=1e-9)
     assert got["duckdb", ".csv"] == pytest.approx(got["pandas", ""], rel=1e-9)
     least, greatest = 32 * int(frame["replicate"].min()), 32 * int(frame["replicate"].max())
     assert replicate_span(sorted(logs["apart"].glob("*.parquet")), "replicate") == (least, greatest)
     assert replicate_span(sorted(logs["twice"].glob("*.parquet")), "replicate") is None  # 32 slots cover it
-    with pytest.raises(DataError, match="repeat both the facet levels and the replicate"):
-        eg.fit(logs["twice"], engine="duckdb")
 
 
 def test_a_facet_with_one_level_as_on_the_rows(tmp_path):
@@ -260,8 +259,7 @@ def test_column_names_are_the_files_text_and_an_empty_log_is_refused(tmp_path):
     plain, _ = reduce_cells(_parts(frame, tmp_path / "plain", size=10_000))
     assert info["cells"] == len(plain) and 'the "judge".name' in cells.columns
     for engine in ("duckdb", "pandas"):
-        out = CliRunner().invoke(main, ["components", str(empty), "--engine", engine])
-        assert out.exit_code == 2 and "has no data rows" in out.output, out.output
+        assert "has no data rows" in _refusal(empty, engine)
 
 
 def test_text_parts_delimiter_and_encoding_on_the_engine(tmp_path):
@@ -269,22 +267,20 @@ def test_text_parts_delimiter_and_encoding_on_the_engine(tmp_path):
     read it (never a traceback)."""
     frame, *_ = bad_logs(tmp_path)
     frame.to_csv(tmp_path / "semi.csv", index=False, sep=";")
-    out = CliRunner().invoke(main, ["components", str(tmp_path / "semi.csv"), "--engine", "duckdb"])
-    assert out.exit_code == 2 and "pass --sep ';'" in out.output, out.output
-    got = {}
-    for engine in ("duckdb", "pandas"):
-        out = CliRunner().invoke(main, ["components", str(tmp_path / "semi.csv"), "--engine", engine, "--sep", ";",
-                                        "--json", "-"])
-        assert out.exit_code == 0, out.output
-        got[engine] = {c["component"]: c["variance"] for c in json.loads(out.stdout)["components"]}
+    assert "pass --sep ';'" in _refusal(tmp_path / "semi.csv")
+    got = {engine: _variances(eg.fit(tmp_path / "semi.csv", engine=engine, sep=";")) for engine in ("duckdb", "pandas")}
     assert got["duckdb"] == pytest.approx(got["pandas"], rel=1e-9)
     frame.assign(item=frame["item"].astype(str) + "\u00e9").to_csv(tmp_path / "latin.csv", index=False,
                                                                     encoding="latin-1")
-    out = CliRunner().invoke(main, ["components", str(tmp_path / "latin.csv"), "--engine", "duckdb"])
-    assert out.exit_code == 2 and "latin.csv: not UTF-8 text" in out.output and "Traceback" not in out.output
+    assert "latin.csv: not UTF-8 text" in _refusal(tmp_path / "latin.csv")
+    assert "--engine pandas --encoding latin-1" in _refusal(tmp_path / "latin.csv", encoding="latin-1")
+    # the command line passes --sep and --encoding to the engine, and says a refusal without a traceback
+    out = CliRunner().invoke(main, ["components", str(tmp_path / "semi.csv"), "--engine", "duckdb", "--sep", ";",
+                                    "--json", "-"])
+    assert out.exit_code == 0 and _variances_of(out.stdout) == pytest.approx(got["pandas"], rel=1e-9)
     out = CliRunner().invoke(main, ["components", str(tmp_path / "latin.csv"), "--engine", "duckdb", "--encoding",
                                     "latin-1"])
-    assert out.exit_code == 2 and "--engine pandas --encoding latin-1" in out.output
+    assert out.exit_code == 2 and "--engine pandas --encoding latin-1" in out.output and "Traceback" not in out.output
 
 
 def test_bad_input_on_the_engine_names_the_file_and_column(tmp_path):

@@ -70,8 +70,8 @@ def _check_repeats(repeated: int, labels: list | None, facets: list[str], source
                                  + " LIMIT 1", [str(v) for v in labels])[0])
     raise DataError(f"{source}: {repeated} rows share their facet levels with another row (for example the "
                     f"cell {cell}, in {where}), and there is no replicate column. If these are repeated calls, "
-                    "name the column that numbers them with --replicate COL (or --replicate=auto to count them as "
-                    "replicates); if a facet is missing, add it to --facets; if they are accidental duplicates, "
+                    "name the column that numbers them with `replicate` COL (or `replicate`=auto to count them as "
+                    "replicates); if a facet is missing, add it to `facets`; if they are accidental duplicates, "
                     "remove them.")
 
 
