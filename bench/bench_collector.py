@@ -12,7 +12,7 @@ collector with 256 calls in flight:
 With ``--against COMMIT``, that commit's collector (its ``src`` from git) runs beside the tree's, alternating
 (``--rounds`` runs each), and the ratio of their collector CPU per call is printed (target: at most 1.00x).
 
-Run: `python bench/bench_collector.py [--calls 100000] [--against COMMIT [--rounds 2]]`.
+Run: `python bench/bench_collector.py [--calls 100000] [--against COMMIT [--rounds 5]]`.
 """
 
 from __future__ import annotations
@@ -140,9 +140,9 @@ def main() -> None:
     parser.add_argument("--against", metavar="COMMIT",
                         help="also run that commit's collector, alternating with the tree's, and print the ratio of "
                              "their CPU per call (the lowest run of each)")
-    parser.add_argument("--rounds", type=int, default=2, metavar="N",
-                        help="with --against: runs of each collector (default 2; runs of one collector differ by "
-                             "10-20%% on a shared 2-core machine, so more rounds give a steadier lowest)")
+    parser.add_argument("--rounds", type=int, default=5, metavar="N",
+                        help="with --against: runs of each collector (default 5: runs of one collector differ by "
+                             "10-20%% on a shared 2-core machine, and the lowest of five is steady to a few %%)")
     args = parser.parse_args()
     samples, total = collect(args.calls)
     print(f"collector against serve-sim on loopback, 256 in flight, {args.calls:,} calls in {total:.1f} s")
@@ -174,7 +174,7 @@ def main() -> None:
         against(args.calls, args.against, steady, max(1, args.rounds))
 
 
-def against(calls: int, commit: str, first: tuple[float, float] | None, rounds: int = 2) -> None:
+def against(calls: int, commit: str, first: tuple[float, float] | None, rounds: int = 5) -> None:
     """The tree's collector CPU per call beside ``commit``'s: ``rounds`` runs of each, alternating (the tree's
     run above is its first), the lowest of each counted (what the machine's other work adds is never negative)."""
     with tempfile.TemporaryDirectory(dir=ROOT, prefix=".bench-release-") as releases:
