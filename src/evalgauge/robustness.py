@@ -449,10 +449,14 @@ class RobustnessStudy(Result):
     studies: dict[str, pd.DataFrame | dict]
     convergence_design: str | None = None
 
+    def records(self) -> dict[str, list[dict] | dict]:
+        """Each study's rows as records (the strata study is a dict already)."""
+        return {name: rows.to_dict(orient="records") if isinstance(rows, pd.DataFrame) else rows
+                for name, rows in self.studies.items()}
+
     def to_dict(self) -> dict:
         out = {"reps": self.reps, "seed": self.seed, "design": self.design, "paper": self.paper,
-               "studies": {name: rows.to_dict(orient="records") if isinstance(rows, pd.DataFrame) else rows
-                           for name, rows in self.studies.items()}}
+               "studies": self.records()}
         if self.convergence_design is not None:
             out["convergence_design"] = self.convergence_design
         return out

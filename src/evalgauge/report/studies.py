@@ -10,8 +10,6 @@ from rich.console import Console
 from .terminal import as_text, new_table, number
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from ..robustness import RobustnessStudy
     from ..scoring import ScoringStudy
     from ..simulate.montecarlo import AmbiguityStudy, CoverageResult, InterventionAccuracy, ProjectionBias
@@ -98,15 +96,6 @@ def print_ambiguity(result: AmbiguityStudy, c: Console) -> None:
             "pools into the model's cell term, so the residual stays unbiased.")
 
 
-
-def _records(studies: dict[str, pd.DataFrame | dict]) -> dict[str, list[dict] | dict]:
-    """Each study's rows as records (the strata study is a dict already)."""
-    import pandas as pd
-
-    return {name: rows.to_dict(orient="records") if isinstance(rows, pd.DataFrame) else rows
-            for name, rows in studies.items()}
-
-
 def _print_convergence(rows: list[dict], paper: dict, design: str, c: Console) -> None:
     c = as_text(c)
     sizes = sorted({r["observations"] for r in rows})
@@ -129,7 +118,7 @@ def _print_convergence(rows: list[dict], paper: dict, design: str, c: Console) -
 def print_robustness(result: RobustnessStudy, c: Console) -> None:
     """TEE E.1's studies: a table for each one run, with the paper's figures in brackets."""
     c = as_text(c)
-    reps, paper, done = result.reps, result.paper, _records(result.studies)
+    reps, paper, done = result.reps, result.paper, result.records()
     pct = lambda x: f"{100 * x:+.1f}%"  # noqa: E731
     if set(done) - {"convergence"}:
         c.print(f"TEE E.1 on {result.design}; {reps} studies per condition; the paper's figures in brackets.")

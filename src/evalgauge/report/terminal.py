@@ -721,7 +721,7 @@ def print_arena_studies(studies, console: Console) -> None:
     console.print(f"Gaming surface, best of K = {g['k']} configurations: +{g['rerun_elo_median']:.1f} Elo by "
                   f"re-running the evaluation under each and keeping the best (median over systems), against "
                   f"+{g['closed_form_elo_median']:.1f} by the closed form E[max of K] x the configurations' SD "
-                  "(TEE 4.4).", markup=False)  # "[max of K]" is text, not a style
+                  "(TEE 4.4).")
     if studies.agreement is not None and len(studies.agreement):
         agree = new_table(title="Agreement with the human votes (TEE Table 17)")
         for col in ("pipeline", "per judgment", "per battle"):
