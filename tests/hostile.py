@@ -186,9 +186,9 @@ def boundary_violations(mode: str, key: str, summary, calls, cost: float, budget
 
 def hostile_config(tmp, server: HostileServer, *, retries: int = 1, budget: float | None = None,
                    provider: str = "openai", timeout: float = 10.0):
-    """A 32-call factorial (tests/test_collector.py's config: 4 items x 2 systems x 2 variants x 2 replicates,
+    """A 32-call factorial (serve_sim.py's config: 4 items x 2 systems x 2 variants x 2 replicates,
     one judge) pointed at ``server``."""
-    from test_collector import write_config
+    from serve_sim import write_config
 
     config = write_config(tmp, server.port, items=4, systems=2, reps=2, judges=1, in_flight=4, provider=provider,
                           timeout=timeout)
@@ -201,7 +201,7 @@ def hostile_config(tmp, server: HostileServer, *, retries: int = 1, budget: floa
 
 def collect_against(tmp, mode: str, key: str, *, retries: int = 1, budget: float | None = None,
                     provider: str = "openai", timeout: float = 10.0, **server_kw):
-    """A 32-call factorial (tests/test_collector.py's config) run against a fresh hostile server:
+    """A 32-call factorial (serve_sim.py's config) run against a fresh hostile server:
     (config, summary, calls, failures, cost, server, the run database's bytes)."""
     from evalgauge.collect.config import load_config
     from evalgauge.collect.runner import run
@@ -221,3 +221,23 @@ def collect_against(tmp, mode: str, key: str, *, retries: int = 1, budget: float
         store.close()
     blob = b"".join(p.read_bytes() for p in cfg.database.parent.glob(cfg.database.name + "*"))
     return cfg, summary, calls, failures, cost, server, blob
+
+
+# item "a" answered by system "b|c" and item "a|b" by system "c": joined by "|" both read "a|b|c"
+AWKWARD_ITEMS = ["a", "a|b", "x\\", "x"]
+AWKWARD_RESPONSES = [("a", "b|c"), ("a|b", "c"), ("x\\", "|y"), ("x", "\\|y")]
+
+
+def awkward_levels_config(tmp_path, server):
+    """The 32-call factorial with items and systems named by ``AWKWARD_ITEMS`` and ``AWKWARD_RESPONSES``,
+    loaded."""
+    import pandas as pd
+
+    from evalgauge.collect.config import load_config
+
+    config = hostile_config(tmp_path, server)
+    pd.DataFrame({"id": AWKWARD_ITEMS, "text": [f"Question {k}" for k in range(len(AWKWARD_ITEMS))]}).to_csv(
+        tmp_path / "items.csv", index=False)
+    pd.DataFrame([(i, s, f"Answer of {s} to {i}") for i, s in AWKWARD_RESPONSES],
+                 columns=["item", "system", "response"]).to_csv(tmp_path / "responses.csv", index=False)
+    return load_config(config)

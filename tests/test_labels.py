@@ -124,7 +124,7 @@ def test_a_label_factorial_against_serve_sim_is_read_as_classes(tmp_path, monkey
     never a mean of indices. A choice run's letters are classes too."""
     import sqlite3
 
-    from test_collector import KEY, collect, free_port, write_config
+    from serve_sim import KEY, collect, free_port, write_config
 
     monkeypatch.setenv("SIM_KEY", KEY)
     port = free_port()
@@ -168,7 +168,7 @@ def test_a_choice_run_is_scored_against_its_key_or_read_as_classes(tmp_path, mon
     one the letters are classes for the label analysis, never a mean of letter indices."""
     import sqlite3
 
-    from test_collector import KEY, collect, free_port, write_config
+    from serve_sim import KEY, collect, free_port, write_config
 
     monkeypatch.setenv("SIM_KEY", KEY)
     port = free_port()

@@ -98,7 +98,7 @@ def test_the_collector_reads_verdicts_by_the_configured_protocol_and_stores_the_
     from evalgauge.collect.runner import run
     from evalgauge.store import RunStore
     from hostile import HostileServer
-    from test_collector import KEY, write_config
+    from serve_sim import KEY, write_config
 
     monkeypatch.setenv("SIM_KEY", KEY)
     server = HostileServer("good", KEY)  # every reply: "Score: 3"
@@ -126,13 +126,13 @@ def test_rescore_reads_stored_completions_again_and_keeps_the_earlier_parse(tmp_
 
     from evalgauge.cli import main
     from evalgauge.store import RunStore
-    from test_run_database_boundary import _record
+    from records import stored_record
 
     db = tmp_path / "run.sqlite"
     store = RunStore(db, writer=True)
     texts = ["A 1-5 scale is correct. The answer to", "Reasoning.\nScore: 4", "Rating: [[2]]", None]
     for k, t in enumerate(texts):
-        store.record(_record(k, completion=t, score=5.0 if k == 0 else None, parse_error=None if k == 0 else "x"))
+        store.record(stored_record(k, completion=t, score=5.0 if k == 0 else None, parse_error=None if k == 0 else "x"))
     store.close()
     out = CliRunner().invoke(main, ["rescore", str(db), "--protocol", "score-line", "--scale-min", "1",
                                     "--scale-max", "5"])
@@ -151,7 +151,7 @@ def test_rescore_reads_stored_completions_again_and_keeps_the_earlier_parse(tmp_
 def test_protocol_mistakes_in_the_config_are_named(tmp_path, line, expected):
     from evalgauge.collect.config import load_config
     from evalgauge.errors import DataError
-    from test_collector import write_config
+    from serve_sim import write_config
 
     config = write_config(tmp_path, 1)
     config.write_text(config.read_text().replace('mode = "numeric"', 'mode = "numeric"\n' + line))

@@ -1,16 +1,13 @@
 """TEE E.1's robustness studies (evalgauge.robustness): the draws, the fits and what each study measures,
 checked against closed forms and against Monte Carlo error derived from the estimators' sampling variance."""
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from evalgauge import robustness as rb
-from evalgauge.cli import main
 from evalgauge.design import code_data
 from evalgauge.estimate.anova import anova_from_coded
 from evalgauge.simulate.montecarlo import TABLE8
@@ -85,19 +82,6 @@ def test_profile_transfer_errs_by_the_noise_ratio():
     assert set(rows["true_top_source"]) == {"temperature x2"}
 
 
-def test_the_command_runs_a_chosen_study_and_says_the_paper_figures():
-    run = CliRunner().invoke(main, ["simulate", "robustness", "--study", "knife-edge", "--study", "strata",
-                                    "--reps", "8", "--json", "-"])
-    assert run.exit_code == 0, run.output
-    out = json.loads(run.stdout)
-    assert set(out["studies"]) == {"knife-edge", "strata"} and out["reps"] == 8
-    assert [r["ratio"] for r in out["studies"]["knife-edge"]] == [0.75, 0.9, 1.0, 1.1, 1.5, 2.0, 4.0]
-    text = CliRunner().invoke(main, ["simulate", "robustness", "--study", "transfer", "--reps", "5"])
-    assert text.exit_code == 0 and "2.3-2.5" in text.output
-    bad = CliRunner().invoke(main, ["simulate", "robustness", "--study", "nope"])
-    assert bad.exit_code == 2 and "nope" in bad.output
-
-
 def test_the_residual_is_left_alone_by_the_knife_edge_prompt_terms():
     comps = rb.knife_edge_components(1.0)
     assert {k: v for k, v in comps.items() if k != RESIDUAL} == {k: v for k, v in TABLE8.items() if k != RESIDUAL}
@@ -148,13 +132,3 @@ def test_reml_convergence_recovers_the_many_level_terms_and_their_rmse_falls():
     for name in ("category:item", "category:item:variant", "category:item:judge", RESIDUAL):
         assert big.loc[name, "rel_rmse"] < small.loc[name, "rel_rmse"], name
     assert (rows["share_at_zero"].between(0, 1)).all()
-
-
-def test_the_command_prints_the_convergence_table():
-    run = CliRunner().invoke(main, ["simulate", "robustness", "--study", "convergence", "--reps", "4", "--json", "-"])
-    assert run.exit_code == 0, run.output
-    out = json.loads(run.stdout)
-    assert {r["observations"] for r in out["studies"]["convergence"]} == {540, 1080, 2700, 5400}
-    assert "2 calls" in out["convergence_design"]
-    text = CliRunner().invoke(main, ["simulate", "robustness", "--study", "convergence", "--reps", "3"])
-    assert text.exit_code == 0 and "Fig. 7" in text.output and "5,400" in text.output

@@ -4,13 +4,11 @@ import json
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from evalgauge.cli import main
 from evalgauge.errors import DesignError
 from evalgauge.scoring import scoring_study, screen_items
+from pilots import screening_pilot
 
 
 def _z(frame, a, b, arm_a, arm_b=None):
@@ -43,29 +41,13 @@ def test_anchoring_and_scale_use_cancel_in_pairwise():
     assert abs(_z(frame, (0.0, 0.0), (1.5, 1.0), "pairwise")) < 4.5
 
 
-def test_scoring_errors_and_cli():
+def test_an_unknown_condition_is_refused():
     with pytest.raises(DesignError, match="unknown condition"):
         scoring_study({"kapa": [1.0]}, reps=2)
-    out = CliRunner().invoke(main, ["simulate", "scoring", "--prevalence", "0.5,0.05", "--reps", "5", "--json", "-"])
-    assert out.exit_code == 0, out.output
-    rows = json.loads(out.stdout)["results"]
-    assert len(rows) == 2 and {"tau_likert", "tau_binary", "tau_pairwise"} <= set(rows[0])
-
-
-def _pilot(seed=0, systems=12, items=40):
-    rng = np.random.default_rng(seed)
-    disc = np.where(np.arange(items) < items // 2, 1.5, 0.05)  # half the items separate systems, half do not
-    ability = rng.standard_normal(systems)
-    rows = []
-    for i in range(items):
-        for s in range(systems):
-            for r in range(2):
-                rows.append((f"s{s}", f"i{i:02d}", 3 + math.sqrt(disc[i]) * ability[s] + rng.normal(0, 0.5), r + 1))
-    return pd.DataFrame(rows, columns=["system", "item", "score", "replicate"])
 
 
 def test_screening_finds_the_discriminating_items_and_is_stable():
-    frame = _pilot()
+    frame = screening_pilot()
     result = screen_items(frame, keep=0.5, splits=100, seed=1)
     assert set(result.selected) == {f"i{i:02d}" for i in range(20)}
     assert result.split_half_rho > 0.5 and result.split_half_range[0] > 0
@@ -73,20 +55,10 @@ def test_screening_finds_the_discriminating_items_and_is_stable():
     assert abs(screen_items(noise, keep=0.5, splits=100).split_half_rho) < 0.3  # nothing to find
 
 
-def test_screen_cli_reports_what_screening_buys(tmp_path):
-    path = tmp_path / "pilot.csv"
-    _pilot().to_csv(path, index=False)
-    out = CliRunner().invoke(main, ["screen", str(path), "--keep", "0.5", "--splits", "50", "--json", "-"])
-    assert out.exit_code == 0, out.output
-    payload = json.loads(out.stdout)
-    assert payload["share_selected"]["system"] > payload["share_all"]["system"]
-    assert len(payload["selected"]) == 20
-
-
 def test_a_screening_is_a_result_with_its_fits_and_the_commands_json():
     import evalgauge as eg
 
-    frame = _pilot()
+    frame = screening_pilot()
     result = screen_items(frame, keep=0.5, splits=30, seed=1)
     assert result.splits == 30 and result.to_frame().equals(result.per_item)
     assert result.shares("all") is None and "components_all" not in result.to_dict()

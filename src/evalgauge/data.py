@@ -137,7 +137,7 @@ def numeric_scores(judgments: Judgments, column: str) -> np.ndarray:
     if pd.api.types.is_datetime64_any_dtype(raw) or pd.api.types.is_timedelta64_dtype(raw) \
             or isinstance(raw.dtype, pd.PeriodDtype):
         raise DataError(f"{judgments.source}: column '{column}' holds dates or times ({raw.dtype}), not scores; "
-                        "name the score column with --score (`score`).")
+                        "name the score column with `score`.")
     if pd.api.types.is_bool_dtype(raw):
         raw = raw.astype(np.int8)
     values = pd.to_numeric(raw, errors="coerce")

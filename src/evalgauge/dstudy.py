@@ -501,7 +501,7 @@ class CostModel:
 
     ``price_per_call`` maps each judge of the panel, in the order judges are
     added, to its price per call (input tokens x input price + output tokens x
-    output price, :func:`call_price`); a single price applies to every judge.
+    output price, per million tokens each); a single price applies to every judge.
     ``parents`` are facets other facets are nested in: a category is no call of its own (N' items cost N'
     items whatever their categories, counts being totals).
     """
@@ -525,11 +525,6 @@ class CostModel:
         others = math.prod(v for f, v in counts.items()
                            if f != self.judge_facet and f not in self.parents) * replicates
         return float(others * panel)
-
-
-def call_price(input_tokens: float, output_tokens: float, usd_per_mtok_in: float, usd_per_mtok_out: float) -> float:
-    """USD per call from token counts and per-million-token prices."""
-    return (input_tokens * usd_per_mtok_in + output_tokens * usd_per_mtok_out) / 1e6
 
 
 def frontier(vc: VarianceComponents, grid: Mapping[str, Iterable[float]], cost: CostModel,

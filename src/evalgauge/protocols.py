@@ -215,8 +215,6 @@ def _in_scale(value: float, rule: str, scale_min, scale_max) -> Verdict:
 
 #: the labels a structured answer may give in each scoring mode, and the number each reads as
 _LABELS = {"pairwise": {"A": 1.0, "B": 0.0, "tie": 0.5}, "binary": {"yes": 1.0, "no": 0.0}}
-#: a scale whose values are single digits: one token each in every tokenizer the providers use
-DIGITS = range(10)
 
 
 def verdict_schema(mode: str, scale_min: int = 1, scale_max: int = 5, choices: str = "ABCD",

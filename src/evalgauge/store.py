@@ -218,7 +218,6 @@ class RunStore:
         if missing:
             raise DataError(f"{self.path}: a SQLite database, but not one `evalgauge run` wrote (its calls table has "
                             f"no {', '.join(missing[:4])}). Export the judgments to CSV or Parquet instead.")
-        self._has = have
         if writer:
             self._escape_keys()
 

@@ -25,8 +25,6 @@ FIXED_NAMES = ("temperature", "position", "order", "perturbation")
 #: Facets whose levels are different measures (SummEval's coherence, consistency, fluency, relevance), not a
 #: sample of interchangeable conditions: fixed by default and analysed level by level (`analyze --by`).
 CONSTRUCT_NAMES = ("aspect", "dimension", "criterion")
-#: Other recognised facet columns: groups of items (a benchmark's categories, an eval suite's tasks).
-OTHER_FACET_NAMES = ("category", "task", *CONSTRUCT_NAMES)
 #: The column numbering repeated calls of a cell.
 REPLICATE_COLUMNS = ("replicate", "rep", "replication", "run")
 #: How a plan's --n names the replicates (when no facet has that name).
@@ -44,6 +42,7 @@ PARAMETER_OPTIONS = {
     "object": "--object", "terms": "--terms", "max_order": "--max-order", "method": "--method",
     "drop_missing": "--drop-missing", "counts": "--n", "cost": "--price", "n_boot": "--bootstrap",
     "assume": "--assume", "reference": "--reference", "baseline": "--baseline", "human": "--human",
+    "sep": "--sep", "encoding": "--encoding", "engine": "--engine",
 }
 
 #: role -> the column names that play it (compared case-insensitively): the one table every default that reads

@@ -45,7 +45,7 @@ class Diagnostics(Result):
                 "warnings": list(self.warnings), "design_notes": list(self.design_notes)}
 
 
-def diagnose(calls: pd.DataFrame, replicates_planned: int | None = None) -> Diagnostics:
+def diagnose(calls: pd.DataFrame) -> Diagnostics:
     """Diagnostics of the calls table of a run database."""
     warnings: list[str] = []
     if calls.empty:

@@ -181,11 +181,6 @@ class Design:
             return [e for e in every if e.order <= self.max_order or e.facets == top.facets]
         return every
 
-    def with_roles(self, **roles: str) -> Design:
-        """A copy with some facets' roles changed, e.g. ``with_roles(judge="fixed")``."""
-        facets = tuple(Facet(f.name, roles.get(f.name, f.role), f.parent) for f in self.facets)
-        return Design(facets, self.score, self.replicate, self.terms, self.max_order)
-
 
 def _topological(facets: Sequence[Facet], by_name: dict[str, Facet]) -> tuple[Facet, ...]:
     """Order facets so that every parent precedes its children (stable otherwise)."""

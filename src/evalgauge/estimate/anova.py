@@ -300,7 +300,6 @@ class _MarginalMeans:
     """Marginal means of a centred cell-mean array, cached, with kept dims for broadcasting."""
 
     def __init__(self, centred: np.ndarray, names: tuple[str, ...]):
-        self._a = centred
         self._axis = {n: k for k, n in enumerate(names)}
         self._cache: dict[frozenset[str], np.ndarray] = {frozenset(names): centred}
 

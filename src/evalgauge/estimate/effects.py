@@ -57,13 +57,6 @@ def has_residual(residual: float, variances) -> bool:
     return residual > _rounding(residual, variances)
 
 
-def conditional_modes(cells: CellData, model: MixedModel, variances: Mapping[str, float],
-                      residual: float, sd_of: Iterable[str] | None = None) -> pd.DataFrame:
-    """One row per level of every random term of ``model``: its conditional mode and conditional SD
-    (:func:`conditional_fit`'s ``effects``)."""
-    return conditional_fit(cells, model, variances, residual, sd_of).effects
-
-
 def conditional_fit(cells: CellData, model: MixedModel, variances: Mapping[str, float],
                     residual: float, sd_of: Iterable[str] | None = None) -> ConditionalFit:
     """One row per level of every random term of ``model``: its conditional mode and conditional SD.
@@ -126,8 +119,9 @@ def conditional_fit(cells: CellData, model: MixedModel, variances: Mapping[str, 
 
 
 def effects_of(data, model: MixedModel, components, sd_of: Iterable[str] | None = None) -> pd.DataFrame:
-    """:func:`conditional_modes` of a fit: ``data`` the judgments it fitted (rows without a score left out, as
-    the fit left them) or their :class:`CellData`, ``components`` its variance components."""
+    """The conditional modes and SDs (:func:`conditional_fit`'s ``effects``) of a fit: ``data`` the judgments
+    it fitted (rows without a score left out, as the fit left them) or their :class:`CellData`, ``components``
+    its variance components."""
     return fit_of(data, model, components, sd_of)[0].effects
 
 

@@ -283,15 +283,3 @@ class _Laplace:
         if ct is not None:
             d_eta = d_eta + th_c * (rhs_c - th_c * weights * m_b) / dc
         return d_eta
-
-
-def glmm_check(data, design=None, *, formula: str | None = None, method: str = "auto",
-               **options) -> GlmmCheck:
-    """Fit the LPM (as usual) and the logit GLMM with the same random terms; compare rankings."""
-    from . import estimate_components
-    from .spec import resolve_model
-
-    judgments = as_judgments(data)
-    spec = resolve_model(judgments, design, formula, **options)
-    lpm = estimate_components(judgments, spec, method=method)
-    return compare_lpm_glmm(lpm, fit_glmm_logit(judgments, spec.mixed))

@@ -262,7 +262,7 @@ def _bounded(theta: np.ndarray, step: np.ndarray, shrink: float = 10.0) -> np.nd
     """theta + step with no parameter shrinking by more than ``shrink`` or growing by more than a factor of
     ten (growth to at least 1, the scale of the residual). The AI matrix says little about a term with few
     levels: on the demo's 46-term model one unbounded step sent theta to 7e4, where the deviance is so flat
-    (its gradient ~ 1/theta) that the fit never came back (`tests/test_reml.py`, against lme4)."""
+    (its gradient ~ 1/theta) that the fit never came back (`tests/estimate/test_reml.py`, against lme4)."""
     return np.clip(theta + step, theta / shrink, np.maximum(10.0 * theta, 1.0))
 
 

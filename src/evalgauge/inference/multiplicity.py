@@ -87,7 +87,7 @@ def rank_sets(means: np.ndarray, cov: np.ndarray, z: np.ndarray, level: float,
     3.3); otherwise, for each j, the family of the 2(p - 1) ordered pairs that involve j (its rank alone).
     ``z`` are draws of the estimates' error (normal, or multivariate t), from which each quantile is read.
     The construction is csranks' (``csranks(x, Sigma, simul=...)``, two-sided with stepdown), and its sets
-    are csranks' on the PISA example and on a correlated design (tests/test_rank_sets.py).
+    are csranks' on the PISA example and on a correlated design (tests/inference/test_rank_sets.py).
     ``undecidable`` (p x p, symmetric) marks pairs the data cannot order (confounded with another facet):
     they stay in every family but are never decided.
     """

@@ -168,7 +168,7 @@ def _check_encoding(path: Path, encoding: str | None) -> None:
     try:
         codecs.lookup(enc)
     except LookupError:
-        raise DataError(f"--encoding {enc}: not an encoding Python knows (e.g. utf-8, latin-1, cp1252).") from None
+        raise DataError(f"`encoding` {enc}: not an encoding Python knows (e.g. utf-8, latin-1, cp1252).") from None
     data = path.read_bytes()
     try:
         data.decode(enc)
@@ -176,7 +176,7 @@ def _check_encoding(path: Path, encoding: str | None) -> None:
         line = data.count(b"\n", 0, exc.start) + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise DataError(f"{path}: line {line}, column {col}: byte 0x{data[exc.start]:02x} is not valid {enc}. The "
-                        "file is in another encoding: re-save it as UTF-8, or name its encoding with --encoding "
+                        "file is in another encoding: re-save it as UTF-8, or name its encoding with `encoding` "
                         "(latin-1 and cp1252 are common for spreadsheets).") from None
 
 

@@ -128,7 +128,7 @@ def _reduce_run(path: Path, score: str, drop_missing: bool, engine: str) -> tupl
     from ..runs import write_judgments_parquet
 
     if engine != "duckdb":
-        raise DataError(f"{path}: a run database is a file on this machine; reduce it with --engine duckdb.")
+        raise DataError(f"{path}: a run database is a file on this machine; reduce it with `engine` duckdb.")
     check_input_file(path)
     with tempfile.TemporaryDirectory(prefix="evalgauge-run-") as tmp:
         part = Path(tmp) / "judgments.parquet"

@@ -33,8 +33,8 @@ def _facets(columns: list[str], score: str, source, replicate: str | None = None
     named = ", ".join(c for c in columns if c != "filename")
     if score not in columns:
         glued = next((sep for sep in (";", "\t", "|") if any(sep in c for c in columns)), None)
-        hint = (f"the header reads as one column: pass --sep '{glued}'" if glued
-                else "name the score column with --score")
+        hint = (f"the header reads as one column: pass `sep` '{glued}'" if glued
+                else "name the score column with `score`")
         raise DataError(f"{source}: no column '{score}' (columns: {named}); {hint}.")
     if replicate not in (None, "auto") and replicate not in columns:
         raise DataError(f"{source}: no column '{replicate}' for the replicate (columns: {named}).")
@@ -49,7 +49,7 @@ def _facets(columns: list[str], score: str, source, replicate: str | None = None
                                                                                          *numbering}]
     if not facets:
         raise DataError(f"{source}: no facet columns recognised besides '{score}' (known names: "
-                        f"{', '.join(vocabulary.FACET_NAMES)}; columns: {named}); name them with --facets.")
+                        f"{', '.join(vocabulary.FACET_NAMES)}; columns: {named}); name them with `facets`.")
     if replicate == "auto":
         return facets, True, None
     column = replicate or next((c for c in vocabulary.REPLICATE_COLUMNS if c in columns), None)
@@ -119,7 +119,7 @@ def _check_scores(counts: dict[str, int], score: str, source, drop_missing: bool
     if empty and not drop_missing:
         where = label or _path(query(first_bad_sql(kind="empty", text_scores=text_scores))[0])
         raise DataError(f"{source}: {empty} of {n + empty} judgment(s) have an empty '{score}' (the first in "
-                        f"{where}); pass --drop-missing to leave them out, or fill them in.")
+                        f"{where}); pass `drop_missing` to leave them out, or fill them in.")
     return empty
 
 

@@ -50,7 +50,7 @@ def spark_session(master: str = "local[*]"):
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        raise DataError("--engine spark needs pyspark and a Java runtime: pip install 'evalgauge[spark]' (and, on "
+        raise DataError("`engine` spark needs pyspark and a Java runtime: pip install 'evalgauge[spark]' (and, on "
                         "Debian, apt install default-jre-headless).") from None
     with tempfile.TemporaryDirectory(prefix="evalgauge-spark-") as tmp:
         log = Path(tmp) / "log4j2.properties"

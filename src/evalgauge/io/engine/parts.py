@@ -233,8 +233,8 @@ def _path(name) -> str:
 
 def _check_encoding(encoding: str | None) -> None:
     if encoding and encoding.lower().replace("-", "").replace("_", "") not in ("utf8", "utf8sig"):
-        raise DataError(f"--encoding {encoding}: the engines read UTF-8 text; re-save the files as UTF-8, or read "
-                        f"them in memory with --engine pandas --encoding {encoding}.")
+        raise DataError(f"`encoding` {encoding}: the engines read UTF-8 text; re-save the files as UTF-8, or read "
+                        f"them in memory with `engine` pandas `encoding` {encoding}.")
 
 
 def _checked_parts(source, sep: str | None = None) -> Parts:
@@ -301,16 +301,16 @@ def _duckdb_errors(where):
     except duckdb.OutOfMemoryException as exc:
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise DataError(f"{where}: DuckDB ran out of the {DUCKDB_MEMORY} it may use ({first}); the group-by spills "
-                        "to disk, but this step could not. Reduce the log on Spark (--engine spark), or split it "
+                        "to disk, but this step could not. Reduce the log on Spark (`engine` spark), or split it "
                         "(by system or judge) and fit each part.") from None
     except duckdb.Error as exc:
         text = str(exc)
         first = text.splitlines()[0][:200] if text else type(exc).__name__
         if "not utf-8" in text.lower() or "invalid unicode" in text.lower():
             raise DataError(f"{where}: not UTF-8 text ({first}); the engine reads UTF-8: re-save it as UTF-8, or "
-                            "read it in memory with --engine pandas --encoding ENCODING (latin-1, cp1252).") from None
+                            "read it in memory with `engine` pandas `encoding` ENCODING (latin-1, cp1252).") from None
         raise DataError(f"{where}: DuckDB could not read it ({first}); check the file, or read it in memory with "
-                        "--engine pandas for a message naming its row.") from None
+                        "`engine` pandas for a message naming its row.") from None
 
 
 def is_run_database(source: Any) -> bool:

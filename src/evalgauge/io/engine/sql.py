@@ -176,7 +176,7 @@ def first_bad_sql(table: str = "judgments", *, kind: str, text_scores: bool = Tr
     return f"SELECT {_FILE}, CAST({_SCORE} AS STRING) FROM {table} WHERE {_bad_score(kind, text_scores)} LIMIT 1"
 
 
-#: the fields pandas' CSV reader takes as empty (its default ``na_values``; tests/test_engine.py checks the list
+#: the fields pandas' CSV reader takes as empty (its default ``na_values``; tests/io/test_engine.py checks the list
 #: against pandas'): a text part's field that reads as one of them, after its leading spaces, is empty on the
 #: engines too, so that a CSV means the same judgments to every reader
 CSV_EMPTY = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
