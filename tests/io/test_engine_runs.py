@@ -34,9 +34,9 @@ def run_database(path, *, systems=3, items=30, judges=3, reps=2, failed=(), seed
                     for r in range(1, reps + 1):
                         score = None if k in failed else float(s_eff[s] + i_eff[i] + j_eff[j] + rng.normal())
                         store.record(stored_record(k, key=f"{s}|{i}|{j}|{r}", item=f"q{i}", system=f"sys{s}",
-                                             judge=f"judge{j}", replicate=r, score=score,
-                                             parse_error="no score" if score is None else None,
-                                             completion=f"completion {k} " + "x" * 50))
+                                                   judge=f"judge{j}", replicate=r, score=score,
+                                                   parse_error="no score" if score is None else None,
+                                                   completion=f"completion {k} " + "x" * 50))
                         k += 1
     finally:
         store.close()

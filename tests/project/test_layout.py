@@ -17,11 +17,13 @@ def _test_modules() -> list[Path]:
     return sorted(p for p in TESTS.rglob("test_*.py") if "fixtures" not in p.relative_to(TESTS).parts)
 
 
-def test_each_folder_of_tests_is_named_for_a_package():
+def test_each_package_has_its_folder_of_tests_and_each_folder_a_package():
     packages = {p.parent.name for p in SRC.glob("*/__init__.py")}
     folders = {p.parent.relative_to(TESTS).parts[0] for p in _test_modules() if p.parent != TESTS}
     strays = sorted(folders - packages - NOT_PACKAGES)
     assert not strays, f"test folders without a package of that name in src/evalgauge: {strays}"
+    untested = sorted(packages - folders)
+    assert not untested, f"packages of src/evalgauge without a folder of tests: {untested}"
     assert all(len(p.relative_to(TESTS).parts) <= 2 for p in _test_modules()), "one folder deep"
 
 
