@@ -49,8 +49,8 @@ def test_the_renderers_never_read_the_json(no_json):
     assert "+10.0%" in _text(print_projection_bias, bias)
     table = pd.DataFrame({"intervention": ["+2 variants", "judge x2"], "true_pct": [-30.0, -12.5],
                           "mean_projected_pct": [-28.0, float("nan")]})
-    accuracy = InterventionAccuracy(10, True, "+2 variants", 0.9, table)
-    text = _text(print_intervention_accuracy, accuracy, 30)
+    accuracy = InterventionAccuracy(10, True, "+2 variants", 0.9, table, pilot_items=30)
+    text = _text(print_intervention_accuracy, accuracy)
     assert "10 pilots of 30 items" in text and "-12.5" in text and "in 90.0% of 10 pilots" in text
     scoring = ScoringStudy(pd.DataFrame({"kappa": [1.0, 0.5], "tau_likert": [0.7, 0.6], "tau_binary": [0.5, 0.5],
                                          "tau_pairwise": [0.6, 0.65]}), ("kappa",), 12, 3, 6, 4)

@@ -182,7 +182,7 @@ def interventions_cmd(reps, items, seed, fixed_levels, scheduler, json_out) -> N
     from ..simulate.montecarlo import intervention_accuracy
 
     result = intervention_accuracy(reps, seed, items, fixed_levels, scheduler=scheduler)
-    _emit(result.to_dict(), json_out, lambda c: print_intervention_accuracy(result, c, items))
+    _emit(result.to_dict(), json_out, lambda c: print_intervention_accuracy(result, c))
 
 
 @simulate_group.command(name="ambiguity")

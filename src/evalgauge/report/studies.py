@@ -55,11 +55,11 @@ def print_projection_bias(result: ProjectionBias, c: Console) -> None:
         "Table 7 are not computed this way and are not printed beside this one (docs/papers.md has both).")
 
 
-def print_intervention_accuracy(result: InterventionAccuracy, c: Console, items: int) -> None:
+def print_intervention_accuracy(result: InterventionAccuracy, c: Console) -> None:
     """TEE sec. 3.3 / E.2 Fig. 9a: the interventions' true and mean projected effects, and the top-1 share."""
     c = as_text(c)
-    t = new_table(title=f"Single-factor interventions: % change of Var(theta-hat) ({result.reps} pilots of {items} "
-                        "items)")
+    t = new_table(title=f"Single-factor interventions: % change of Var(theta-hat) ({result.reps} pilots of "
+                        f"{result.pilot_items} items)")
     for col in ("intervention", "true", "mean projected"):
         t.add_column(col, justify="left" if col == "intervention" else "right")
     for r in result.interventions.to_dict(orient="records"):

@@ -282,13 +282,15 @@ def _perturbed_pilot(spec: SimulationSpec, scenario: str, rng: np.random.Generat
 class InterventionAccuracy(Result):
     """How often the pilots' first intervention is the truth's (``top1_accuracy``; the truth's is ``true_top``),
     and ``interventions``: each single-factor intervention's true % change of Var(theta-hat) (``true_pct``)
-    beside the pilots' mean projected one (``mean_projected_pct``), in the truth's order."""
+    beside the pilots' mean projected one (``mean_projected_pct``), in the truth's order; ``pilot_items`` each
+    pilot's items."""
 
     reps: int
     fixed_levels: bool
     true_top: str
     top1_accuracy: float
     interventions: pd.DataFrame
+    pilot_items: int = 30
 
     def to_dict(self) -> dict:
         return {"reps": self.reps, "fixed_levels": self.fixed_levels, "true_top": self.true_top,
@@ -325,7 +327,7 @@ def intervention_accuracy(reps: int = 200, seed: int = 0, pilot_items: int = 30,
     table["mean_projected_pct"] = table["intervention"].map(projected)
     true_top = truth.iloc[0]["intervention"]
     return InterventionAccuracy(reps, fixed_levels, true_top, float(np.mean([t == true_top for t in top])),
-                                table.reset_index(drop=True))
+                                table.reset_index(drop=True), pilot_items)
 
 
 def _interventions_once(task) -> pd.DataFrame:
