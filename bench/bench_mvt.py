@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "src")]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "inference"), str(ROOT / "src")]  # test_mvt: the cases
+
+from test_mvt import _pairs_correlation  # noqa: E402
 
 from evalgauge.inference.mvt import max_t_critical  # noqa: E402
-from test_mvt import _pairs_correlation  # noqa: E402
 
 
 def main() -> None:

@@ -184,7 +184,7 @@ def file_cases(tmp: Path) -> tuple[int, dict[str, int]]:
     import numpy as np
     import pandas as pd
 
-    from test_run_database_boundary import _run_database
+    from records import run_database
 
     counts = {"traceback": 0, "hang": 0, "changed input": 0, "replaced special file": 0}
     cases = 0
@@ -194,7 +194,7 @@ def file_cases(tmp: Path) -> tuple[int, dict[str, int]]:
     csv = data_dir / "d.csv"
     pd.DataFrame([(f"s{s}", f"i{i}", f"j{j}", float(s + rng.normal())) for s in range(3) for i in range(8)
                   for j in range(2)], columns=["system", "item", "judge", "score"]).to_csv(csv, index=False)
-    db = _run_database(data_dir / "run.sqlite", n=12)
+    db = run_database(data_dir / "run.sqlite", n=12)
     readers = [["components"], ["analyze"], ["balance"], ["compare"], ["screen"]]
     special = tmp / "special"
     special.mkdir()
