@@ -127,7 +127,7 @@ def test_glmm_with_one_random_term_matches_glmer_on_cbpp(capfd):
     assert "DPOTRI" not in capfd.readouterr().err  # LAPACK is never handed an empty matrix
 
 
-def test_a_component_is_found_off_the_boundary_and_a_boundary_term_is_named(tmp_path):
+def test_a_component_is_found_off_the_boundary_and_a_boundary_term_is_named():
     """tests/fixtures/reml/glmm_boundary.csv: glmer's optimum has the item term at theta 0.4043182786 and the
     judge term at exactly 0 (a singular fit). The deviance's gradient is 0 at theta = 0, so an optimiser that
     steps there must probe off it; the judge term is named as a boundary term in the notes the terminal

@@ -69,7 +69,7 @@ def test_stated_components_widen_the_interval_as_eq_3_says():
     assert plain.unmeasured and not stated.unmeasured  # what is stated is no longer unmeasured
 
 
-def test_a_run_with_repeated_calls_is_fitted_not_treated_as_one_run(tmp_path):
+def test_a_run_with_repeated_calls_is_fitted_not_treated_as_one_run():
     rng = np.random.default_rng(1)
     frame = pd.DataFrame({"item": np.repeat(np.arange(30), 3), "replicate": np.tile([1, 2, 3], 30)})
     frame["score"] = rng.normal(0, 1, 30)[frame["item"]] + rng.normal(0, 0.5, len(frame))
